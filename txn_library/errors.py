@@ -1,0 +1,75 @@
+"""Ordo's small error hierarchy and the result statuses every role agrees on.
+
+A new exception class exists only where some caller handles it differently:
+bad request (client's fault, nothing changed), overloaded (try later), not ready,
+timeout, and internal bug. A logical abort is a *status*, never an exception.
+"""
+
+from __future__ import annotations
+
+# Result statuses on the wire: [status, value]
+OK = 0  # value: the procedure's return value
+ABORTED = 1  # value: reason string; a logical abort applied identically everywhere
+RESTART = 2  # internal: a dependent txn's prediction was stale; value: new prediction
+ERROR = 3  # value: [code, message]; the call did not execute (or raised)
+
+STATUS_NAMES = {OK: "ok", ABORTED: "aborted", RESTART: "restart", ERROR: "error"}
+
+# Error codes carried in ERROR results
+ERR_MALFORMED = "malformed"
+ERR_UNKNOWN_PROCEDURE = "unknown_procedure"
+ERR_BAD_ARGUMENTS = "bad_arguments"
+ERR_TOO_LARGE = "too_large"
+ERR_OVERLOADED = "overloaded"
+ERR_NOT_READY = "not_ready"
+ERR_PROCEDURE_FAILED = "procedure_failed"
+ERR_RESTARTS_EXHAUSTED = "restarts_exhausted"
+ERR_UNAVAILABLE = "unavailable"
+
+
+class OrdoError(Exception):
+    """Base of every error Ordo raises on purpose."""
+
+
+class BadRequest(OrdoError):
+    """The caller's input is wrong; nothing was logged or changed."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class Overloaded(OrdoError):
+    """The system is at a bound; retrying later may succeed."""
+
+
+class CallTimeout(OrdoError):
+    """No answer arrived within the caller's deadline (the call may still commit)."""
+
+
+class CallFailed(OrdoError):
+    """The server answered with an ERROR status."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class FootprintViolation(OrdoError):
+    """A procedure touched a key outside its declared footprint.
+
+    Raised inside the executor; it aborts that transaction identically on every
+    replica (the footprint is a function of the logged arguments).
+    """
+
+
+class InvariantViolation(OrdoError):
+    """An internal invariant does not hold: a bug in Ordo, never the client's fault."""
+
+
+def invariant(cond: bool, message: str) -> None:
+    """Check a state invariant. Unlike assert, survives python -O; never has side effects."""
+    if not cond:
+        raise InvariantViolation(message)

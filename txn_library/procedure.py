@@ -1,0 +1,219 @@
+"""The stored-procedure API: declaration, argument schema, footprint, body, results.
+
+A procedure is deterministic Python: a pure function of its arguments, the rows it
+reads and the batch's fixed timestamp and seed (``ctx.timestamp_ms``, ``ctx.rng``).
+It declares its footprint (keys read and written, by table and primary key or key
+prefix) from its arguments alone, before it runs; the executor refuses any access
+outside it (FootprintViolation -> the transaction aborts identically everywhere).
+
+A body returns a plain msgpack-able value (status OK), ``Abort(reason)`` for a
+logical abort (no writes are applied), or ``Restart(prediction)`` from a dependent
+transaction whose predicted footprint went stale.
+
+Dependent transactions name a ``recon`` procedure: a read-only, single-partition
+procedure that takes the same arguments and returns the prediction; the sequencer
+runs it first and appends its answer as the last argument of the real call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from txn_library import catalog
+from txn_library.errors import ERR_BAD_ARGUMENTS, ERR_UNKNOWN_PROCEDURE, BadRequest
+
+FootprintEntry = tuple[str, tuple]
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+ARG_TYPES: dict[str, type | tuple[type, ...]] = {
+    "int": int,
+    "str": str,
+    "bytes": bytes,
+    "float": float,
+    "bool": bool,
+    "list": (list, tuple),
+    "any": object,
+}
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Keys (or key prefixes) a transaction reads and writes."""
+
+    reads: tuple[FootprintEntry, ...] = ()
+    writes: tuple[FootprintEntry, ...] = ()
+
+
+@dataclass(frozen=True)
+class Abort:
+    """A logical abort: a returned status, applied identically on every replica."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Restart:
+    """A dependent transaction's prediction was stale; carries the fresh one."""
+
+    prediction: Any
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    type: str  # one of ARG_TYPES
+    # For str/bytes/list: maximum length; for int: (min, max) bounds.
+    max_len: int | None = None
+    min_value: int | None = None
+    max_value: int | None = None
+
+    def check(self, value: Any) -> None:
+        expected = ARG_TYPES[self.type]
+        ok = isinstance(value, expected)
+        if self.type == "int" and isinstance(value, bool):
+            ok = False  # bool is an int subclass; a flag is not a number
+        if self.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        if not ok:
+            raise BadRequest(
+                ERR_BAD_ARGUMENTS,
+                f"argument {self.name!r} must be {self.type}, got {type(value).__name__}",
+            )
+        if self.type == "int":
+            lo = _INT64_MIN if self.min_value is None else self.min_value
+            hi = _INT64_MAX if self.max_value is None else self.max_value
+            if not lo <= value <= hi:
+                raise BadRequest(
+                    ERR_BAD_ARGUMENTS, f"argument {self.name!r}={value} outside [{lo}, {hi}]"
+                )
+        if self.max_len is not None and len(value) > self.max_len:
+            raise BadRequest(
+                ERR_BAD_ARGUMENTS, f"argument {self.name!r} longer than {self.max_len}"
+            )
+
+    def parse(self, text: str) -> Any:
+        """Convert a command-line string to this argument's type."""
+        if self.type == "int":
+            return int(text)
+        if self.type == "float":
+            return float(text)
+        if self.type == "bool":
+            if text.lower() in ("1", "true", "yes"):
+                return True
+            if text.lower() in ("0", "false", "no"):
+                return False
+            raise ValueError(f"not a bool: {text!r}")
+        if self.type == "bytes":
+            return text.encode()
+        if self.type in ("list", "any"):
+            import json
+
+            return json.loads(text)
+        return text
+
+
+@dataclass(frozen=True)
+class Procedure:
+    name: str
+    args: tuple[Arg, ...]
+    footprint: Callable[..., Footprint]
+    body: Callable[..., Any]
+    read_only: bool = False
+    recon: str | None = None  # name of the reconnaissance procedure (dependent txn)
+    doc: str = ""
+    # For dependent procedures: the prediction travels as an extra, last argument.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dependent(self) -> bool:
+        return self.recon is not None
+
+    def validate(self, args: Sequence[Any]) -> None:
+        """Raise BadRequest unless ``args`` match the declared schema exactly."""
+        if not isinstance(args, (list, tuple)):
+            raise BadRequest(ERR_BAD_ARGUMENTS, "arguments must be an array")
+        if len(args) != len(self.args):
+            names = ", ".join(a.name for a in self.args)
+            raise BadRequest(
+                ERR_BAD_ARGUMENTS,
+                f"{self.name} takes {len(self.args)} arguments ({names}), got {len(args)}",
+            )
+        for spec, value in zip(self.args, args, strict=True):
+            spec.check(value)
+
+    def footprint_of(self, args: Sequence[Any]) -> Footprint:
+        """The declared footprint, with every entry checked against the catalog."""
+        fp = self.footprint(*args)
+        for entries in (fp.reads, fp.writes):
+            for t, key in entries:
+                spec = catalog.table(t)
+                n = spec.place_prefix if self.read_only else spec.lock_prefix
+                if not isinstance(key, tuple) or not n <= len(key) <= spec.key_len:
+                    raise BadRequest(
+                        ERR_BAD_ARGUMENTS,
+                        f"{self.name}: footprint entry {t}{key!r} must be a tuple of "
+                        f"length {n}..{spec.key_len}",
+                    )
+                if spec.replicated and entries is fp.writes:
+                    raise BadRequest(ERR_BAD_ARGUMENTS, f"{self.name}: writes replicated {t}")
+        return fp
+
+
+_REGISTRY: dict[str, Procedure] = {}
+
+
+def register(proc: Procedure) -> Procedure:
+    if proc.name in _REGISTRY and _REGISTRY[proc.name] is not proc:
+        raise ValueError(f"procedure {proc.name!r} registered twice")
+    _REGISTRY[proc.name] = proc
+    return proc
+
+
+def procedure(
+    name: str,
+    args: Sequence[Arg | tuple[str, str]],
+    footprint: Callable[..., Footprint],
+    *,
+    read_only: bool = False,
+    recon: str | None = None,
+) -> Callable[[Callable[..., Any]], Procedure]:
+    """Decorator: declare and register a stored procedure."""
+
+    def wrap(body: Callable[..., Any]) -> Procedure:
+        specs = tuple(a if isinstance(a, Arg) else Arg(*a) for a in args)
+        return register(
+            Procedure(
+                name=name,
+                args=specs,
+                footprint=footprint,
+                body=body,
+                read_only=read_only,
+                recon=recon,
+                doc=(body.__doc__ or "").strip(),
+            )
+        )
+
+    return wrap
+
+
+def lookup(name: Any) -> Procedure:
+    if not isinstance(name, str):
+        raise BadRequest(ERR_UNKNOWN_PROCEDURE, f"procedure name must be a string: {name!r}")
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise BadRequest(ERR_UNKNOWN_PROCEDURE, f"no procedure named {name!r}") from None
+
+
+def procedures() -> dict[str, Procedure]:
+    return dict(_REGISTRY)
+
+
+def load_modules(modules: Sequence[str]) -> None:
+    """Import the modules that register procedures and tables (same list everywhere)."""
+    import importlib
+
+    for m in modules:
+        importlib.import_module(m)
