@@ -1,0 +1,1 @@
+"""Scheduler role: the per-partition ordered lock manager (Calvin's scheduler)."""
