@@ -1,0 +1,1 @@
+"""Executor role: storage, transaction execution, read exchange, checkpoints, replay."""

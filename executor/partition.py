@@ -1,0 +1,325 @@
+"""One partition of one replica: ordered locking, read exchange, execution.
+
+The Partition is a role object with no sockets: it takes inputs (``on_batch``,
+``on_reads``, ``on_query``) and leaves outputs in ``peer_out`` (reads for other
+partitions of the same replica), ``results_out`` and ``query_out``. The process loop
+in executor.server moves those over ZeroMQ; executor.engine moves them in memory
+(tests, recovery replay, Spark replay). Same code either way.
+
+Invariants:
+- Batches are applied strictly in epoch order (epoch == last_epoch + 1).
+- Transactions of a batch are admitted in sequence order and each requests all of
+  its local locks before the next one requests any (so grants follow global order).
+- A multi-partition transaction runs its body only at its *executors* (participants
+  with local writes; the lowest participant if none writes), after every participant
+  with local reads has sent them. Each executor applies only its local writes. No
+  votes, no two-phase commit: every executor reaches the same outcome because it runs
+  the same deterministic body on the same reads.
+- Exactly one partition per replica reports a transaction's result: the lowest
+  executor.
+- Read-only queries run between transactions, once every local transaction sequenced
+  at or before the query's ``min_txn_id`` has finished. The set of finished local
+  transactions is always closed under conflict order, so the partition's state is
+  the state after a serial prefix, and the query is serializable (and sees every
+  write acknowledged before it was sent).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from executor.context import TxnContext, cover_set
+from executor.execution import run_body
+from executor.storage import Storage
+from scheduler.lock_manager import LockManager
+from txn_library import catalog
+from txn_library.errors import ERR_PROCEDURE_FAILED, ERROR, OK, BadRequest, invariant
+from txn_library.procedure import Procedure, lookup
+
+REPLICATED = catalog.REPLICATED
+
+
+class _Txn:
+    __slots__ = (
+        "txn_id",
+        "proc",
+        "args",
+        "ts",
+        "seed",
+        "reads",
+        "writes",
+        "local_reads",
+        "send_to",
+        "need",
+        "executor",
+        "reporter",
+        "locked",
+        "exact",
+        "prefixes",
+        "single",
+    )
+
+
+class Partition:
+    def __init__(
+        self, replica: int, partition: int, partitions: int, storage: Storage | None = None
+    ) -> None:
+        self.replica = replica
+        self.partition = partition
+        self.partitions = partitions
+        self.storage = storage if storage is not None else Storage()
+        self.locks = LockManager()
+        self.last_epoch = 0
+        self.next_txn_id = 0  # one past the last txn id of the last applied batch
+        self.txns_applied = 0
+        self._active: dict[int, _Txn] = {}
+        self._ready: deque[_Txn] = deque()
+        self._early: dict[int, list[tuple[int, tuple, tuple]]] = {}
+        self._queries: deque[tuple[int, int, Any, Any, int]] = deque()
+        self.peer_out: dict[int, list] = {}
+        self.results_out: list[tuple[int, int, Any]] = []
+        self.query_out: list[tuple[int, int, int, Any]] = []
+
+    # Inputs -------------------------------------------------------------------
+    def on_batch(self, batch: tuple) -> None:
+        epoch, prev_epoch, first_txn_id, ts, seed, txns = batch[:6]
+        invariant(
+            epoch == self.last_epoch + 1 and prev_epoch == self.last_epoch,
+            f"partition {self.partition}: batch {epoch} (prev {prev_epoch}) "
+            f"after {self.last_epoch}",
+        )
+        invariant(first_txn_id >= self.next_txn_id, "txn ids went backwards")
+        me = self.partition
+        txn_id = first_txn_id
+        for txn in txns:
+            if me in txn[2]:
+                self._admit(txn_id, txn[0], txn[1], txn[2], ts, seed)
+            txn_id += 1
+        self.last_epoch = epoch
+        self.next_txn_id = txn_id
+        self._run()
+
+    def on_reads(self, from_partition: int, entries: tuple) -> None:
+        for txn_id, exact, prefixes in entries:
+            st = self._active.get(txn_id)
+            if st is None:
+                self._early.setdefault(txn_id, []).append((from_partition, exact, prefixes))
+                continue
+            self._merge(st, from_partition, exact, prefixes)
+            if st.locked and not st.need:
+                self._execute(st)
+        self._run()
+
+    def on_query(
+        self, query_id: int, replica_tag: int, proc_name: Any, args: Any, min_txn_id: int
+    ) -> None:
+        self._queries.append((query_id, replica_tag, proc_name, args, min_txn_id))
+        self._serve_queries()
+
+    # Admission ----------------------------------------------------------------
+    def _admit(
+        self, txn_id: int, proc_name: str, args: tuple, participants: tuple, ts: int, seed: int
+    ) -> None:
+        proc = lookup(proc_name)
+        fp = proc.footprint(*args)
+        st = _Txn()
+        st.txn_id, st.proc, st.args, st.ts, st.seed = txn_id, proc, args, ts, seed
+        st.reads = cover_set(fp.reads)
+        st.writes = cover_set(fp.writes)
+        st.locked = False
+        st.exact = {}
+        st.prefixes = {}
+        me = self.partition
+        shared: list = []
+        exclusive: list = []
+        if len(participants) == 1:
+            st.single = True
+            st.local_reads = ()
+            st.send_to = ()
+            st.need = set()
+            st.executor = st.reporter = True
+            for t, key in fp.reads:
+                if not catalog.table(t).replicated:
+                    shared.append(catalog.lock_name(t, key))
+            for t, key in fp.writes:
+                exclusive.append(catalog.lock_name(t, key))
+        else:
+            st.single = False
+            n = self.partitions
+            reads_at: set[int] = set()
+            writes_at: set[int] = set()
+            local_reads = []
+            for t, key in fp.reads:
+                p = catalog.partition_of(t, key, n)
+                if p == REPLICATED:
+                    continue
+                reads_at.add(p)
+                if p == me:
+                    local_reads.append((t, key))
+                    shared.append(catalog.lock_name(t, key))
+            for t, key in fp.writes:
+                p = catalog.partition_of(t, key, n)
+                writes_at.add(p)
+                if p == me:
+                    exclusive.append(catalog.lock_name(t, key))
+            executors = sorted(writes_at) if writes_at else [min(participants)]
+            st.executor = me in executors
+            st.reporter = executors[0] == me
+            st.local_reads = tuple(local_reads)
+            st.send_to = tuple(q for q in executors if q != me) if local_reads else ()
+            st.need = {q for q in reads_at if q != me} if st.executor else set()
+        self._active[txn_id] = st
+        early = self._early.pop(txn_id, None)
+        if early:
+            for q, exact, prefixes in early:
+                self._merge(st, q, exact, prefixes)
+        if self.locks.request(txn_id, shared, exclusive):
+            self._ready.append(st)
+
+    def _merge(self, st: _Txn, q: int, exact: tuple, prefixes: tuple) -> None:
+        invariant(q in st.need, f"txn {st.txn_id}: unexpected reads from partition {q}")
+        st.need.discard(q)
+        for t, key, row in exact:
+            st.exact[(t, key)] = row
+        for t, prefix, rows in prefixes:
+            st.prefixes[(t, prefix)] = rows
+            for key, row in rows:
+                st.exact[(t, key)] = row
+
+    # Execution ----------------------------------------------------------------
+    def _run(self) -> None:
+        ready = self._ready
+        while ready:
+            st = ready.popleft()
+            st.locked = True
+            if st.send_to:
+                self._send_reads(st)
+            if not st.executor:
+                self._finish(st)
+            elif not st.need:
+                self._execute(st)
+        if self._queries:
+            self._serve_queries()
+
+    def _send_reads(self, st: _Txn) -> None:
+        storage = self.storage
+        key_len = {}
+        exact = []
+        prefixes = []
+        for t, key in st.local_reads:
+            n = key_len.get(t)
+            if n is None:
+                n = key_len[t] = catalog.table(t).key_len
+            if len(key) == n:
+                exact.append((t, key, storage.get(t, key)))
+            else:
+                prefixes.append((t, key, storage.scan(t, key)))
+        entry = (st.txn_id, exact, prefixes)
+        for q in st.send_to:
+            self.peer_out.setdefault(q, []).append(entry)
+
+    def _execute(self, st: _Txn) -> None:
+        storage = self.storage
+        if st.single:
+            get, scan = storage.get, storage.scan
+        else:
+            get, scan = self._remote_view(st)
+        ctx = TxnContext(st.txn_id, st.ts, st.seed, st.reads, st.writes, get, scan)
+        status, value = run_body(st.proc, st.args, ctx)
+        if status == OK and ctx.writes:
+            if st.single:
+                for (t, key), row in ctx.writes.items():
+                    storage.put(t, key, row)
+            else:
+                me, n = self.partition, self.partitions
+                for (t, key), row in ctx.writes.items():
+                    if catalog.partition_of(t, key, n) == me:
+                        storage.put(t, key, row)
+        if st.reporter:
+            self.results_out.append((st.txn_id, status, value))
+        self._finish(st)
+
+    def _remote_view(self, st: _Txn) -> tuple:
+        storage, me, n = self.storage, self.partition, self.partitions
+        exact, prefixes = st.exact, st.prefixes
+
+        def get(t: str, key: tuple) -> tuple | None:
+            p = catalog.partition_of(t, key, n)
+            if p == me or p == REPLICATED:
+                return storage.get(t, key)
+            return exact.get((t, key))
+
+        def scan(t: str, prefix: tuple) -> list:
+            p = catalog.partition_of(t, prefix, n)
+            if p == me or p == REPLICATED:
+                return storage.scan(t, prefix)
+            rows = prefixes.get((t, prefix))
+            if rows is not None:
+                return list(rows)
+            m = len(prefix)
+            return sorted(
+                (k[1], v)
+                for k, v in exact.items()
+                if k[0] == t and k[1][:m] == prefix and v is not None
+            )
+
+        return get, scan
+
+    def _finish(self, st: _Txn) -> None:
+        del self._active[st.txn_id]
+        self.txns_applied += 1
+        for txn_id in self.locks.release(st.txn_id):
+            self._ready.append(self._active[txn_id])
+
+    # Queries ------------------------------------------------------------------
+    def _oldest_active(self) -> int | None:
+        for txn_id in self._active:
+            return txn_id
+        return None
+
+    def _serve_queries(self) -> None:
+        oldest = self._oldest_active()
+        while self._queries:
+            query_id, tag, proc_name, args, min_txn_id = self._queries[0]
+            if min_txn_id >= self.next_txn_id or (oldest is not None and oldest <= min_txn_id):
+                return  # not yet: an earlier txn that may touch this partition is pending
+            self._queries.popleft()
+            self.query_out.append((query_id, tag) + self.run_query(proc_name, args))
+
+    def run_query(self, proc_name: Any, args: Any) -> tuple[int, Any]:
+        """Run a read-only procedure against this partition's current state."""
+        try:
+            proc: Procedure = lookup(proc_name)
+            if not proc.read_only:
+                return ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name} is not read-only")
+            proc.validate(args)
+            fp = proc.footprint_of(args)
+        except BadRequest as e:
+            return ERROR, (e.code, e.message)
+        n, me = self.partitions, self.partition
+        for t, key in fp.reads:
+            p = catalog.partition_of(t, key, n)
+            if p != me and p != REPLICATED:
+                return ERROR, (ERR_PROCEDURE_FAILED, f"{t}{key!r} is not on partition {me}")
+        storage = self.storage
+        ctx = TxnContext(-1, 0, 0, cover_set(fp.reads), frozenset(), storage.get, storage.scan)
+        return run_body(proc, tuple(args), ctx)
+
+    # Introspection ------------------------------------------------------------
+    def status(self) -> tuple[int, int, int, int, int]:
+        return (
+            self.last_epoch,
+            self.txns_applied,
+            self.storage.state_hash,
+            len(self._active),
+            self.next_txn_id,
+        )
+
+    def idle(self) -> bool:
+        return not self._active and not self._ready
+
+    def take_outputs(self) -> tuple[dict[int, list], list, list]:
+        out = (self.peer_out, self.results_out, self.query_out)
+        self.peer_out, self.results_out, self.query_out = {}, [], []
+        return out
