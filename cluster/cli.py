@@ -1,0 +1,293 @@
+"""The ``ordo`` command line: one entry point, one subcommand per thing a user does.
+
+  ordo up           start sequencer + replicas on 127.0.0.1, foreground until Ctrl-C
+  ordo sequencer    run the sequencer process of a cluster
+  ordo replica      run one partition (or all partitions) of one replica
+  ordo call         submit one stored-procedure call and print the result
+  ordo status       per partition of every replica: last epoch, txns applied, hash
+  ordo procedures   list the registered procedures and their arguments
+
+Every command finds the cluster through ``--data-dir`` (its cluster.json).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cluster.config import DEFAULT_BASE_PORT, DEFAULT_DATA_DIR, ClusterConfig
+
+data_dir_option = click.option(
+    "--data-dir",
+    default=DEFAULT_DATA_DIR,
+    show_default=True,
+    help="Cluster directory (holds cluster.json, the command log, checkpoints).",
+)
+
+
+@click.group()
+def main() -> None:
+    """Ordo: a deterministic, replicated, partitioned transaction engine."""
+
+
+@main.command()
+@click.option("--replicas", default=2, show_default=True)
+@click.option("--partitions", default=2, show_default=True)
+@click.option("--base-port", default=DEFAULT_BASE_PORT, show_default=True)
+@click.option("--epoch-ms", default=10, show_default=True, help="Epoch length.")
+@click.option("--no-fsync", is_flag=True, help="Skip fdatasync (benchmarks only: not durable).")
+@click.option("--fresh", is_flag=True, help="Delete the data directory first.")
+@click.option(
+    "--module", "modules", multiple=True, help="Extra module registering procedures (repeatable)."
+)
+@click.option(
+    "--checkpoint-every", default=0, show_default=True, help="Checkpoint every N epochs (0: never)."
+)
+@data_dir_option
+def up(
+    replicas: int,
+    partitions: int,
+    base_port: int,
+    epoch_ms: int,
+    no_fsync: bool,
+    fresh: bool,
+    modules: tuple[str, ...],
+    checkpoint_every: int,
+    data_dir: str,
+) -> None:
+    """Start a local cluster and stay in the foreground until Ctrl-C."""
+    from cluster.launcher import LocalCluster
+
+    if fresh and Path(data_dir).exists():
+        shutil.rmtree(data_dir)
+    cfg = _config_for_up(
+        data_dir, replicas, partitions, base_port, epoch_ms, not no_fsync, modules, checkpoint_every
+    )
+    cluster = LocalCluster(cfg)
+    stopping = False
+
+    def on_signal(*_: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        cluster.start()
+        click.echo(
+            f"ordo up: sequencer at {cfg.client_addr}, {replicas} replicas x "
+            f"{partitions} partitions, data in {data_dir} (Ctrl-C to stop)"
+        )
+        while not stopping:
+            cluster.check_alive()
+            time.sleep(0.2)
+    finally:
+        click.echo("ordo up: stopping")
+        cluster.stop()
+
+
+def _config_for_up(
+    data_dir: str,
+    replicas: int,
+    partitions: int,
+    base_port: int,
+    epoch_ms: int,
+    fsync: bool,
+    modules: tuple[str, ...],
+    checkpoint_every: int,
+) -> ClusterConfig:
+    base = ClusterConfig()
+    mods = tuple(dict.fromkeys(base.procedure_modules + modules))
+    existing = Path(data_dir) / "cluster.json"
+    if existing.exists():
+        old = ClusterConfig.load(data_dir)
+        if (old.replicas, old.partitions) != (replicas, partitions):
+            raise click.ClickException(
+                f"{data_dir} holds a {old.replicas}x{old.partitions} cluster; use --fresh "
+                f"to start over or the same --replicas/--partitions"
+            )
+        mods = tuple(dict.fromkeys(old.procedure_modules + mods))
+    return ClusterConfig(
+        replicas=replicas,
+        partitions=partitions,
+        base_port=base_port,
+        data_dir=data_dir,
+        epoch_duration_ms=epoch_ms,
+        fsync=fsync,
+        procedure_modules=mods,
+        checkpoint_every_epochs=checkpoint_every,
+    )
+
+
+@main.command()
+@data_dir_option
+def sequencer(data_dir: str) -> None:
+    """Run the sequencer of the cluster in DATA_DIR."""
+    from sequencer.server import main as run
+
+    run(ClusterConfig.load(data_dir))
+
+
+@main.command()
+@click.option("--replica", "-r", type=int, required=True)
+@click.option(
+    "--partition",
+    "-p",
+    type=int,
+    default=None,
+    help="One partition; default: every partition, one process each.",
+)
+@data_dir_option
+def replica(replica: int, partition: int | None, data_dir: str) -> None:
+    """Run partition processes of one replica."""
+    cfg = ClusterConfig.load(data_dir)
+    if partition is not None:
+        from executor.server import main as run
+
+        run(cfg, replica, partition)
+        return
+    from cluster.launcher import LocalCluster
+
+    lc = LocalCluster(cfg)
+    try:
+        for p in range(cfg.partitions):
+            lc.start_partition(replica, p)
+        while True:
+            lc.check_alive()
+            time.sleep(0.5)
+    finally:
+        lc.stop()
+
+
+def _load_modules(cfg: ClusterConfig) -> None:
+    from txn_library.procedure import load_modules
+
+    load_modules(cfg.procedure_modules)
+
+
+def parse_call_args(proc_name: str, items: tuple[str, ...]) -> list[Any]:
+    """key=value (or positional) strings -> typed argument list per the schema."""
+    from txn_library.procedure import lookup
+
+    proc = lookup(proc_name)
+    named: dict[str, str] = {}
+    positional: list[str] = []
+    for item in items:
+        if "=" in item:
+            k, v = item.split("=", 1)
+            named[k] = v
+        else:
+            positional.append(item)
+    out = []
+    for i, spec in enumerate(proc.args):
+        if i < len(positional):
+            raw = positional[i]
+        elif spec.name in named:
+            raw = named.pop(spec.name)
+        else:
+            raise click.UsageError(f"{proc_name}: missing argument {spec.name}")
+        try:
+            out.append(spec.parse(raw))
+        except ValueError as e:
+            raise click.UsageError(f"{spec.name}: {e}") from None
+    if named:
+        raise click.UsageError(f"{proc_name}: unknown arguments {sorted(named)}")
+    return out
+
+
+@main.command()
+@click.argument("procedure")
+@click.argument("args", nargs=-1)
+@click.option("--timeout", default=10.0, show_default=True)
+@data_dir_option
+def call(procedure: str, args: tuple[str, ...], timeout: float, data_dir: str) -> None:
+    """Submit PROCEDURE with key=value arguments and print the result."""
+    from txn_library.client import Client
+    from txn_library.errors import BadRequest, OrdoError
+
+    cfg = ClusterConfig.load(data_dir)
+    _load_modules(cfg)
+    try:
+        values = parse_call_args(procedure, args)
+    except BadRequest as e:
+        raise click.ClickException(e.message) from None
+    with Client(cfg.client_addr, timeout_s=timeout) as c:
+        try:
+            r = c.call(procedure, *values)
+        except OrdoError as e:
+            raise click.ClickException(str(e)) from None
+    if r.ok:
+        click.echo(json.dumps({"status": "ok", "value": _jsonable(r.value)}))
+    else:
+        click.echo(json.dumps({"status": "aborted", "reason": r.value}))
+        sys.exit(1)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return v.hex()
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return v
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+@data_dir_option
+def status(as_json: bool, data_dir: str) -> None:
+    """Per partition of every replica: last applied epoch, txns applied, state hash."""
+    from txn_library.client import Client
+    from txn_library.errors import OrdoError
+
+    cfg = ClusterConfig.load(data_dir)
+    with Client(cfg.client_addr) as c:
+        try:
+            st = c.status()
+        except OrdoError as e:
+            raise click.ClickException(f"no answer at {cfg.client_addr}: {e}") from None
+    if as_json:
+        click.echo(json.dumps(st, indent=2))
+        return
+    click.echo(
+        f"epoch {st['epoch']}  txns sequenced {st['txns_sequenced']}  "
+        f"pending {st['pending']}  in flight {st['in_flight']}  "
+        f"determinism violations {st['determinism_violations']}"
+    )
+    click.echo(
+        f"{'replica':>7} {'partition':>9} {'last_epoch':>10} {'txns_applied':>12} "
+        f"{'active':>6}  state_hash"
+    )
+    for p in st["partitions"]:
+        click.echo(
+            f"{p['replica']:>7} {p['partition']:>9} {p['last_epoch']:>10} "
+            f"{p['txns_applied']:>12} {p['active']:>6}  {p['state_hash']}"
+        )
+
+
+@main.command()
+@data_dir_option
+def procedures(data_dir: str) -> None:
+    """List registered procedures with their argument schemas."""
+    from txn_library.procedure import procedures as all_procs
+
+    try:
+        _load_modules(ClusterConfig.load(data_dir))
+    except FileNotFoundError:
+        _load_modules(ClusterConfig())
+    for name, p in sorted(all_procs().items()):
+        args = ", ".join(f"{a.name}:{a.type}" for a in p.args)
+        kind = "read-only" if p.read_only else ("dependent" if p.dependent else "read-write")
+        click.echo(f"{name}({args})  [{kind}]  {p.doc.splitlines()[0] if p.doc else ''}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""Start and stop a local cluster (sequencer + replicas' partitions) as OS processes.
+
+Used by ``ordo up`` and by the integration tests. Every child is tracked by PID and
+stopped on exit (SIGTERM, then SIGKILL after a grace period), even when the caller
+fails, so no test leaves processes behind.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cluster.config import ClusterConfig
+from txn_library.client import Client
+
+STOP_GRACE_S = 5.0
+
+
+def _spawn(args: list[str], log_path: Path) -> subprocess.Popen:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    out = open(log_path, "ab")
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.Popen(
+        [sys.executable, "-m", "cluster.cli", *args],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
+
+
+class LocalCluster:
+    """A sequencer and R x P partition processes on 127.0.0.1."""
+
+    def __init__(self, config: ClusterConfig) -> None:
+        self.config = config
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    @property
+    def logs_dir(self) -> Path:
+        return Path(self.config.data_dir) / "logs"
+
+    def start(self, wait_s: float = 60.0) -> LocalCluster:
+        self.config.save()
+        self.start_sequencer()
+        for r in range(self.config.replicas):
+            for p in range(self.config.partitions):
+                self.start_partition(r, p)
+        self.wait_ready(wait_s)
+        return self
+
+    def start_sequencer(self) -> None:
+        self.procs["sequencer"] = _spawn(
+            ["sequencer", "--data-dir", self.config.data_dir], self.logs_dir / "sequencer.log"
+        )
+
+    def start_partition(self, r: int, p: int) -> None:
+        self.procs[f"r{r}p{p}"] = _spawn(
+            [
+                "replica",
+                "--data-dir",
+                self.config.data_dir,
+                "--replica",
+                str(r),
+                "--partition",
+                str(p),
+            ],
+            self.logs_dir / f"replica-{r}-partition-{p}.log",
+        )
+
+    def wait_ready(self, wait_s: float = 60.0) -> dict:
+        deadline = time.monotonic() + wait_s
+        want = self.config.replicas * self.config.partitions
+        last_err: Exception | None = None
+        with Client(self.config.client_addr, timeout_s=5) as c:
+            while time.monotonic() < deadline:
+                self.check_alive()
+                try:
+                    st = c.status(timeout_s=2)
+                    if len(st["partitions"]) >= want:
+                        return st
+                except Exception as e:  # not up yet
+                    last_err = e
+                time.sleep(0.1)
+        raise TimeoutError(
+            f"cluster not ready after {wait_s}s ({last_err}); see logs in {self.logs_dir}"
+        )
+
+    def check_alive(self) -> None:
+        for name, p in self.procs.items():
+            if p.poll() is not None:
+                raise RuntimeError(f"{name} exited with {p.returncode}; see {self.logs_dir}")
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        p = self.procs.pop(name)
+        try:
+            os.kill(p.pid, sig)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout=10)
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    os.kill(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + STOP_GRACE_S
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait(timeout=5)
+        self.procs.clear()
+
+    def __enter__(self) -> LocalCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def free_base_port(span: int = 64) -> int:
+    """A base port such that [base, base+span) is currently free on 127.0.0.1."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 60000 - span)
+        socks = []
+        try:
+            for port in range(base, base + span):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("127.0.0.1", port))
+                socks.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port range")
+
+
+def wait_quiescent(client: Client, replicas: int, partitions: int, timeout_s: float = 60.0) -> dict:
+    """Wait until every partition of every replica applied the last epoch and is idle."""
+    deadline = time.monotonic() + timeout_s
+    st: dict = {}
+    while time.monotonic() < deadline:
+        st = client.status()
+        parts = st["partitions"]
+        if (
+            st["pending"] == 0
+            and len(parts) == replicas * partitions
+            and all(p["last_epoch"] == st["epoch"] and p["active"] == 0 for p in parts)
+        ):
+            time.sleep(0.3)  # one more status round so hashes are the final ones
+            st2 = client.status()
+            if [p["state_hash"] for p in st2["partitions"]] == [p["state_hash"] for p in parts]:
+                return st2
+        time.sleep(0.1)
+    raise TimeoutError(f"cluster did not quiesce: {st}")

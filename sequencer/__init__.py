@@ -1,0 +1,1 @@
+"""Sequencer role (Calvin's preprocessor): intake, epochs, durable log, broadcast."""

@@ -1,0 +1,56 @@
+"""Wire contract of the sequencer: client intake, batches, log service.
+
+Positional msgpack arrays only. Every client frame is one ZeroMQ frame (after the
+ROUTER identity); anything else is malformed and answered with an error.
+
+Client -> sequencer (DEALER -> ROUTER):
+  [REQ_CALLS, client_id(bytes<=64), [[req_id, proc_name, args], ...]]
+      (client_id, req_id) identifies a call across retries: a call already logged is
+      not executed again; its original result is returned.
+  [REQ_STATUS]
+Sequencer -> client:
+  [REP_RESULTS, [[req_id, status, value], ...]]       (req_id None: frame-level error)
+  [REP_STATUS, {...}]                                  (human-facing, a map)
+
+Batch (= one command-log frame = one PUB message body):
+  [epoch, prev_epoch, first_txn_id, timestamp_ms, seed, txns]
+  txn = [proc_name, args, participants, client_id, req_id]
+  txn ids are consecutive from first_txn_id; epochs are consecutive from 1.
+
+Publication (PUB -> SUB), two frames: [TOPIC_BATCH, batch] or
+  [TOPIC_HEARTBEAT, [last_epoch]] so a receiver that missed the tail notices.
+
+Log service (DEALER -> ROUTER):
+  [LOG_FETCH, first_epoch, last_epoch]
+  -> [LOG_BATCHES, [batch_bytes, ...], last_epoch_on_disk]   (at most a bounded chunk)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+REQ_CALLS = 1
+REQ_STATUS = 2
+REP_RESULTS = 11
+REP_STATUS = 12
+
+TOPIC_BATCH = b"B"
+TOPIC_HEARTBEAT = b"H"
+
+LOG_FETCH = 21
+LOG_BATCHES = 22
+
+# Batch field positions
+B_EPOCH, B_PREV, B_FIRST_TXN, B_TS, B_SEED, B_TXNS = range(6)
+# Txn field positions
+T_PROC, T_ARGS, T_PARTS, T_CLIENT, T_REQ = range(5)
+
+
+def pack(msg: Any) -> bytes:
+    return msgpack.packb(msg)
+
+
+def unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, use_list=False)
