@@ -1,0 +1,137 @@
+"""TPC-C consistency conditions 1-4 (clauses 3.3.2.1-3.3.2.4) over in-memory tables.
+
+``tables`` maps a table name to a mapping key -> row in the layout of
+``tpcc.schema``. Every condition is checked per warehouse / district, for the given
+warehouses only, so a partition can check just the warehouses it holds. The result
+is a list of human-readable violations, sorted by condition and then by key: the
+same data always gives the same list. An empty list means consistent.
+
+1. W_YTD = sum(D_YTD) over the warehouse's districts.
+2. D_NEXT_O_ID - 1 = max(O_ID) = max(NO_O_ID) in each district (the NEW-ORDER part
+   only for districts that have new orders).
+3. max(NO_O_ID) - min(NO_O_ID) + 1 = number of NEW-ORDER rows in each district
+   (again only where there are any).
+4. sum(O_OL_CNT) = number of ORDER-LINE rows in each district.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+
+from tpcc.schema import (
+    D_NEXT_O_ID,
+    D_YTD,
+    DISTRICT,
+    NEW_ORDER,
+    O_OL_CNT,
+    ORDER_LINE,
+    ORDERS,
+    W_YTD,
+    WAREHOUSE,
+)
+
+Tables = Mapping[str, Mapping[tuple, tuple]]
+DistrictId = tuple[int, int]  # (w_id, d_id)
+
+
+def check_consistency(tables: Tables, warehouses: Iterable[int]) -> list[str]:
+    """Violations of consistency conditions 1-4 for ``warehouses`` (empty: consistent)."""
+    wanted = frozenset(warehouses)
+    districts = sorted(k for k in tables.get(DISTRICT, {}) if k[0] in wanted)
+    return [
+        *condition_1(tables, wanted),
+        *condition_2(tables, wanted, districts),
+        *condition_3(tables, wanted, districts),
+        *condition_4(tables, wanted, districts),
+    ]
+
+
+def condition_1(tables: Tables, wanted: frozenset[int]) -> list[str]:
+    """Clause 3.3.2.1: W_YTD = sum(D_YTD)."""
+    warehouse = tables.get(WAREHOUSE, {})
+    d_ytd_sum: Counter[int] = Counter()
+    for (w_id, _d_id), row in tables.get(DISTRICT, {}).items():
+        if w_id in wanted:
+            d_ytd_sum[w_id] += row[D_YTD]
+    violations = []
+    for w_id in sorted(wanted):
+        row = warehouse.get((w_id,))
+        if row is None:
+            violations.append(f"condition 1: warehouse {w_id} is missing")
+        elif row[W_YTD] != d_ytd_sum[w_id]:
+            violations.append(
+                f"condition 1: warehouse {w_id}: w_ytd {row[W_YTD]} != sum(d_ytd) {d_ytd_sum[w_id]}"
+            )
+    return violations
+
+
+def condition_2(tables: Tables, wanted: frozenset[int], districts: list[DistrictId]) -> list[str]:
+    """Clause 3.3.2.2: D_NEXT_O_ID - 1 = max(O_ID) = max(NO_O_ID)."""
+    max_o_id = _max_third(tables.get(ORDERS, {}), wanted)
+    max_no_o_id = _max_third(tables.get(NEW_ORDER, {}), wanted)
+    district = tables.get(DISTRICT, {})
+    violations = []
+    for w_d in districts:
+        last_o_id = district[w_d][D_NEXT_O_ID] - 1
+        if max_o_id.get(w_d, 0) != last_o_id:
+            violations.append(
+                f"condition 2: district {w_d}: d_next_o_id - 1 = {last_o_id} != "
+                f"max(o_id) {max_o_id.get(w_d)}"
+            )
+        if w_d in max_no_o_id and max_no_o_id[w_d] != last_o_id:
+            violations.append(
+                f"condition 2: district {w_d}: d_next_o_id - 1 = {last_o_id} != "
+                f"max(no_o_id) {max_no_o_id[w_d]}"
+            )
+    return violations
+
+
+def condition_3(tables: Tables, wanted: frozenset[int], districts: list[DistrictId]) -> list[str]:
+    """Clause 3.3.2.3: max(NO_O_ID) - min(NO_O_ID) + 1 = count(NEW-ORDER rows)."""
+    lowest: dict[DistrictId, int] = {}
+    highest: dict[DistrictId, int] = {}
+    count: Counter[DistrictId] = Counter()
+    for w_id, d_id, o_id in tables.get(NEW_ORDER, {}):
+        if w_id not in wanted:
+            continue
+        w_d = (w_id, d_id)
+        count[w_d] += 1
+        if o_id < lowest.get(w_d, o_id + 1):
+            lowest[w_d] = o_id
+        if o_id > highest.get(w_d, o_id - 1):
+            highest[w_d] = o_id
+    violations = []
+    for w_d in districts:
+        if count[w_d] and highest[w_d] - lowest[w_d] + 1 != count[w_d]:
+            violations.append(
+                f"condition 3: district {w_d}: max(no_o_id) - min(no_o_id) + 1 = "
+                f"{highest[w_d] - lowest[w_d] + 1} != {count[w_d]} new-order rows"
+            )
+    return violations
+
+
+def condition_4(tables: Tables, wanted: frozenset[int], districts: list[DistrictId]) -> list[str]:
+    """Clause 3.3.2.4: sum(O_OL_CNT) = count(ORDER-LINE rows)."""
+    ol_cnt_sum: Counter[DistrictId] = Counter()
+    for key, row in tables.get(ORDERS, {}).items():
+        if key[0] in wanted:
+            ol_cnt_sum[key[0], key[1]] += row[O_OL_CNT]
+    lines: Counter[DistrictId] = Counter(
+        (key[0], key[1]) for key in tables.get(ORDER_LINE, {}) if key[0] in wanted
+    )
+    return [
+        f"condition 4: district {w_d}: sum(o_ol_cnt) {ol_cnt_sum[w_d]} != "
+        f"{lines[w_d]} order-line rows"
+        for w_d in districts
+        if ol_cnt_sum[w_d] != lines[w_d]
+    ]
+
+
+def _max_third(rows: Mapping[tuple, tuple], wanted: frozenset[int]) -> dict[DistrictId, int]:
+    """max(key[2]) per (key[0], key[1]): the largest order id per district."""
+    highest: defaultdict[DistrictId, int] = defaultdict(int)
+    for key in rows:
+        if key[0] in wanted and key[2] > highest[key[0], key[1]]:
+            highest[key[0], key[1]] = key[2]
+    return dict(highest)
