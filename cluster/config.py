@@ -28,6 +28,12 @@ class ClusterConfig:
     fsync: bool = True
     # Modules whose import registers procedures and tables (same list everywhere).
     procedure_modules: tuple[str, ...] = field(default=("txn_library.builtin",))
+    # Initial database: "module:function" called as fn(partition, partitions, **genesis_args)
+    # on every partition that starts from nothing; it yields (table, key, row) for the
+    # rows that partition holds (replicated tables: every partition). Deterministic, so
+    # every replica and every replay starts from the same state without logging it.
+    genesis: str | None = None
+    genesis_args: dict = field(default_factory=dict)
     # Checkpoint every N epochs (0 = never).
     checkpoint_every_epochs: int = 0
     checkpoint_keep: int = 3

@@ -107,3 +107,21 @@ class SerialExecutor:
     @property
     def state_hash(self) -> int:
         return self.storage.state_hash
+
+
+def genesis_rows(genesis: str | None, genesis_args: dict, partition: int, partitions: int):  # type: ignore[no-untyped-def]
+    """Rows of the initial database held by ``partition`` (see ClusterConfig.genesis)."""
+    if not genesis:
+        return iter(())
+    import importlib
+
+    module, _, fn = genesis.partition(":")
+    return getattr(importlib.import_module(module), fn)(partition, partitions, **genesis_args)
+
+
+def genesis_storage(
+    genesis: str | None, genesis_args: dict, partition: int, partitions: int
+) -> Storage:
+    s = Storage()
+    s.load(genesis_rows(genesis, genesis_args, partition, partitions))
+    return s

@@ -22,6 +22,7 @@ import zmq
 
 from cluster.config import ClusterConfig
 from executor import wire as ewire
+from executor.engine import genesis_storage
 from executor.partition import Partition
 from executor.storage import Storage
 from sequencer import wire as swire
@@ -46,6 +47,17 @@ class PartitionServer:
         self.replica = replica
         self.partition_id = partition
         load_modules(config.procedure_modules)
+        if storage is None and config.genesis:
+            t0 = time.monotonic()
+            storage = genesis_storage(
+                config.genesis, config.genesis_args, partition, config.partitions
+            )
+            log.info(
+                "genesis %s: %d rows in %.1fs",
+                config.genesis,
+                storage.row_count(),
+                time.monotonic() - t0,
+            )
         self.part = Partition(replica, partition, config.partitions, storage)
         self.ctx = ctx or zmq.Context.instance()
         c = self.ctx

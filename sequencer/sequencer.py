@@ -182,19 +182,35 @@ class Sequencer:
             self._error(identity, None, ERR_MALFORMED, "calls must be an array of calls")
             return
         for call in calls:
-            if not isinstance(call, tuple) or len(call) != 3:
-                self._error(identity, None, ERR_MALFORMED, "a call is [req_id, procedure, args]")
+            if not isinstance(call, tuple) or len(call) not in (3, 4):
+                self._error(
+                    identity, None, ERR_MALFORMED, "a call is [req_id, procedure, args(, replica)]"
+                )
                 continue
-            req_id, name, args = call
+            req_id, name, args = call[:3]
+            replica = call[3] if len(call) == 4 else None
+            if replica is not None and (
+                not isinstance(replica, int) or not 0 <= replica < self.replicas
+            ):
+                self._error(identity, req_id, ERR_BAD_ARGUMENTS, f"no replica {replica!r}")
+                continue
             if not isinstance(req_id, int) or isinstance(req_id, bool):
                 self._error(identity, None, ERR_MALFORMED, "req_id must be an integer")
                 continue
             try:
-                self._accept(identity, client_id, req_id, name, args)
+                self._accept(identity, client_id, req_id, name, args, replica)
             except BadRequest as e:
                 self._error(identity, req_id, e.code, e.message)
 
-    def _accept(self, identity: bytes, client_id: bytes, req_id: int, name: Any, args: Any) -> None:
+    def _accept(
+        self,
+        identity: bytes,
+        client_id: bytes,
+        req_id: int,
+        name: Any,
+        args: Any,
+        replica: int | None = None,
+    ) -> None:
         seen = self._dedup.get((client_id, req_id)) if client_id else None
         if seen is not None:
             self.stats.duplicate_calls += 1
@@ -222,7 +238,9 @@ class Sequencer:
         elif proc.read_only:
             parts = self._participants(proc, call.args)
             if len(parts) == 1:
-                self._send_query(call, proc, call.args, recon=False, partition=parts[0])
+                self._send_query(
+                    call, proc, call.args, recon=False, partition=parts[0], replica=replica
+                )
             else:
                 call.participants = parts
                 self._pending.append(call)
@@ -244,6 +262,7 @@ class Sequencer:
         *,
         recon: bool,
         partition: int | None = None,
+        replica: int | None = None,
     ) -> None:
         if partition is None:
             parts = self._participants(proc, args)
@@ -252,8 +271,9 @@ class Sequencer:
             partition = parts[0]
         qid = self._next_query_id
         self._next_query_id += 1
-        replica = self._query_rr % self.replicas
-        self._query_rr += 1
+        if replica is None:
+            replica = self._query_rr % self.replicas
+            self._query_rr += 1
         self._queries[qid] = (call, recon)
         self.stats.queries += 1
         self.query_out.setdefault((replica, partition), []).append(

@@ -60,8 +60,20 @@ class ClientProtocol:
     def next_req_id(self) -> int:
         return next(self._ids)
 
-    def encode_calls(self, calls: Sequence[tuple[int, str, Sequence[Any]]]) -> bytes:
-        return wire.pack((wire.REQ_CALLS, self.client_id, [(r, p, list(a)) for r, p, a in calls]))
+    def encode_calls(self, calls: Sequence[tuple]) -> bytes:
+        """calls: (req_id, proc, args) or (req_id, proc, args, replica_hint)."""
+        return wire.pack(
+            (
+                wire.REQ_CALLS,
+                self.client_id,
+                [
+                    (c[0], c[1], list(c[2]))
+                    if len(c) == 3 or c[3] is None
+                    else (c[0], c[1], list(c[2]), c[3])
+                    for c in calls
+                ],
+            )
+        )
 
     @staticmethod
     def decode_reply(frame: bytes) -> tuple[int, Any]:
@@ -83,6 +95,7 @@ class _Pending:
     future: Future
     proc: str
     args: tuple
+    replica: int | None
     started: float
     deadline: float
     resend_at: float
@@ -118,20 +131,26 @@ class Client:
         self._thread.start()
 
     # Public API ---------------------------------------------------------------
-    def submit(self, proc: str, *args: Any) -> Future:
-        """Send a call; the future resolves to a Result (ok or aborted) or raises."""
+    def submit(self, proc: str, *args: Any, replica: int | None = None) -> Future:
+        """Send a call; the future resolves to a Result (ok or aborted) or raises.
+
+        ``replica`` pins a single-partition read-only call to one replica (e.g. to
+        check each replica's state); other calls ignore it.
+        """
         if self._closed.is_set():
             raise RuntimeError("client is closed")
         fut: Future = Future()
         self._in_flight.acquire()
         fut.add_done_callback(lambda _f: self._in_flight.release())
-        self._submit_q.put(("call", fut, proc, tuple(args)))
+        self._submit_q.put(("call", fut, proc, (tuple(args), replica)))
         self._wake()
         return fut
 
-    def call(self, proc: str, *args: Any, timeout_s: float | None = None) -> Result:
+    def call(
+        self, proc: str, *args: Any, timeout_s: float | None = None, replica: int | None = None
+    ) -> Result:
         """Blocking call. Raises CallFailed, Overloaded or CallTimeout."""
-        fut = self.submit(proc, *args)
+        fut = self.submit(proc, *args, replica=replica)
         t = (timeout_s or self.timeout_s) + 1.0
         try:
             return fut.result(timeout=t)
@@ -211,10 +230,11 @@ class Client:
                 sock.send(wire.pack((wire.REQ_STATUS,)))
                 continue
             req_id = self.proto.next_req_id()
+            args, replica = args
             pending[req_id] = _Pending(
-                fut, proc, args, now, now + self.timeout_s, now + self.retry_s
+                fut, proc, args, replica, now, now + self.timeout_s, now + self.retry_s
             )
-            calls.append((req_id, proc, args))
+            calls.append((req_id, proc, args, replica))
             if len(calls) >= 2000:
                 sock.send(self.proto.encode_calls(calls))
                 calls = []
@@ -251,6 +271,6 @@ class Client:
                     )
             elif now >= p.resend_at:
                 p.resend_at = now + self.retry_s
-                resend.append((req_id, p.proc, p.args))
+                resend.append((req_id, p.proc, p.args, p.replica))
         if resend:
             sock.send(self.proto.encode_calls(resend))
