@@ -275,6 +275,60 @@ def status(as_json: bool, data_dir: str) -> None:
 
 @main.command()
 @data_dir_option
+def checkpoint(data_dir: str) -> None:
+    """Ask every partition of every replica to checkpoint after the next epoch."""
+    from sequencer import wire
+    from txn_library.client import Client
+
+    cfg = ClusterConfig.load(data_dir)
+    with Client(cfg.client_addr) as c:
+        epoch = c.control((wire.REQ_CHECKPOINT,))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            parts = c.status()["partitions"]
+            done = [p for p in parts if p["newest_checkpoint_epoch"] >= epoch]
+            if len(done) == cfg.replicas * cfg.partitions:
+                click.echo(
+                    f"checkpoint at epoch {epoch} written by {len(done)} partitions "
+                    f"(in {cfg.data_dir}/replica-*/checkpoints)"
+                )
+                return
+            time.sleep(0.2)
+    raise click.ClickException(f"checkpoint at epoch {epoch} not confirmed within 120 s")
+
+
+@main.group()
+def log() -> None:
+    """Command log maintenance."""
+
+
+@log.command("prune")
+@click.option("--archive", default=None, help="Move segments here instead of deleting them.")
+@data_dir_option
+def log_prune(archive: str | None, data_dir: str) -> None:
+    """Remove log segments older than every partition's newest checkpoint.
+
+    Never silent: prints what it removed. Segments still needed by any partition's
+    recovery are kept. Note that Spark replay of the pruned history needs the archive.
+    """
+    from sequencer import wire
+    from txn_library.client import Client
+    from txn_library.errors import CallFailed
+
+    cfg = ClusterConfig.load(data_dir)
+    with Client(cfg.client_addr) as c:
+        try:
+            removed = c.control((wire.REQ_PRUNE, archive))
+        except CallFailed as e:
+            raise click.ClickException(f"nothing pruned: {e.message}") from None
+    verb = f"archived to {archive}" if archive else "deleted"
+    click.echo(f"{len(removed)} segment(s) {verb}")
+    for p in removed:
+        click.echo(f"  {p}")
+
+
+@main.command()
+@data_dir_option
 def procedures(data_dir: str) -> None:
     """List registered procedures with their argument schemas."""
     from txn_library.procedure import procedures as all_procs

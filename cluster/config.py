@@ -36,7 +36,9 @@ class ClusterConfig:
     genesis_args: dict = field(default_factory=dict)
     # Checkpoint every N epochs (0 = never).
     checkpoint_every_epochs: int = 0
-    checkpoint_keep: int = 3
+    checkpoint_every_s: float = 0.0  # also (or instead) by time; 0 = never
+    checkpoint_keep: int = 3  # per partition; 0 = drain at boundaries but write nothing
+    log_segment_bytes: int = 0  # 0 = limits.segment_bytes_max
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or self.partitions < 1:

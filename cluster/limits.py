@@ -29,6 +29,8 @@ log_service_epochs_per_reply_max = 256
 peer_message_bytes_max = 32 << 20
 result_backlog_txns_max = 1_000_000  # results awaiting other replicas' comparison
 
+result_cache_txns_max = 200_000  # per reporting partition, for retries after a crash
+
 # Dependent transactions
 dependent_restarts_max = 5
 

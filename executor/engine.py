@@ -13,7 +13,7 @@ replica's partition hashes after the same log.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from executor.context import TxnContext, cover_set
@@ -41,10 +41,23 @@ class LocalReplica:
         # A seeded shuffle of message delivery order exercises arrival-order independence.
         self._rng = random.Random(shuffle_seed) if shuffle_seed is not None else None
 
-    def apply(self, batch: tuple) -> None:
+    def apply(
+        self, batch: tuple, on_checkpoint: Callable[[int, list[Partition]], None] | None = None
+    ) -> None:
+        """Apply one batch to every partition and run it to completion.
+
+        At a checkpoint-flagged epoch the partitions are drained (they are, after a
+        full pump) and ``on_checkpoint(epoch, partitions)`` may write or compare them.
+        """
         for p in self.parts:
             p.on_batch(batch)
         self.pump()
+        due = self.parts[0].checkpoint_due
+        if due is not None:
+            if on_checkpoint is not None:
+                on_checkpoint(due, self.parts)
+            for p in self.parts:
+                p.checkpoint_taken(written=on_checkpoint is not None)
 
     def apply_all(self, batches: Iterable[tuple]) -> None:
         for b in batches:

@@ -26,18 +26,29 @@ Invariants:
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Any
 
+from cluster import limits
 from executor.context import TxnContext, cover_set
 from executor.execution import run_body
 from executor.storage import Storage
+from executor.wire import RESULT_LOOKUP
 from scheduler.lock_manager import LockManager
 from txn_library import catalog
 from txn_library.errors import ERR_PROCEDURE_FAILED, ERROR, OK, BadRequest, invariant
 from txn_library.procedure import Procedure, lookup
 
 REPLICATED = catalog.REPLICATED
+
+
+def reporter_of(reads: tuple, writes: tuple, participants: tuple, partitions: int) -> int:
+    """The partition that reports a txn's result: its lowest executor (see module doc)."""
+    if len(participants) == 1:
+        return participants[0]
+    writes_at = {catalog.partition_of(t, k, partitions) for t, k in writes}
+    writes_at.discard(REPLICATED)
+    return min(writes_at) if writes_at else min(participants)
 
 
 class _Txn:
@@ -80,10 +91,26 @@ class Partition:
         self.peer_out: dict[int, list] = {}
         self.results_out: list[tuple[int, int, Any]] = []
         self.query_out: list[tuple[int, int, int, Any]] = []
+        # Checkpoints: set when a flagged batch arrives; the owner drains, snapshots,
+        # then calls checkpoint_taken(). No later batch is applied meanwhile.
+        self.checkpoint_due: int | None = None
+        self.newest_checkpoint_epoch = 0
+        self.boundary: tuple[int, int] = (0, 0)  # (epoch, state hash) at last flagged epoch
+        self._result_cache: OrderedDict[int, tuple[int, Any]] = OrderedDict()
+
+    def restore(self, epoch: int, next_txn_id: int, txns_applied: int) -> None:
+        """Resume from a checkpoint taken at the end of ``epoch`` (storage already loaded)."""
+        invariant(self.last_epoch == 0 and not self._active, "restore into a used partition")
+        self.last_epoch = epoch
+        self.next_txn_id = next_txn_id
+        self.txns_applied = txns_applied
+        self.newest_checkpoint_epoch = epoch
+        self.boundary = (epoch, self.storage.state_hash)
 
     # Inputs -------------------------------------------------------------------
     def on_batch(self, batch: tuple) -> None:
         epoch, prev_epoch, first_txn_id, ts, seed, txns = batch[:6]
+        invariant(self.checkpoint_due is None, "batch applied before a due checkpoint")
         invariant(
             epoch == self.last_epoch + 1 and prev_epoch == self.last_epoch,
             f"partition {self.partition}: batch {epoch} (prev {prev_epoch}) "
@@ -98,7 +125,23 @@ class Partition:
             txn_id += 1
         self.last_epoch = epoch
         self.next_txn_id = txn_id
+        if len(batch) > 6 and batch[6] & 1:
+            self.checkpoint_due = epoch
         self._run()
+
+    def checkpoint_ready(self) -> bool:
+        """A flagged epoch is fully applied here: state is exactly that boundary's."""
+        return self.checkpoint_due is not None and self.idle()
+
+    def checkpoint_taken(self, written: bool = True) -> None:
+        """Record the boundary (hash comparable across replicas) and resume batches."""
+        invariant(self.checkpoint_ready(), "checkpoint taken before the drain finished")
+        epoch = self.checkpoint_due
+        assert epoch is not None
+        self.boundary = (epoch, self.storage.state_hash)
+        if written:
+            self.newest_checkpoint_epoch = epoch
+        self.checkpoint_due = None
 
     def on_reads(self, from_partition: int, entries: tuple) -> None:
         for txn_id, exact, prefixes in entries:
@@ -238,6 +281,10 @@ class Partition:
                         storage.put(t, key, row)
         if st.reporter:
             self.results_out.append((st.txn_id, status, value))
+            cache = self._result_cache
+            cache[st.txn_id] = (status, value)
+            if len(cache) > limits.result_cache_txns_max:
+                cache.popitem(last=False)
         self._finish(st)
 
     def _remote_view(self, st: _Txn) -> tuple:
@@ -285,7 +332,18 @@ class Partition:
             if min_txn_id >= self.next_txn_id or (oldest is not None and oldest <= min_txn_id):
                 return  # not yet: an earlier txn that may touch this partition is pending
             self._queries.popleft()
-            self.query_out.append((query_id, tag) + self.run_query(proc_name, args))
+            if proc_name == RESULT_LOOKUP:
+                out = self._lookup_result(args)
+            else:
+                out = self.run_query(proc_name, args)
+            self.query_out.append((query_id, tag) + out)
+
+    def _lookup_result(self, args: Any) -> tuple[int, Any]:
+        txn_id = args[0] if isinstance(args, tuple) and args else None
+        hit = self._result_cache.get(txn_id) if isinstance(txn_id, int) else None
+        if hit is None:
+            return ERROR, ("result_unknown", f"result of txn {txn_id} is no longer cached")
+        return hit
 
     def run_query(self, proc_name: Any, args: Any) -> tuple[int, Any]:
         """Run a read-only procedure against this partition's current state."""
@@ -307,13 +365,17 @@ class Partition:
         return run_body(proc, tuple(args), ctx)
 
     # Introspection ------------------------------------------------------------
-    def status(self) -> tuple[int, int, int, int, int]:
+    def status(self, catching_up: bool = False) -> tuple:
         return (
             self.last_epoch,
             self.txns_applied,
             self.storage.state_hash,
             len(self._active),
             self.next_txn_id,
+            self.newest_checkpoint_epoch,
+            self.boundary[0],
+            self.boundary[1],
+            catching_up,
         )
 
     def idle(self) -> bool:

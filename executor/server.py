@@ -10,17 +10,31 @@ Sockets:
 Delivery is reliable and totally ordered although PUB/SUB is neither: a batch whose
 epoch is not last+1 is held back and the gap is fetched from the log service;
 heartbeats reveal a missed tail. Batches already applied are ignored.
+
+Checkpoints: after a flagged epoch the partition stops applying batches until its
+active transactions drain, then fork()s; the child writes the snapshot from its
+copy-on-write image (executor.checkpoint) and exits, while the parent goes straight
+back to work. The partition stalls only for the drain and the fork itself.
+
+Recovery: at start the partition loads its newest valid checkpoint (corrupt ones are
+skipped with a warning), or the genesis state, then fetches every later epoch from
+the log service and replays it through the normal path, reporting progress, before
+it counts as live. Its boundary hashes let the sequencer verify it against the other
+replicas.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
+from pathlib import Path
 
 import zmq
 
 from cluster.config import ClusterConfig
+from executor import checkpoint
 from executor import wire as ewire
 from executor.engine import genesis_storage
 from executor.partition import Partition
@@ -32,6 +46,7 @@ log = logging.getLogger("ordo.replica")
 
 STATUS_EVERY_S = 0.2
 REPAIR_RETRY_S = 0.5
+PROGRESS_EVERY_S = 1.0
 
 
 class PartitionServer:
@@ -47,6 +62,19 @@ class PartitionServer:
         self.replica = replica
         self.partition_id = partition
         load_modules(config.procedure_modules)
+        self.checkpoint_dir = Path(config.checkpoint_dir(replica))
+        restored = None
+        if storage is None:
+            restored = checkpoint.load_newest(self.checkpoint_dir, partition, config.partitions)
+            if restored is not None:
+                info, storage = restored
+                log.info(
+                    "loaded checkpoint %s (epoch %d, %d rows, hash %016x)",
+                    info.path.name,
+                    info.epoch,
+                    storage.row_count(),
+                    info.state_hash,
+                )
         if storage is None and config.genesis:
             t0 = time.monotonic()
             storage = genesis_storage(
@@ -59,6 +87,15 @@ class PartitionServer:
                 time.monotonic() - t0,
             )
         self.part = Partition(replica, partition, config.partitions, storage)
+        if restored is not None:
+            info = restored[0]
+            self.part.restore(info.epoch, info.next_txn_id, info.txns_applied)
+        self._child: int | None = None  # pid of the checkpoint writer
+        self._started = time.monotonic()
+        self._start_epoch = self.part.last_epoch
+        self._live = False
+        self._heard = False  # got a log reply or heartbeat: we know the sequencer's epoch
+        self._next_progress = time.monotonic() + PROGRESS_EVERY_S
         self.ctx = ctx or zmq.Context.instance()
         c = self.ctx
         self.sub = c.socket(zmq.SUB)
@@ -99,8 +136,65 @@ class PartitionServer:
         if epoch <= self.part.last_epoch:
             return
         self._held[epoch] = batch
-        while self.part.last_epoch + 1 in self._held:
-            self.part.on_batch(self._held.pop(self.part.last_epoch + 1))
+        self._apply_held()
+
+    def _apply_held(self) -> None:
+        part = self.part
+        while part.checkpoint_due is None and part.last_epoch + 1 in self._held:
+            part.on_batch(self._held.pop(part.last_epoch + 1))
+
+    # Checkpoints ----------------------------------------------------------------
+    def _maybe_checkpoint(self) -> None:
+        self._reap_child(block=False)
+        part = self.part
+        if not part.checkpoint_ready() or self._child is not None:
+            return
+        if self.config.checkpoint_keep <= 0:
+            part.checkpoint_taken(written=False)
+            self._apply_held()
+            return
+        epoch = part.checkpoint_due
+        assert epoch is not None
+        pid = os.fork()
+        if pid == 0:  # child: write the snapshot from the copy-on-write image, then vanish
+            code = 1
+            try:
+                checkpoint.write_checkpoint(
+                    self.checkpoint_dir,
+                    part.storage,
+                    replica=self.replica,
+                    partition=self.partition_id,
+                    partitions=self.config.partitions,
+                    epoch=epoch,
+                    next_txn_id=part.next_txn_id,
+                    txns_applied=part.txns_applied,
+                )
+                code = 0
+            finally:
+                os._exit(code)
+        self._child = pid
+        self._child_epoch = epoch
+        part.checkpoint_taken()
+        self._apply_held()
+
+    def _reap_child(self, block: bool) -> None:
+        if self._child is None:
+            return
+        pid, status = os.waitpid(self._child, 0 if block else os.WNOHANG)
+        if pid == 0:
+            return
+        self._child = None
+        if os.waitstatus_to_exitcode(status) != 0:
+            log.error(
+                "checkpoint at epoch %d failed (writer exit status %d)",
+                self._child_epoch,
+                os.waitstatus_to_exitcode(status),
+            )
+            return
+        removed = checkpoint.prune(
+            self.checkpoint_dir, self.partition_id, self.config.checkpoint_keep
+        )
+        log.info("checkpoint at epoch %d written; pruned %d old", self._child_epoch, len(removed))
 
     def _maybe_repair(self, now: float) -> None:
         want = self.part.last_epoch + 1
@@ -116,6 +210,7 @@ class PartitionServer:
 
     def _on_log_reply(self) -> None:
         kind, batches, last_on_disk = swire.unpack(self.logsvc.recv())
+        self._heard = True
         self._known_last_epoch = max(self._known_last_epoch, last_on_disk)
         for data in batches:
             self._offer(data)
@@ -127,6 +222,7 @@ class PartitionServer:
             self._offer(payload)
         elif topic == swire.TOPIC_HEARTBEAT:
             (last,) = swire.unpack(payload)
+            self._heard = True
             self._known_last_epoch = max(self._known_last_epoch, last)
 
     def _on_inbox(self) -> None:
@@ -165,10 +261,30 @@ class PartitionServer:
                         self.partition_id,
                         results,
                         queries,
-                        self.part.status(),
+                        self.part.status(catching_up=not self._live),
                     )
                 )
             )
+
+    def _report_progress(self, now: float) -> None:
+        """Log catch-up progress until the partition has applied everything known."""
+        if self._live:
+            return
+        part = self.part
+        behind = self._known_last_epoch - part.last_epoch
+        if self._heard and behind <= 0 and part.idle():
+            elapsed = now - self._started
+            log.info(
+                "live: caught up from epoch %d to %d in %.1fs (%d txns applied)",
+                self._start_epoch,
+                part.last_epoch,
+                elapsed,
+                part.txns_applied,
+            )
+            self._live = True
+        elif now >= self._next_progress:
+            self._next_progress = now + PROGRESS_EVERY_S
+            log.info("recovering: epoch %d of %d known", part.last_epoch, self._known_last_epoch)
 
     def run(self) -> None:
         poller = zmq.Poller()
@@ -197,7 +313,9 @@ class PartitionServer:
                     break  # unblock peers promptly
             del events
             now = time.monotonic()
+            self._maybe_checkpoint()
             self._maybe_repair(now)
+            self._report_progress(now)
             force = now >= next_status
             if force:
                 next_status = now + STATUS_EVERY_S
@@ -205,6 +323,7 @@ class PartitionServer:
         self.close()
 
     def close(self) -> None:
+        self._reap_child(block=True)
         for s in [self.sub, self.logsvc, self.inbox, self.results, *self.peers.values()]:
             s.close(linger=0)
 

@@ -17,7 +17,13 @@ Outbound to the sequencer's results PULL socket:
   [MSG_RESULTS, replica, partition, results, query_results, status]
       results       = [[txn_id, status, value], ...]   (one partition per replica reports a txn)
       query_results = [[query_id, status, value], ...]
-      status        = [last_epoch, txns_applied, state_hash, active_txns, next_txn_id]
+      status        = [last_epoch, txns_applied, state_hash, active_txns, next_txn_id,
+                       newest_checkpoint_epoch, boundary_epoch, boundary_hash, catching_up]
+      boundary_* is the state hash at the end of the last checkpoint-flagged epoch
+      applied: comparable across replicas (the sequencer compares them).
+
+A query whose proc_name is RESULT_LOOKUP with args (txn_id,) asks the reporting
+partition for a past txn's result (exactly-once retries after a sequencer restart).
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ MSG_READS = 1
 MSG_QUERY = 2
 MSG_STATUS_REQUEST = 3
 MSG_RESULTS = 10
+
+RESULT_LOOKUP = "__result__"
 
 
 def pack(msg: Any) -> bytes:

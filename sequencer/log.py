@@ -173,6 +173,30 @@ def _read_frame(f: BinaryIO, offset: int, file_bytes: int) -> bytes | _BadFrame 
     return payload
 
 
+def encode_frame(payload: bytes) -> bytes:
+    """One frame: ``<II`` (length, crc32c) header + payload. Shared by log and checkpoints."""
+    return _HEADER.pack(len(payload), google_crc32c.value(payload)) + payload
+
+
+def iter_file_frames(f: BinaryIO, path: str | Path) -> Iterator[bytes]:
+    """Every frame of a whole file (not a log segment: no torn-tail leniency).
+
+    Raises LogCorruption (epoch = frame index) at the first bad frame. Checkpoint files
+    use this: a checkpoint is valid only if every frame is.
+    """
+    file_bytes = os.fstat(f.fileno()).st_size
+    offset, index = 0, 0
+    while True:
+        frame = _read_frame(f, offset, file_bytes)
+        if frame is None:
+            return
+        if isinstance(frame, _BadFrame):
+            raise LogCorruption(path, offset, index, frame.reason)
+        yield frame
+        offset += _HEADER_BYTES + len(frame)
+        index += 1
+
+
 def _all_zero(f: BinaryIO, start: int, end: int) -> bool:
     """Whether bytes [start, end) of f are all zero (vacuously true when start >= end)."""
     f.seek(start)
@@ -323,10 +347,12 @@ class CommandLog:
             self._sync_dir()
             self._dir_unsynced = False
 
-    def delete_segments_before(self, epoch: int) -> list[Path]:
+    def delete_segments_before(self, epoch: int, archive_dir: Path | None = None) -> list[Path]:
         """Delete whole segments whose last epoch is below ``epoch``, never the last one.
 
-        For an explicit retention command only. Returns the deleted paths.
+        For an explicit retention command only. With ``archive_dir`` each segment is
+        moved there (same file system or copied) instead of deleted. Returns the paths
+        removed from the log directory.
         """
         self.sync()  # the surviving segment must be durable before older ones vanish
         deleted: list[Path] = []
@@ -337,7 +363,13 @@ class CommandLog:
                 self._reader[1].close()
                 self._reader = None
             with self._failing_on_error():
-                segment.path.unlink()
+                if archive_dir is not None:
+                    import shutil
+
+                    archive_dir.mkdir(parents=True, exist_ok=True)
+                    shutil.move(str(segment.path), str(archive_dir / segment.path.name))
+                else:
+                    segment.path.unlink()
             self._segments.pop(0)
             deleted.append(segment.path)
         if deleted:

@@ -31,11 +31,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster import limits
+from executor.partition import reporter_of
+from executor.wire import RESULT_LOOKUP
 from sequencer.log import CommandLog
 from sequencer.wire import (
     B_FIRST_TXN,
     B_TXNS,
+    FLAG_CHECKPOINT,
+    T_ARGS,
     T_CLIENT,
+    T_PARTS,
+    T_PROC,
     T_REQ,
     pack,
     unpack,
@@ -47,6 +53,7 @@ from txn_library.errors import (
     ERR_OVERLOADED,
     ERR_RESTARTS_EXHAUSTED,
     ERR_TOO_LARGE,
+    ERR_UNAVAILABLE,
     ERROR,
     OK,
     RESTART,
@@ -121,10 +128,28 @@ class SequencerStats:
 
 
 class Sequencer:
-    def __init__(self, command_log: CommandLog, replicas: int, partitions: int) -> None:
+    def __init__(
+        self,
+        command_log: CommandLog,
+        replicas: int,
+        partitions: int,
+        *,
+        checkpoint_every_epochs: int = 0,
+        checkpoint_every_s: float = 0.0,
+    ) -> None:
         self.log = command_log
         self.replicas = replicas
         self.partitions = partitions
+        self.checkpoint_every_epochs = checkpoint_every_epochs
+        self.checkpoint_every_s = checkpoint_every_s
+        self._checkpoint_requested = False
+        self._last_checkpoint_ms: int | None = None
+        # Fail-stop: once the log cannot be written or synced, nothing is accepted.
+        self.failed: str | None = None
+        # (partition, epoch) -> (replica, hash) at checkpoint boundaries, compared
+        # across replicas.
+        self._boundaries: OrderedDict[tuple[int, int], tuple[int, int]] = OrderedDict()
+        self._logged_txns: dict[int, tuple[bytes, Any]] = {}  # txn id -> (client, req)
         self.epoch = command_log.last_epoch
         self.next_txn_id = self._next_txn_id_from_log()
         self.stats = SequencerStats()
@@ -147,16 +172,27 @@ class Sequencer:
         return batch[B_FIRST_TXN] + len(batch[B_TXNS])
 
     def _rebuild_dedup(self) -> None:
-        """Remember which (client, request) pairs the log already holds."""
+        """Remember which (client, request) pairs the log already holds.
+
+        After a restart, a retried call that was logged before the crash must not run
+        again: it is answered with the original result (from the replicas' result
+        cache, or from the result still on its way here).
+        """
         last = self.log.last_epoch
-        first = max(self.log.first_epoch, last - 2000) if last else 1
+        if not last:
+            return
+        first = max(self.log.first_epoch, last - 2000)
         for _epoch, data in self.log.read_range(first, last):
             batch = unpack(data)
             txn_id = batch[B_FIRST_TXN]
             for txn in batch[B_TXNS]:
                 if txn[T_CLIENT]:
-                    self._remember(txn[T_CLIENT], txn[T_REQ], ("logged", txn_id))
+                    key = (txn[T_CLIENT], txn[T_REQ])
+                    self._remember(key[0], key[1], ("logged", txn_id, txn))
+                    self._logged_txns[txn_id] = key
                 txn_id += 1
+        while len(self._logged_txns) > limits.pending_calls_max:
+            self._logged_txns.pop(next(iter(self._logged_txns)))
 
     def _remember(self, client_id: bytes, req_id: Any, what: Any) -> None:
         key = (client_id, req_id)
@@ -220,11 +256,11 @@ class Sequencer:
             if seen[0] == "inflight":
                 seen[1].identity = identity  # answer the retry's connection
                 return
-            # logged before a restart, result unknown here: ask again is unsafe
-            self.reply(
-                identity, req_id, ERROR, ("duplicate", f"call already logged as txn {seen[1]}")
-            )
+            # Logged before a restart: fetch the original result, never re-execute.
+            self._lookup_logged(identity, client_id, req_id, seen[1], seen[2])
             return
+        if self.failed is not None:
+            raise BadRequest(ERR_UNAVAILABLE, f"sequencer stopped: {self.failed}")
         proc = lookup(name)
         proc.validate(args)
         if (
@@ -280,13 +316,56 @@ class Sequencer:
             (qid, replica, proc.name, args, self.next_txn_id - 1)
         )
 
+    def _lookup_logged(
+        self, identity: bytes, client_id: bytes, req_id: Any, txn_id: int, txn: tuple
+    ) -> None:
+        proc = lookup(txn[T_PROC])
+        args = txn[T_ARGS]
+        fp = proc.footprint(*args)
+        reporter = reporter_of(fp.reads, fp.writes, txn[T_PARTS], self.partitions)
+        call = _Call(identity, client_id, req_id, proc, args, txn[T_PARTS])
+        self._remember(client_id, req_id, ("inflight", call))
+        qid = self._next_query_id
+        self._next_query_id += 1
+        replica = self._query_rr % self.replicas
+        self._query_rr += 1
+        self._queries[qid] = (call, False)
+        self.query_out.setdefault((replica, reporter), []).append(
+            (qid, replica, RESULT_LOOKUP, (txn_id,), txn_id)
+        )
+
     # Epochs -------------------------------------------------------------------
     def has_pending(self) -> bool:
         return bool(self._pending)
 
+    def request_checkpoint(self) -> int:
+        """Flag the next batch (sent even if empty); returns the epoch it will carry."""
+        self._checkpoint_requested = True
+        return self.epoch + 1
+
+    def _checkpoint_flag(self, epoch: int, now_ms: int) -> int:
+        due = self._checkpoint_requested
+        if self.checkpoint_every_epochs and epoch % self.checkpoint_every_epochs == 0:
+            due = True
+        if self.checkpoint_every_s:
+            if self._last_checkpoint_ms is None:
+                self._last_checkpoint_ms = now_ms
+            elif now_ms - self._last_checkpoint_ms >= self.checkpoint_every_s * 1000:
+                due = True
+        if due:
+            self._checkpoint_requested = False
+            self._last_checkpoint_ms = now_ms
+            return FLAG_CHECKPOINT
+        return 0
+
     def tick(self, now_ms: int) -> bytes | None:
-        """Cut one batch from the pending calls, make it durable, return its bytes."""
-        if not self._pending:
+        """Cut one batch from the pending calls, make it durable, return its bytes.
+
+        Returns None when there is nothing to send or the log has failed (fail-stop:
+        the calls of a batch that could not be made durable are answered
+        ``unavailable``, outcome unknown, and nothing more is accepted).
+        """
+        if self.failed is not None or not (self._pending or self._checkpoint_requested):
             return None
         calls = self._pending[: limits.batch_txns_max]
         del self._pending[: len(calls)]
@@ -296,10 +375,15 @@ class Sequencer:
         for i, c in enumerate(calls):
             txns.append((c.proc.name, c.args, c.participants, c.client_id, c.req_id))
             self._inflight[first + i] = _InFlight(c)
-        batch = (self.epoch + 1, self.epoch, first, now_ms, seed, txns)
+        flags = self._checkpoint_flag(self.epoch + 1, now_ms)
+        batch = (self.epoch + 1, self.epoch, first, now_ms, seed, txns, flags)
         data = pack(batch)
-        self.log.append(self.epoch + 1, data)
-        self.log.sync()
+        try:
+            self.log.append(self.epoch + 1, data)
+            self.log.sync()
+        except Exception as e:
+            self._fail(f"command log write/sync failed at epoch {self.epoch + 1}: {e}", first)
+            return None
         self.epoch += 1
         self.next_txn_id = first + len(calls)
         self.stats.epochs += 1
@@ -308,19 +392,63 @@ class Sequencer:
             self._inflight.popitem(last=False)
         return data
 
+    def _fail(self, reason: str, first_txn_id: int) -> None:
+        """Stop for good: never acknowledge what might not be durable."""
+        self.failed = reason
+        log.critical("FAIL-STOP: %s; refusing all calls until restarted", reason)
+        doomed = [f.call for t, f in self._inflight.items() if t >= first_txn_id]
+        doomed += self._pending
+        self._pending = []
+        for t in [t for t in self._inflight if t >= first_txn_id]:
+            del self._inflight[t]
+        for call in doomed:
+            self.reply(
+                call.identity, call.req_id, ERROR, (ERR_UNAVAILABLE, f"outcome unknown: {reason}")
+            )
+
     # Results ------------------------------------------------------------------
     def on_results(
         self, replica: int, partition: int, results: tuple, query_results: tuple, status: tuple
     ) -> None:
         self.stats.partitions[(replica, partition)] = status
+        if len(status) > 7 and status[6]:
+            self._check_boundary(replica, partition, status[6], status[7])
         for txn_id, st, value in results:
             self._on_txn_result(replica, txn_id, st, value)
         for qid, _tag, st, value in query_results:
             self._on_query_result(qid, st, value)
 
+    def _check_boundary(self, replica: int, partition: int, epoch: int, h: int) -> None:
+        key = (partition, epoch)
+        seen = self._boundaries.get(key)
+        if seen is None:
+            self._boundaries[key] = (replica, h)
+            while len(self._boundaries) > 64 * self.partitions:
+                self._boundaries.popitem(last=False)
+        elif seen[1] != h and seen[0] != replica:
+            self.stats.determinism_violations += 1
+            log.error(
+                "DETERMINISM VIOLATION: partition %d at epoch %d: replica %d hash %016x, "
+                "replica %d hash %016x",
+                partition,
+                epoch,
+                seen[0],
+                seen[1],
+                replica,
+                h,
+            )
+            self._boundaries[key] = (replica, h)  # report each disagreement once
+
     def _on_txn_result(self, replica: int, txn_id: int, status: int, value: Any) -> None:
         f = self._inflight.get(txn_id)
         if f is None:
+            key = self._logged_txns.pop(txn_id, None)
+            if key is not None and status != RESTART:  # logged before our restart
+                seen = self._dedup.get(key)
+                if seen is not None and seen[0] == "inflight":
+                    self._deliver(seen[1], status, value)
+                else:
+                    self._remember(key[0], key[1], ("done", status, value))
             return  # all replicas answered long ago, or evicted from the backlog
         f.answered += 1
         if f.first is None:
@@ -378,6 +506,20 @@ class Sequencer:
             return
         self._pending.append(call)
 
+    def prune_log(self, archive_dir: str | None) -> list[str]:
+        """Drop log segments older than every partition's newest checkpoint."""
+        from pathlib import Path
+
+        want = self.replicas * self.partitions
+        parts = self.stats.partitions
+        if len(parts) < want:
+            raise BadRequest(ERR_UNAVAILABLE, f"only {len(parts)} of {want} partitions reported")
+        bound = min(st[5] if len(st) > 5 else 0 for st in parts.values())
+        if bound <= 0:
+            raise BadRequest(ERR_UNAVAILABLE, "some partition has no checkpoint yet")
+        archive = Path(archive_dir) if archive_dir else None
+        return [str(p) for p in self.log.delete_segments_before(bound + 1, archive)]
+
     # Frames -------------------------------------------------------------------
     def check_frame_size(self, identity: bytes, frame: bytes) -> bool:
         if len(frame) > limits.request_bytes_max:
@@ -402,9 +544,13 @@ class Sequencer:
         s = self.stats
         parts = []
         for (r, p), st in sorted(s.partitions.items()):
-            last_epoch, applied, h, active, _next = st
+            last_epoch, applied, h, active = st[:4]
+            ckpt = st[5] if len(st) > 5 else 0
+            catching_up = bool(st[8]) if len(st) > 8 else False
             parts.append(
                 {
+                    "newest_checkpoint_epoch": ckpt,
+                    "catching_up": catching_up,
                     "replica": r,
                     "partition": p,
                     "last_epoch": last_epoch,
@@ -423,6 +569,8 @@ class Sequencer:
             "queries": s.queries,
             "duplicate_calls": s.duplicate_calls,
             "determinism_violations": s.determinism_violations,
+            "failed": self.failed,
+            "log_first_epoch": self.log.first_epoch,
             "pending": len(self._pending),
             "in_flight": len(self._inflight),
             "partitions": parts,

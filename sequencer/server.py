@@ -25,7 +25,7 @@ from executor import wire as ewire
 from sequencer import wire
 from sequencer.log import CommandLog
 from sequencer.sequencer import Sequencer
-from txn_library.errors import ERR_MALFORMED, ERROR
+from txn_library.errors import ERR_MALFORMED, ERROR, BadRequest
 from txn_library.procedure import load_modules
 
 log = logging.getLogger("ordo.sequencer")
@@ -37,12 +37,20 @@ class SequencerServer:
     def __init__(self, config: ClusterConfig, ctx: zmq.Context | None = None) -> None:
         self.config = config
         load_modules(config.procedure_modules)
+        if config.log_segment_bytes:
+            limits.segment_bytes_max = config.log_segment_bytes
         self.log = CommandLog(config.log_dir, fsync=config.fsync)
         if self.log.recovered_truncated_bytes:
             log.warning(
                 "command log: truncated %d bytes of torn tail", self.log.recovered_truncated_bytes
             )
-        self.seq = Sequencer(self.log, config.replicas, config.partitions)
+        self.seq = Sequencer(
+            self.log,
+            config.replicas,
+            config.partitions,
+            checkpoint_every_epochs=config.checkpoint_every_epochs,
+            checkpoint_every_s=config.checkpoint_every_s,
+        )
         self.ctx = ctx or zmq.Context.instance()
         c = self.ctx
         self.client = c.socket(zmq.ROUTER)
@@ -95,6 +103,16 @@ class SequencerServer:
         try:
             if kind == wire.REQ_CALLS and len(msg) == 3:
                 self.seq.on_calls(identity, msg[1], msg[2])
+            elif kind == wire.REQ_CHECKPOINT:
+                epoch = self.seq.request_checkpoint()
+                self.client.send_multipart([identity, wire.pack((wire.REP_OK, epoch))])
+            elif kind == wire.REQ_PRUNE and len(msg) == 2:
+                try:
+                    removed = self.seq.prune_log(msg[1])
+                    reply = (wire.REP_OK, removed)
+                except BadRequest as e:
+                    reply = (wire.REP_ERROR, e.message)
+                self.client.send_multipart([identity, wire.pack(reply)])
             elif kind == wire.REQ_STATUS:
                 self.client.send_multipart(
                     [identity, wire.pack((wire.REP_STATUS, self.seq.status_report()))]

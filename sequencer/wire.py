@@ -12,8 +12,15 @@ Sequencer -> client:
   [REP_RESULTS, [[req_id, status, value], ...]]       (req_id None: frame-level error)
   [REP_STATUS, {...}]                                  (human-facing, a map)
 
+  [REQ_CHECKPOINT]     flag the next batch (sent even if empty): every partition
+                       checkpoints after it; reply [REP_OK, epoch]
+  [REQ_PRUNE, archive_dir_or_None]   delete (or archive) log segments that every
+                       partition's newest checkpoint has made unnecessary;
+                       reply [REP_OK, [paths]] or an error
+
 Batch (= one command-log frame = one PUB message body):
-  [epoch, prev_epoch, first_txn_id, timestamp_ms, seed, txns]
+  [epoch, prev_epoch, first_txn_id, timestamp_ms, seed, txns, flags]
+  flags: FLAG_CHECKPOINT = partitions checkpoint at the end of this epoch
   txn = [proc_name, args, participants, client_id, req_id]
   txn ids are consecutive from first_txn_id; epochs are consecutive from 1.
 
@@ -33,8 +40,14 @@ import msgpack
 
 REQ_CALLS = 1
 REQ_STATUS = 2
+REQ_CHECKPOINT = 3
+REQ_PRUNE = 4
 REP_RESULTS = 11
 REP_STATUS = 12
+REP_OK = 13
+REP_ERROR = 14
+
+FLAG_CHECKPOINT = 1
 
 TOPIC_BATCH = b"B"
 TOPIC_HEARTBEAT = b"H"
@@ -43,7 +56,7 @@ LOG_FETCH = 21
 LOG_BATCHES = 22
 
 # Batch field positions
-B_EPOCH, B_PREV, B_FIRST_TXN, B_TS, B_SEED, B_TXNS = range(6)
+B_EPOCH, B_PREV, B_FIRST_TXN, B_TS, B_SEED, B_TXNS, B_FLAGS = range(7)
 # Txn field positions
 T_PROC, T_ARGS, T_PARTS, T_CLIENT, T_REQ = range(5)
 

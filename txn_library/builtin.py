@@ -45,6 +45,19 @@ def kv_get(ctx: Any, key: str) -> Any:
     return None if row is None else row[0]
 
 
+@procedure(
+    "kv.add",
+    [Arg("key", "str", max_len=1024), Arg("delta", "int")],
+    lambda key, delta: Footprint(reads=(("kv", (key,)),), writes=(("kv", (key,)),)),
+)
+def kv_add(ctx: Any, key: str, delta: int) -> int:
+    """Add delta to an integer value (missing = 0); returns the new value."""
+    row = ctx.get("kv", (key,))
+    value = (row[0] if row is not None else 0) + delta
+    ctx.put("kv", (key,), (value,))
+    return value
+
+
 # Bank -------------------------------------------------------------------------
 def _acct(a: int) -> tuple[str, tuple]:
     return ("account", (a,))

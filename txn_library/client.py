@@ -158,13 +158,24 @@ class Client:
             raise CallTimeout(f"{proc}: no answer within {t:.1f}s") from None
 
     def status(self, timeout_s: float = 5.0) -> dict:
+        """The sequencer's view: epochs, counters, every partition's status."""
+        return self.control((wire.REQ_STATUS,), timeout_s)
+
+    def control(self, request: tuple, timeout_s: float = 5.0) -> Any:
+        """A control request (status, checkpoint, prune); returns the reply body.
+
+        Raises CallFailed when the sequencer answers REP_ERROR.
+        """
         fut: Future = Future()
-        self._submit_q.put(("status", fut, None, None))
+        self._submit_q.put(("control", fut, request, None))
         self._wake()
         try:
-            return fut.result(timeout=timeout_s)
+            kind, body = fut.result(timeout=timeout_s)
         except TimeoutError:
-            raise CallTimeout(f"no status from {self.address} within {timeout_s}s") from None
+            raise CallTimeout(f"no answer from {self.address} within {timeout_s}s") from None
+        if kind == wire.REP_ERROR:
+            raise CallFailed("control", body)
+        return body
 
     def close(self) -> None:
         if not self._closed.is_set():
@@ -225,9 +236,9 @@ class Client:
                 kind, fut, proc, args = self._submit_q.get_nowait()
             except queue.Empty:
                 break
-            if kind == "status":
+            if kind == "control":
                 self._status_waiters.append(fut)
-                sock.send(wire.pack((wire.REQ_STATUS,)))
+                sock.send(wire.pack(proc))
                 continue
             req_id = self.proto.next_req_id()
             args, replica = args
@@ -243,9 +254,9 @@ class Client:
 
     def _on_reply(self, frame: bytes, pending: dict[int, _Pending]) -> None:
         kind, body = self.proto.decode_reply(frame)
-        if kind == wire.REP_STATUS:
-            if self._status_waiters:
-                self._status_waiters.pop(0).set_result(body)
+        if kind in (wire.REP_STATUS, wire.REP_OK, wire.REP_ERROR):
+            if self._status_waiters:  # control replies come back in request order
+                self._status_waiters.pop(0).set_result((kind, body))
             return
         now = time.monotonic()
         for req_id, status, value in body:
