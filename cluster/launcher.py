@@ -50,13 +50,15 @@ class LocalCluster:
     def logs_dir(self) -> Path:
         return Path(self.config.data_dir) / "logs"
 
-    def start(self, wait_s: float = 60.0) -> LocalCluster:
+    def start(self, wait_s: float = 60.0, replicas: list[int] | None = None) -> LocalCluster:
+        """Start the sequencer and the partitions of ``replicas`` (default: all)."""
         self.config.save()
         self.start_sequencer()
-        for r in range(self.config.replicas):
+        started = range(self.config.replicas) if replicas is None else replicas
+        for r in started:
             for p in range(self.config.partitions):
                 self.start_partition(r, p)
-        self.wait_ready(wait_s)
+        self.wait_ready(wait_s, want=len(started) * self.config.partitions)
         return self
 
     def start_sequencer(self) -> None:
@@ -78,9 +80,11 @@ class LocalCluster:
             self.logs_dir / f"replica-{r}-partition-{p}.log",
         )
 
-    def wait_ready(self, wait_s: float = 60.0) -> dict:
+    def wait_ready(self, wait_s: float = 60.0, want: int | None = None) -> dict:
+        """Wait until ``want`` partitions (default all) report to the sequencer."""
         deadline = time.monotonic() + wait_s
-        want = self.config.replicas * self.config.partitions
+        if want is None:
+            want = self.config.replicas * self.config.partitions
         last_err: Exception | None = None
         with Client(self.config.client_addr, timeout_s=5) as c:
             while time.monotonic() < deadline:

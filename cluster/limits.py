@@ -30,6 +30,7 @@ peer_message_bytes_max = 32 << 20
 result_backlog_txns_max = 1_000_000  # results awaiting other replicas' comparison
 
 result_cache_txns_max = 200_000  # per reporting partition, for retries after a crash
+sent_reads_txns_max = 1_000_000  # reads a partition keeps to resend to a restarted peer
 
 # Dependent transactions
 dependent_restarts_max = 5

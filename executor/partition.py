@@ -17,6 +17,10 @@ Invariants:
   the same deterministic body on the same reads.
 - Exactly one partition per replica reports a transaction's result: the lowest
   executor.
+- A partition keeps the reads it sent for the last ``retain_checkpoints`` checkpoint
+  intervals, so a peer restarted from one of those checkpoints can ask for them again
+  (``resend``). Reads are idempotent on arrival: a duplicate, or a read for a txn that
+  already finished here, is dropped.
 - Read-only queries run between transactions, once every local transaction sequenced
   at or before the query's ``min_txn_id`` has finished. The set of finished local
   transactions is always closed under conflict order, so the partition's state is
@@ -74,7 +78,12 @@ class _Txn:
 
 class Partition:
     def __init__(
-        self, replica: int, partition: int, partitions: int, storage: Storage | None = None
+        self,
+        replica: int,
+        partition: int,
+        partitions: int,
+        storage: Storage | None = None,
+        retain_checkpoints: int = 3,
     ) -> None:
         self.replica = replica
         self.partition = partition
@@ -97,6 +106,10 @@ class Partition:
         self.newest_checkpoint_epoch = 0
         self.boundary: tuple[int, int] = (0, 0)  # (epoch, state hash) at last flagged epoch
         self._result_cache: OrderedDict[int, tuple[int, Any]] = OrderedDict()
+        # Sent reads, for restarted peers: txn id -> (destinations, entry).
+        self._sent: OrderedDict[int, tuple[tuple[int, ...], tuple]] = OrderedDict()
+        self._sent_complete_from = 0  # every read of txns >= this is retained
+        self._boundary_txn_ids: deque[int] = deque(maxlen=max(1, retain_checkpoints))
 
     def restore(self, epoch: int, next_txn_id: int, txns_applied: int) -> None:
         """Resume from a checkpoint taken at the end of ``epoch`` (storage already loaded)."""
@@ -106,6 +119,8 @@ class Partition:
         self.txns_applied = txns_applied
         self.newest_checkpoint_epoch = epoch
         self.boundary = (epoch, self.storage.state_hash)
+        self._sent_complete_from = next_txn_id
+        self._boundary_txn_ids.append(next_txn_id)
 
     # Inputs -------------------------------------------------------------------
     def on_batch(self, batch: tuple) -> None:
@@ -142,11 +157,41 @@ class Partition:
         if written:
             self.newest_checkpoint_epoch = epoch
         self.checkpoint_due = None
+        bounds = self._boundary_txn_ids
+        if len(bounds) == bounds.maxlen:
+            self._forget_sent_before(bounds[0])
+        bounds.append(self.next_txn_id)
+
+    def _forget_sent_before(self, txn_id: int) -> None:
+        sent = self._sent
+        while sent and next(iter(sent)) < txn_id:
+            sent.popitem(last=False)
+        self._sent_complete_from = max(self._sent_complete_from, txn_id)
+
+    def resend(self, to_partition: int, first_txn_id: int) -> bool:
+        """Queue again every retained read for ``to_partition`` from ``first_txn_id`` on.
+
+        False if reads that far back are no longer retained (the peer then cannot
+        recover alone from that checkpoint).
+        """
+        if first_txn_id < self._sent_complete_from:
+            return False
+        out = self.peer_out.setdefault(to_partition, [])
+        for txn_id, (dests, entry) in self._sent.items():
+            if txn_id >= first_txn_id and to_partition in dests:
+                out.append(entry)
+        return True
+
+    @property
+    def sent_complete_from(self) -> int:
+        return self._sent_complete_from
 
     def on_reads(self, from_partition: int, entries: tuple) -> None:
         for txn_id, exact, prefixes in entries:
             st = self._active.get(txn_id)
             if st is None:
+                if txn_id < self.next_txn_id:
+                    continue  # finished here already: a peer replaying after a restart
                 self._early.setdefault(txn_id, []).append((from_partition, exact, prefixes))
                 continue
             self._merge(st, from_partition, exact, prefixes)
@@ -221,7 +266,8 @@ class Partition:
             self._ready.append(st)
 
     def _merge(self, st: _Txn, q: int, exact: tuple, prefixes: tuple) -> None:
-        invariant(q in st.need, f"txn {st.txn_id}: unexpected reads from partition {q}")
+        if q not in st.need:
+            return  # a duplicate (the sender restarted and resent); reads are idempotent
         st.need.discard(q)
         for t, key, row in exact:
             st.exact[(t, key)] = row
@@ -261,6 +307,11 @@ class Partition:
         entry = (st.txn_id, exact, prefixes)
         for q in st.send_to:
             self.peer_out.setdefault(q, []).append(entry)
+        sent = self._sent
+        sent[st.txn_id] = (st.send_to, entry)
+        if len(sent) > limits.sent_reads_txns_max:
+            oldest, _ = sent.popitem(last=False)
+            self._sent_complete_from = oldest + 1
 
     def _execute(self, st: _Txn) -> None:
         storage = self.storage

@@ -86,7 +86,13 @@ class PartitionServer:
                 storage.row_count(),
                 time.monotonic() - t0,
             )
-        self.part = Partition(replica, partition, config.partitions, storage)
+        self.part = Partition(
+            replica,
+            partition,
+            config.partitions,
+            storage,
+            retain_checkpoints=max(2, config.checkpoint_keep),
+        )
         if restored is not None:
             info = restored[0]
             self.part.restore(info.epoch, info.next_txn_id, info.txns_applied)
@@ -236,6 +242,19 @@ class PartitionServer:
             elif kind == ewire.MSG_QUERY:
                 entries = [tuple(q) for q in msg[2] if len(q) == 5]
                 reads = None
+            elif kind == ewire.MSG_RESEND:
+                self._on_resend(int(msg[1]), int(msg[2]))
+                return
+            elif kind == ewire.MSG_RESEND_GAP:
+                log.critical(
+                    "cannot recover alone: partition %s retains reads only from txn %s, this "
+                    "partition replays from txn %d; restore the whole replica from a common "
+                    "checkpoint or copy a peer replica's",
+                    msg[1],
+                    msg[2],
+                    self.part.next_txn_id,
+                )
+                return
             else:
                 raise ValueError(f"unknown message kind {kind!r}")
         except Exception as e:  # a stray or garbled message must not kill the partition
@@ -246,6 +265,22 @@ class PartitionServer:
         else:
             for qid, tag, name, args, min_txn_id in entries:
                 self.part.on_query(qid, tag, name, args, min_txn_id)
+
+    def _on_resend(self, peer: int, first_txn_id: int) -> None:
+        if peer not in self.peers:
+            return
+        if self.part.resend(peer, first_txn_id):
+            log.info("peer %d restarted: resending its reads from txn %d", peer, first_txn_id)
+        else:
+            log.error(
+                "peer %d asks for reads from txn %d; retained only from %d",
+                peer,
+                first_txn_id,
+                self.part.sent_complete_from,
+            )
+            self.peers[peer].send(
+                ewire.pack((ewire.MSG_RESEND_GAP, self.partition_id, self.part.sent_complete_from))
+            )
 
     # Loop ---------------------------------------------------------------------
     def _flush(self, force_status: bool) -> None:
@@ -290,6 +325,10 @@ class PartitionServer:
         poller = zmq.Poller()
         for s in (self.sub, self.logsvc, self.inbox):
             poller.register(s, zmq.POLLIN)
+        # Reads our previous incarnation received are gone: ask the peers again.
+        for q, sock in self.peers.items():
+            sock.send(ewire.pack((ewire.MSG_RESEND, self.partition_id, self.part.next_txn_id)))
+            del q
         # Catch up from the log service right away (slow-joiner safe: SUB is connected).
         self.logsvc.send(swire.pack((swire.LOG_FETCH, self.part.last_epoch + 1, 1 << 62)))
         self._repair_sent_at = time.monotonic()

@@ -12,6 +12,11 @@ sequencer):
       unsequenced read-only calls (and reconnaissance reads of dependent txns);
       executed once every txn with id <= min_txn_id that touches this partition is done.
   [MSG_STATUS_REQUEST]
+  [MSG_RESEND, from_partition, first_txn_id]
+      a restarted peer replays from first_txn_id: send it again every retained read
+      it needs (reads sent to its previous incarnation were lost with it)
+  [MSG_RESEND_GAP, from_partition, oldest_retained_txn_id]
+      the peer no longer retains reads that far back
 
 Outbound to the sequencer's results PULL socket:
   [MSG_RESULTS, replica, partition, results, query_results, status]
@@ -35,6 +40,8 @@ import msgpack
 MSG_READS = 1
 MSG_QUERY = 2
 MSG_STATUS_REQUEST = 3
+MSG_RESEND = 4
+MSG_RESEND_GAP = 5
 MSG_RESULTS = 10
 
 RESULT_LOOKUP = "__result__"

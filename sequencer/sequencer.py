@@ -110,7 +110,7 @@ class _Call:
 @dataclass
 class _InFlight:
     call: _Call
-    answered: int = 0
+    answered: int = 0  # bitmask of replicas that answered (a replaying one may repeat)
     first: tuple | None = None
 
 
@@ -450,7 +450,10 @@ class Sequencer:
                 else:
                     self._remember(key[0], key[1], ("done", status, value))
             return  # all replicas answered long ago, or evicted from the backlog
-        f.answered += 1
+        bit = 1 << replica
+        if f.answered & bit:
+            return  # this replica answered already (it replayed after a restart)
+        f.answered |= bit
         if f.first is None:
             f.first = (status, value, replica)
             self._deliver(f.call, status, value)
@@ -465,7 +468,7 @@ class Sequencer:
                 replica,
                 (status, value),
             )
-        if f.answered >= self.replicas:
+        if f.answered == (1 << self.replicas) - 1:
             del self._inflight[txn_id]
 
     def _deliver(self, call: _Call, status: int, value: Any) -> None:

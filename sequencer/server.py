@@ -23,7 +23,7 @@ from cluster import limits
 from cluster.config import ClusterConfig
 from executor import wire as ewire
 from sequencer import wire
-from sequencer.log import CommandLog
+from sequencer.log import CommandLog, LogCorruption
 from sequencer.sequencer import Sequencer
 from txn_library.errors import ERR_MALFORMED, ERROR, BadRequest
 from txn_library.procedure import load_modules
@@ -219,7 +219,11 @@ class SequencerServer:
 
 def main(config: ClusterConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    server = SequencerServer(config)
+    try:
+        server = SequencerServer(config)
+    except LogCorruption as e:
+        log.critical("command log is corrupt, refusing to start: %s", e)
+        raise SystemExit(3) from None
     signal.signal(signal.SIGTERM, server.stop)
     signal.signal(signal.SIGINT, server.stop)
     server.run()

@@ -195,7 +195,10 @@ class Client:
     def _wake(self) -> None:
         with self._wake_send_lock:
             if not self._wake_send.closed:
-                self._wake_send.send(b"", flags=zmq.NOBLOCK)
+                try:
+                    self._wake_send.send(b"", flags=zmq.NOBLOCK)
+                except zmq.Again:
+                    pass  # pipe full: the I/O thread has wake-ups pending already
 
     def _io_loop(self) -> None:
         sock = self._ctx.socket(zmq.DEALER)

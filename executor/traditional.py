@@ -1,0 +1,1334 @@
+"""The traditional baseline: strict two-phase locking, wait-die, two-phase commit.
+
+One ``TraditionalPartition`` per partition plays two roles at once. As *coordinator*
+it runs the stored procedures its clients send it, each in its own greenlet, taking
+locks at the moment the body touches a record (local keys in its own lock table,
+remote keys by a LOCK message to the owning partition) and commits with two-phase
+commit when more than one partition writes. As *participant* it serves the lock and
+read requests of other coordinators, votes, and applies or discards their writes.
+Same Storage, same procedures, same footprint checks as the deterministic mode; no
+sequencer, no global order. Like executor.partition, the role has no sockets: inputs
+are ``on_calls`` / ``on_peer`` / ``tick``; outputs are taken with ``take_outputs``.
+
+The one rule of the outputs: log records first. ``take_outputs`` returns the log
+records of the turn, the peer messages and the client replies; the caller appends
+the records as one frame, syncs (group commit), and only then sends anything. So a
+vote, a decision or an acknowledged result never leaves before the records it
+depends on are durable, and a transaction may see data committed earlier in the same
+turn (early lock release): any output that depends on it waits for the same sync.
+
+Deadlocks: wait-die (scheduler.twopl), with the priority fixed at the first attempt
+and kept across restarts. A transaction can only die while it waits for a lock, so
+never after its body finished: prepare, commit and abort never wait.
+
+Wire contract (peer messages; a turn's messages to one partition travel as one
+batch ``[from_partition, [msg, ...]]``, positional msgpack, decoded with use_list=False):
+  [K_LOCK, aid, prio, n, op, table, key, mode]   lock (and for GET/SCAN read) at the
+        owner; n counts the coordinator's requests to that participant from 0, so a
+        participant that lost a branch (restart) refuses n > 0 instead of serving a
+        branch that silently lost its earlier locks
+  [K_LOCK_REPLY, aid, n, granted, data]           data: row (GET), [[key,row],...] (SCAN)
+  [K_PREPARE, aid, [[table, key, row|None], ...]] only to partitions with writes
+  [K_VOTE, aid, vote]                             VOTE_YES / VOTE_NO
+  [K_COMMIT, aid]    -> [K_ACK, aid]
+  [K_ABORT, aid]     also the release of a read-only branch (no reply)
+  [K_QUERY, aid]     an in-doubt participant asks its coordinator for the outcome
+  [K_STATUS, status] gossip, so that every partition can answer ``ordo status``
+  aid = (coordinator, seq), unique per attempt; prio = (start_us, coordinator, seq0).
+
+Log records (presumed abort; one CommandLog frame per turn holds a list of them):
+  [R_COMMIT,  aid, writes, client_id, req_id, value]   one writing site: commit
+  [R_DECIDE,  aid, participants, writes, client_id, req_id, value]  coordinator's
+        commit decision, forced before COMMIT is sent; aborts are never logged
+  [R_END,     aid]                               every participant acknowledged
+  [R_PREPARE, aid, coordinator, prio, writes]    forced before voting YES
+  [R_OUTCOME, aid, committed]                    a prepared branch's outcome
+Recovery (``recover``) replays them from the start: redo of committed writes, the
+undecided R_DECIDEs resend COMMIT, and prepared branches with no outcome are in
+doubt: they re-take their exclusive locks and ask the coordinator (K_QUERY) until
+it answers (no decision on record = abort).
+
+Invariants (InvariantViolation is a bug):
+- a transaction holds every lock it took until its commit or abort (strict 2PL); the
+  only early release is a read-only branch after the lock point (standard PA);
+- every write of a committed transaction is covered by an exclusive lock at its
+  partition, taken before the write was buffered;
+- a participant votes YES only for a branch it still holds and has logged;
+- a coordinator decides COMMIT only after a YES from every partition with writes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import random
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import greenlet
+import msgpack
+
+from cluster import limits
+from executor.context import TxnContext, cover_set, covered
+from executor.execution import run_body
+from executor.storage import MASK64, Storage
+from scheduler.twopl import DIE, EV_GRANTED, EXCLUSIVE, GRANTED, SHARED, LockTable
+from txn_library import catalog
+from txn_library.errors import (
+    ABORTED,
+    ERR_BAD_ARGUMENTS,
+    ERR_MALFORMED,
+    ERR_OVERLOADED,
+    ERR_PROCEDURE_FAILED,
+    ERR_RESTARTS_EXHAUSTED,
+    ERR_UNAVAILABLE,
+    ERROR,
+    OK,
+    RESTART,
+    BadRequest,
+    FootprintViolation,
+    invariant,
+)
+from txn_library.procedure import Procedure, lookup
+
+REPLICATED = catalog.REPLICATED
+
+# Peer message kinds
+K_LOCK, K_LOCK_REPLY, K_PREPARE, K_VOTE, K_COMMIT, K_ABORT, K_ACK, K_QUERY, K_STATUS = range(1, 10)
+OP_GET, OP_SCAN, OP_LOCK = 0, 1, 2
+VOTE_YES, VOTE_NO = 0, 1
+# Log record kinds
+R_COMMIT, R_DECIDE, R_END, R_PREPARE, R_OUTCOME = range(1, 6)
+
+# Injected prepare faults (tests, fault runs): what a participant does with a PREPARE.
+FAULT_VOTE_NO = "vote_no"
+FAULT_SILENT = "silent"  # never answers (a hang or a crash before voting)
+FAULT_CRASH = "crash"  # the process exits before voting (server only)
+
+# Bounds of this mode (the lead may move them to cluster.limits).
+active_calls_max = limits.pending_calls_max
+dedup_entries_max = limits.pending_calls_max
+dependent_restarts_max = limits.dependent_restarts_max
+
+Aid = tuple  # (coordinator, seq)
+Prio = tuple  # (start_us, coordinator, seq of the first attempt)
+Write = tuple  # (table, key, row | None)
+PrepareFault = Callable[[Aid], "str | None"]
+
+
+@dataclass(frozen=True)
+class TraditionalOptions:
+    """Knobs of the traditional mode; saved as data_dir/traditional.json by the launcher."""
+
+    # Take the exclusive lock at the first read of a key the footprint says will be
+    # written (SELECT ... FOR UPDATE), instead of shared-then-upgrade.
+    update_locks: bool = True
+    prepare_timeout_ms: int = 2_000  # coordinator: votes not all in -> abort
+    remote_timeout_ms: int = 10_000  # coordinator: no lock/read reply -> abort
+    branch_idle_timeout_ms: int = 30_000  # participant: silent coordinator -> drop branch
+    query_every_ms: int = 200  # in-doubt participant: ask the coordinator again
+    restart_delay_base_us: int = 200  # wait-die restart backoff: uniform(0, base * 2^k)
+    restart_delay_cap_us: int = 20_000
+    restarts_max: int = 10_000  # per call; wait-die cannot starve, so this is a backstop
+    status_every_ms: int = 200  # status gossip to peers (0: off)
+    # Fault injection at one partition's prepares: FAULT_* and which prepares
+    # (every Nth, 1 = all of them); None = no fault.
+    fault_prepare: str | None = None
+    fault_partition: int = -1
+    fault_every: int = 1
+
+    def __post_init__(self) -> None:
+        if self.fault_prepare not in (None, FAULT_VOTE_NO, FAULT_SILENT, FAULT_CRASH):
+            raise ValueError(f"unknown fault {self.fault_prepare!r}")
+        if min(self.prepare_timeout_ms, self.remote_timeout_ms, self.query_every_ms) < 1:
+            raise ValueError("timeouts must be >= 1 ms")
+        if self.restart_delay_cap_us < self.restart_delay_base_us or self.fault_every < 1:
+            raise ValueError("bad restart delay or fault_every")
+
+    FILE = "traditional.json"
+
+    def save(self, data_dir: str | Path) -> Path:
+        path = Path(data_dir) / self.FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=2))
+        return path
+
+    @classmethod
+    def load(cls, data_dir: str | Path) -> TraditionalOptions:
+        path = Path(data_dir) / cls.FILE
+        return cls(**json.loads(path.read_text())) if path.exists() else cls()
+
+
+@dataclass
+class HistoryEntry:
+    """One transaction at its lock point (all locks held), for serializability checks.
+
+    Under 2PL the order of lock points is a serialization order, so replaying the
+    committed and logically aborted entries serially in list order must reproduce
+    every result and the final state. ``outcome`` is set when the outcome is known.
+    """
+
+    aid: Aid
+    proc: str
+    args: tuple
+    status: int
+    value: Any
+    outcome: str = "pending"  # committed | aborted (logical) | failed (2PC/timeout)
+
+
+@dataclass
+class TraditionalStats:
+    committed: int = 0
+    committed_multi: int = 0  # with two-phase commit
+    aborted: int = 0  # logical aborts (status ABORTED), rolled back everywhere
+    failed: int = 0  # errors, vote NO, timeouts
+    deaths: int = 0  # attempts that died under wait-die and restarted
+    prepares: int = 0  # as participant
+    log_records: int = 0
+    dependent_restarts: int = 0
+    duplicate_calls: int = 0
+
+
+class _Killed(BaseException):
+    """Thrown into a suspended body to unwind it (wait-die death, timeout).
+
+    A BaseException so that run_body and procedure code that catches Exception do
+    not swallow it.
+    """
+
+
+class _Call:
+    __slots__ = (
+        "identity",
+        "client_id",
+        "req_id",
+        "proc",
+        "args",
+        "prio",
+        "seed",
+        "ts_ms",
+        "restarts",
+        "recon",
+        "dep_restarts",
+    )
+
+
+class _Attempt:
+    __slots__ = (
+        "aid",
+        "call",
+        "proc",
+        "args",
+        "reads",
+        "writes",
+        "glet",
+        "suspended",
+        "waiting_on",
+        "doomed",
+        "kill_reason",
+        "parts",
+        "remote_locks",
+        "rows",
+        "scans",
+        "acks_pending",
+        "outcome",
+        "state",
+        "deadline_us",
+        "votes",
+        "yes",
+        "local_writes",
+        "hist",
+    )
+
+
+# Attempt states
+S_RUN, S_WAIT_ACKS, S_PREPARING = 0, 1, 2
+# Branch states
+B_ACTIVE, B_PREPARED, B_DEAD = 0, 1, 2
+
+
+class _Branch:
+    __slots__ = ("aid", "prio", "coord", "state", "queue", "waiting", "writes", "touched_us")
+
+    def __init__(self, aid: Aid, prio: Prio, coord: int, now_us: int) -> None:
+        self.aid = aid
+        self.prio = prio
+        self.coord = coord
+        self.state = B_ACTIVE
+        self.queue: deque[tuple] = deque()  # pending K_LOCK requests, one in the table
+        self.waiting = False
+        self.writes: tuple = ()
+        self.touched_us = now_us
+
+
+class _LockingContext(TxnContext):
+    """TxnContext whose put/delete take the exclusive lock as the write happens."""
+
+    __slots__ = ("_on_write",)
+
+    def __init__(self, *args: Any, on_write: Callable[[str, tuple], None]) -> None:
+        super().__init__(*args)
+        self._on_write = on_write
+
+    def put(self, table: str, key: tuple, row: tuple) -> None:
+        super().put(table, key, row)  # footprint check and buffering
+        self._on_write(table, key)
+
+    def delete(self, table: str, key: tuple) -> None:
+        super().delete(table, key)
+        self._on_write(table, key)
+
+
+def _lock_name(table: str, key: tuple) -> tuple:
+    if len(key) < catalog.table(table).lock_prefix:
+        raise FootprintViolation(
+            f"{table}{key!r} is coarser than a lock: the traditional mode locks whole "
+            f"lock_len prefixes only (no range locks)"
+        )
+    return catalog.lock_name(table, key)
+
+
+def _wall_clock_us() -> int:
+    return time.time_ns() // 1000
+
+
+class TraditionalPartition:
+    """Coordinator and participant of one partition. One thread; not thread-safe."""
+
+    def __init__(
+        self,
+        partition: int,
+        partitions: int,
+        storage: Storage | None = None,
+        *,
+        options: TraditionalOptions | None = None,
+        clock: Callable[[], int] = _wall_clock_us,
+        rng: random.Random | None = None,
+        prepare_fault: PrepareFault | None = None,
+        history: list[HistoryEntry] | None = None,
+    ) -> None:
+        self.partition = partition
+        self.partitions = partitions
+        self.storage = storage if storage is not None else Storage()
+        self.options = options or TraditionalOptions()
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._fault = prepare_fault
+        self.history = history
+        self.locks = LockTable()
+        self.stats = TraditionalStats()
+        self._seq = clock()  # attempt ids stay unique across restarts of the process
+        self._attempts: dict[Aid, _Attempt] = {}
+        self._restarting = 0  # calls waiting for their restart timer
+        self._branches: dict[Aid, _Branch] = {}
+        self._decisions: dict[Aid, set[int]] = {}  # committed, acks outstanding
+        self._in_doubt: set[Aid] = set()
+        self._ready: deque[tuple[_Attempt, Any]] = deque()
+        self._timers: list[tuple[int, int, int, Any]] = []
+        self._timer_seq = 0
+        self._pumping = False
+        self._dedup: OrderedDict[tuple[bytes, int], Any] = OrderedDict()
+        self.peer_status: dict[int, tuple] = {}
+        self.log_out: list[tuple] = []
+        self.peer_out: dict[int, list[tuple]] = {}
+        self.client_out: dict[bytes, list[tuple]] = {}
+        self._add_timer(clock() + 1000 * self.options.branch_idle_timeout_ms, T_SWEEP, None)
+        if self.options.status_every_ms and partitions > 1:
+            self._add_timer(clock(), T_STATUS, None)
+
+    # Outputs --------------------------------------------------------------------
+    def take_outputs(self) -> tuple[list[tuple], dict[int, list[tuple]], dict[bytes, list[tuple]]]:
+        """(log records, peer messages by partition, client replies by identity).
+
+        The caller must make the records durable before sending anything else.
+        """
+        out = (self.log_out, self.peer_out, self.client_out)
+        self.log_out, self.peer_out, self.client_out = [], {}, {}
+        self.stats.log_records += len(out[0])
+        return out
+
+    def _send(self, p: int, msg: tuple) -> None:
+        self.peer_out.setdefault(p, []).append(msg)
+
+    def _reply(self, call: _Call, status: int, value: Any) -> None:
+        self.client_out.setdefault(call.identity, []).append((call.req_id, status, value))
+        if call.client_id:
+            self._remember(call.client_id, call.req_id, ("done", status, value))
+
+    def _remember(self, client_id: bytes, req_id: int, what: Any) -> None:
+        key = (client_id, req_id)
+        self._dedup[key] = what
+        self._dedup.move_to_end(key)
+        while len(self._dedup) > dedup_entries_max:
+            self._dedup.popitem(last=False)
+
+    # Inputs: clients ---------------------------------------------------------------
+    def on_calls(self, identity: bytes, client_id: Any, calls: Any) -> None:
+        """A client's REQ_CALLS frame (decoded): validate, dedup, start each call."""
+        if not isinstance(client_id, bytes) or len(client_id) > 64:
+            self._error(identity, None, ERR_MALFORMED, "client_id must be bytes (<= 64)")
+            return
+        if not isinstance(calls, (tuple, list)) or len(calls) > limits.calls_per_frame_max:
+            self._error(identity, None, ERR_MALFORMED, "calls must be an array of calls")
+            return
+        for c in calls:
+            if not isinstance(c, (tuple, list)) or len(c) not in (3, 4):
+                self._error(identity, None, ERR_MALFORMED, "a call is [req_id, procedure, args]")
+                continue
+            req_id, name, args = c[:3]
+            if not isinstance(req_id, int) or isinstance(req_id, bool):
+                self._error(identity, None, ERR_MALFORMED, "req_id must be an integer")
+                continue
+            try:
+                self._accept(identity, client_id, req_id, name, args)
+            except BadRequest as e:
+                self._error(identity, req_id, e.code, e.message)
+        self._run_ready()
+
+    def _error(self, identity: bytes, req_id: Any, code: str, message: str) -> None:
+        self.client_out.setdefault(identity, []).append((req_id, ERROR, (code, message)))
+
+    def _accept(self, identity: bytes, client_id: bytes, req_id: int, name: Any, args: Any) -> None:
+        seen = self._dedup.get((client_id, req_id)) if client_id else None
+        if seen is not None:
+            self.stats.duplicate_calls += 1
+            if seen[0] == "done":
+                self.client_out.setdefault(identity, []).append((req_id, seen[1], seen[2]))
+            else:
+                seen[1].identity = identity  # answer the retry's connection
+            return
+        proc = lookup(name)
+        proc.validate(args)
+        if len(self._attempts) + self._restarting >= active_calls_max:
+            raise BadRequest(ERR_OVERLOADED, "too many calls in flight; retry later")
+        call = _Call()
+        call.identity, call.client_id, call.req_id = identity, client_id, req_id
+        call.proc, call.args = proc, tuple(args)
+        self._footprint(proc, call.args)  # bad footprints are the caller's error
+        self._seq += 1
+        now = self._clock()
+        call.prio = (now, self.partition, self._seq)
+        call.ts_ms = now // 1000
+        call.seed = self._rng.getrandbits(63)
+        call.restarts = call.dep_restarts = 0
+        call.recon = proc.recon is not None
+        if client_id:
+            self._remember(client_id, req_id, ("inflight", call))
+        self._start(call)
+
+    @staticmethod
+    def _footprint(proc: Procedure, args: tuple) -> Any:
+        try:
+            return proc.footprint_of(args)
+        except BadRequest:
+            raise
+        except Exception as e:
+            raise BadRequest(ERR_BAD_ARGUMENTS, f"footprint of {proc.name} failed: {e}") from None
+
+    # Coordinator: running bodies -------------------------------------------------------
+    def _start(self, call: _Call) -> None:
+        proc = lookup(call.proc.recon) if call.recon else call.proc
+        fp = self._footprint(proc, call.args)
+        self._seq += 1
+        att = _Attempt()
+        att.aid = (self.partition, self._seq)
+        att.call, att.proc, att.args = call, proc, call.args
+        att.reads, att.writes = cover_set(fp.reads), cover_set(fp.writes)
+        att.suspended, att.waiting_on, att.doomed, att.kill_reason = True, None, False, None
+        att.parts = {}
+        att.remote_locks = {}
+        att.rows, att.scans = {}, {}
+        att.acks_pending = 0
+        att.outcome = None
+        att.state = S_RUN
+        att.deadline_us = 0
+        att.votes, att.yes = set(), []
+        att.local_writes = ()
+        att.hist = None
+        att.glet = greenlet.greenlet(lambda _v: self._body(att))
+        self._attempts[att.aid] = att
+        self._ready.append((att, None))
+
+    def _body(self, att: _Attempt) -> Any:
+        call = att.call
+        ctx = _LockingContext(
+            att.aid[1],
+            call.ts_ms,
+            call.seed,
+            att.reads,
+            att.writes,
+            lambda t, k: self._get(att, t, k),
+            lambda t, p: self._scan(att, t, p),
+            on_write=lambda t, k: self._on_write(att, t, k),
+        )
+        try:
+            return run_body(att.proc, att.args, ctx), ctx.writes
+        except _Killed:
+            return None
+
+    def _run_ready(self) -> None:
+        """Resume runnable bodies until none is left. Only ever called from outside bodies."""
+        ready = self._ready
+        while ready:
+            att, value = ready.popleft()
+            if not att.suspended or self._attempts.get(att.aid) is not att:
+                continue
+            att.suspended = False
+            att.waiting_on = None
+            g = att.glet
+            g.parent = greenlet.getcurrent()
+            out = g.throw(_Killed()) if att.doomed else g.switch(value)
+            if g.dead:
+                att.glet = None
+                self._on_body_exit(att, out)
+
+    def _suspend(self, att: _Attempt, waiting_on: Any) -> Any:
+        att.suspended = True
+        att.waiting_on = waiting_on
+        parent = greenlet.getcurrent().parent
+        invariant(parent is not None, "a body must run in its own greenlet")
+        return parent.switch()
+
+    def _doom(self, att: _Attempt, reason: tuple | None) -> None:
+        """End an attempt that cannot continue: None = die and restart, else reply reason."""
+        if att.doomed or self._attempts.get(att.aid) is not att:
+            return
+        att.doomed = True
+        att.kill_reason = reason
+        if att.suspended:
+            self._ready.append((att, None))  # unwinds the body, then _on_body_exit
+        elif att.glet is None:
+            self._abort(att, reason)
+        # else: the body is running right now (it will see doomed at its next lock)
+
+    def _get(self, att: _Attempt, table: str, key: tuple) -> tuple | None:
+        p = catalog.partition_of(table, key, self.partitions)
+        if p == REPLICATED:
+            return self.storage.get(table, key)
+        mode = self._read_mode(att, table, key)
+        if p == self.partition:
+            self._lock_local(att, _lock_name(table, key), mode)
+            return self.storage.get(table, key)
+        return self._remote(att, p, OP_GET, table, key, mode)
+
+    def _scan(self, att: _Attempt, table: str, prefix: tuple) -> list:
+        p = catalog.partition_of(table, prefix, self.partitions)
+        if p == REPLICATED:
+            return self.storage.scan(table, prefix)
+        mode = self._read_mode(att, table, prefix)
+        if p == self.partition:
+            self._lock_local(att, _lock_name(table, prefix), mode)
+            return self.storage.scan(table, prefix)
+        return list(self._remote(att, p, OP_SCAN, table, prefix, mode))
+
+    def _read_mode(self, att: _Attempt, table: str, key: tuple) -> int:
+        if self.options.update_locks and covered(att.writes, table, key):
+            return EXCLUSIVE
+        return SHARED
+
+    def _on_write(self, att: _Attempt, table: str, key: tuple) -> None:
+        p = catalog.partition_of(table, key, self.partitions)
+        name = _lock_name(table, key)
+        if p == self.partition:
+            self._lock_local(att, name, EXCLUSIVE)
+            return
+        if att.remote_locks.get(name) == EXCLUSIVE:
+            return
+        # A write returns nothing, so its remote lock is not waited for here: the body
+        # goes on and the grant (or death) is collected before the commit.
+        self._send_lock(att, p, OP_LOCK, table, key, EXCLUSIVE, name)
+        att.acks_pending += 1
+
+    def _lock_local(self, att: _Attempt, name: tuple, mode: int) -> None:
+        if att.doomed:
+            raise _Killed()
+        decision = self.locks.acquire(att.aid, att.call.prio, name, mode)
+        self._pump()
+        if decision == GRANTED:
+            return
+        if decision == DIE:
+            att.doomed = True
+            raise _Killed()
+        self._suspend(att, name)
+
+    def _remote(self, att: _Attempt, p: int, op: int, table: str, key: tuple, mode: int) -> Any:
+        if att.doomed:
+            raise _Killed()
+        name = _lock_name(table, key)
+        cache = att.rows if op == OP_GET else att.scans
+        held = att.remote_locks.get(name)
+        if held is not None and held >= mode and (table, key) in cache:
+            return cache[(table, key)]  # locked, so it cannot have changed
+        n = self._send_lock(att, p, op, table, key, mode, name)
+        self._set_deadline(att, self.options.remote_timeout_ms)
+        data = self._suspend(att, (p, n))
+        att.deadline_us = 0 if not att.acks_pending else att.deadline_us
+        cache[(table, key)] = data
+        return data
+
+    def _send_lock(
+        self, att: _Attempt, p: int, op: int, table: str, key: tuple, mode: int, name: tuple
+    ) -> int:
+        n = att.parts.get(p, 0)
+        att.parts[p] = n + 1
+        if att.remote_locks.get(name, -1) < mode:
+            att.remote_locks[name] = mode
+        self._send(p, (K_LOCK, att.aid, att.call.prio, n, op, table, key, mode))
+        return n
+
+    def _set_deadline(self, att: _Attempt, ms: int) -> None:
+        att.deadline_us = self._clock() + 1000 * ms
+        self._add_timer(att.deadline_us, T_DEADLINE, att.aid)
+
+    def _on_body_exit(self, att: _Attempt, out: Any) -> None:
+        if out is None or att.doomed:
+            self._abort(att, att.kill_reason)
+            return
+        (status, value), writes = out
+        att.outcome = (status, value, writes)
+        if att.acks_pending:
+            att.state = S_WAIT_ACKS
+            self._set_deadline(att, self.options.remote_timeout_ms)
+            return
+        self._lock_point(att)
+
+    # Coordinator: commit and abort --------------------------------------------------
+    def _lock_point(self, att: _Attempt) -> None:
+        """Every lock is held and the body is done: decide how to finish."""
+        status, value, writes = att.outcome
+        call = att.call
+        att.deadline_us = 0
+        if self.history is not None and not call.recon:
+            att.hist = HistoryEntry(att.aid, call.proc.name, call.args, status, value)
+            self.history.append(att.hist)
+        if call.recon and status == OK:
+            self._release_everywhere(att, "done")
+            call.args = call.args + (value,)
+            call.recon = False
+            self._start(call)
+            return
+        if status == RESTART:
+            self._release_everywhere(att, "failed")
+            self.stats.dependent_restarts += 1
+            call.dep_restarts += 1
+            if call.dep_restarts > dependent_restarts_max:
+                msg = f"{call.proc.name} restarted {call.dep_restarts - 1} times"
+                self._reply(call, ERROR, (ERR_RESTARTS_EXHAUSTED, msg))
+            else:
+                call.args = call.args[:-1] + (value,)
+                self._start(call)
+            return
+        if status != OK:  # logical abort or a procedure error: roll back everywhere
+            self._release_everywhere(att, "aborted")
+            if status == ABORTED:
+                self.stats.aborted += 1
+            else:
+                self.stats.failed += 1
+            self._reply(call, status, value)
+            return
+        me, n = self.partition, self.partitions
+        local: list[Write] = []
+        remote: dict[int, list[Write]] = {}
+        for (t, key), row in writes.items():
+            p = catalog.partition_of(t, key, n)
+            if p == me:
+                local.append((t, key, row))
+            else:
+                remote.setdefault(p, []).append((t, key, row))
+        att.local_writes = tuple(local)
+        for p in att.parts:
+            if p not in remote:
+                self._send(p, (K_ABORT, att.aid))  # read-only branch: release its locks
+        if not remote:
+            self._commit(att, ())
+            return
+        for p, ws in remote.items():
+            invariant(p in att.parts, f"write at partition {p} without a lock there")
+            self._send(p, (K_PREPARE, att.aid, ws))
+        att.votes = set(remote)
+        att.state = S_PREPARING
+        self._set_deadline(att, self.options.prepare_timeout_ms)
+
+    def _commit(self, att: _Attempt, participants: tuple[int, ...]) -> None:
+        call = att.call
+        status, value, _ = att.outcome
+        cid, rid = call.client_id, call.req_id
+        if participants:
+            self.log_out.append(
+                (R_DECIDE, att.aid, participants, att.local_writes, cid, rid, value)
+            )
+            self._decisions[att.aid] = set(participants)
+            for p in participants:
+                self._send(p, (K_COMMIT, att.aid))
+            self.stats.committed_multi += 1
+        elif att.local_writes:
+            self.log_out.append((R_COMMIT, att.aid, att.local_writes, cid, rid, value))
+        self._apply(att.local_writes)
+        self.stats.committed += 1
+        if att.hist is not None:
+            att.hist.outcome = "committed"
+        self._finish(att)
+        self._reply(call, status, value)
+
+    def _release_everywhere(self, att: _Attempt, outcome: str) -> None:
+        for p in att.parts:
+            self._send(p, (K_ABORT, att.aid))
+        if att.hist is not None:
+            att.hist.outcome = outcome
+        self._finish(att)
+
+    def _finish(self, att: _Attempt) -> None:
+        del self._attempts[att.aid]
+        att.deadline_us = 0
+        self.locks.release_all(att.aid)
+        self._pump()
+
+    def _abort(self, att: _Attempt, reason: tuple | None) -> None:
+        """Abort an attempt (body no longer running). reason None: wait-die restart."""
+        self._release_everywhere(att, "failed")
+        call = att.call
+        if reason is not None:
+            self.stats.failed += 1
+            self._reply(call, *reason)
+            return
+        self.stats.deaths += 1
+        call.restarts += 1
+        if call.restarts > self.options.restarts_max:
+            self.stats.failed += 1
+            msg = f"{call.proc.name} died {call.restarts - 1} times under wait-die"
+            self._reply(call, ERROR, (ERR_RESTARTS_EXHAUSTED, msg))
+            return
+        o = self.options
+        span = min(o.restart_delay_cap_us, o.restart_delay_base_us << min(call.restarts, 30))
+        self._restarting += 1
+        self._add_timer(self._clock() + self._rng.randrange(span + 1), T_RESTART, call)
+
+    def _apply(self, writes: Iterable[Write]) -> None:
+        put = self.storage.put
+        for t, key, row in writes:
+            put(t, key, row)
+
+    # Inputs: peers ----------------------------------------------------------------------
+    def on_peer(self, src: int, msgs: Iterable[tuple]) -> None:
+        """One batch of messages from partition ``src``, in the order it sent them."""
+        handlers = self._handlers
+        for m in msgs:
+            handlers[m[0]](self, src, m)
+        self._run_ready()
+
+    def _on_lock_reply(self, src: int, m: tuple) -> None:
+        _, aid, n, granted, data = m
+        att = self._attempts.get(aid)
+        if att is None or att.doomed:
+            return  # an attempt that already ended
+        if not granted:
+            self._doom(att, None)
+            return
+        if att.suspended and att.waiting_on == (src, n):
+            self._ready.append((att, data))
+            return
+        att.acks_pending -= 1
+        invariant(att.acks_pending >= 0, f"{aid}: more lock grants than requests")
+        if att.acks_pending == 0 and att.state == S_WAIT_ACKS:
+            self._lock_point(att)
+
+    def _on_vote(self, src: int, m: tuple) -> None:
+        _, aid, vote = m
+        att = self._attempts.get(aid)
+        if att is None or att.state != S_PREPARING or src not in att.votes:
+            return  # already aborted (its ABORT is on the way to src)
+        if vote != VOTE_YES:
+            self._abort(att, (ERROR, (ERR_UNAVAILABLE, f"partition {src} voted no")))
+            return
+        att.votes.discard(src)
+        att.yes.append(src)
+        if not att.votes:
+            self._commit(att, tuple(sorted(att.yes)))
+
+    def _on_ack(self, src: int, m: tuple) -> None:
+        aid = m[1]
+        waiting = self._decisions.get(aid)
+        if waiting is None:
+            return
+        waiting.discard(src)
+        if not waiting:
+            del self._decisions[aid]
+            self.log_out.append((R_END, aid))
+
+    def _on_query(self, src: int, m: tuple) -> None:
+        aid = m[1]
+        if aid in self._decisions:
+            self._send(src, (K_COMMIT, aid))
+        elif aid not in self._attempts:
+            self._send(src, (K_ABORT, aid))  # presumed abort
+        # else: still deciding; the decision itself will reach src
+
+    def _on_status(self, src: int, m: tuple) -> None:
+        self.peer_status[src] = m[1]
+
+    # Participant ------------------------------------------------------------------------
+    def _on_lock(self, src: int, m: tuple) -> None:
+        aid, prio, n = m[1], m[2], m[3]
+        br = self._branches.get(aid)
+        if br is None:
+            if n != 0:  # we lost this branch (restart) or dropped it: its locks are gone
+                self._send(src, (K_LOCK_REPLY, aid, n, False, None))
+                return
+            br = self._branches[aid] = _Branch(aid, prio, src, self._clock())
+        if br.state != B_ACTIVE:
+            invariant(br.state == B_DEAD, f"{aid}: lock request after prepare")
+            return  # dead: the coordinator learns it from the DIE already sent
+        br.touched_us = self._clock()
+        br.queue.append(m)
+        if not br.waiting:
+            self._branch_next(br)
+        self._pump()
+
+    def _branch_next(self, br: _Branch) -> None:
+        """Serve the branch's queued requests in order until one has to wait."""
+        while br.queue and not br.waiting and br.state == B_ACTIVE:
+            m = br.queue[0]
+            name = _lock_name(m[5], m[6])
+            decision = self.locks.acquire(br.aid, br.prio, name, m[7])
+            if decision == GRANTED:
+                self._branch_reply(br)
+            elif decision == DIE:
+                self._branch_die(br)
+            else:
+                br.waiting = True
+
+    def _branch_reply(self, br: _Branch) -> None:
+        m = br.queue.popleft()
+        op, table, key = m[4], m[5], m[6]
+        if op == OP_GET:
+            data: Any = self.storage.get(table, key)
+        elif op == OP_SCAN:
+            data = self.storage.scan(table, key)
+        else:
+            data = None
+        self._send(br.coord, (K_LOCK_REPLY, br.aid, m[3], True, data))
+
+    def _branch_die(self, br: _Branch) -> None:
+        if br.queue:
+            self._send(br.coord, (K_LOCK_REPLY, br.aid, br.queue[0][3], False, None))
+        br.queue.clear()
+        br.waiting = False
+        br.state = B_DEAD  # kept until the coordinator's ABORT, to refuse stray requests
+        self.locks.release_all(br.aid)
+
+    def _on_prepare(self, src: int, m: tuple) -> None:
+        _, aid, writes = m
+        br = self._branches.get(aid)
+        if br is None or br.state != B_ACTIVE or br.queue:
+            self._send(src, (K_VOTE, aid, VOTE_NO))
+            return
+        fault = self._fault(aid) if self._fault is not None else None
+        if fault == FAULT_SILENT:
+            return
+        if fault is not None:
+            self._branch_die(br)
+            self._send(src, (K_VOTE, aid, VOTE_NO))
+            self._pump()
+            return
+        me, n = self.partition, self.partitions
+        for t, key, _row in writes:
+            invariant(catalog.partition_of(t, key, n) == me, f"{aid}: write {t}{key!r} not here")
+            invariant(
+                self.locks.mode_held(aid, _lock_name(t, key)) == EXCLUSIVE,
+                f"{aid}: write {t}{key!r} without an exclusive lock",
+            )
+        self.log_out.append((R_PREPARE, aid, src, br.prio, writes))
+        br.state = B_PREPARED
+        br.writes = writes
+        self.stats.prepares += 1
+        self._send(src, (K_VOTE, aid, VOTE_YES))
+
+    def _on_commit(self, src: int, m: tuple) -> None:
+        aid = m[1]
+        br = self._branches.get(aid)
+        if br is not None:
+            invariant(br.state == B_PREPARED, f"{aid}: COMMIT for an unprepared branch")
+            self._apply(br.writes)
+            self.log_out.append((R_OUTCOME, aid, True))
+            self._drop_branch(br)
+        self._send(src, (K_ACK, aid))  # also for a branch committed before a restart
+
+    def _on_abort(self, src: int, m: tuple) -> None:
+        br = self._branches.get(m[1])
+        if br is None:
+            return
+        if br.state == B_PREPARED:
+            self.log_out.append((R_OUTCOME, br.aid, False))
+        self._drop_branch(br)
+
+    def _drop_branch(self, br: _Branch) -> None:
+        del self._branches[br.aid]
+        self._in_doubt.discard(br.aid)
+        self.locks.release_all(br.aid)
+        self._pump()
+
+    # Lock events ------------------------------------------------------------------------
+    def _pump(self) -> None:
+        """Turn lock-table events into resumptions and replies (never switches greenlets)."""
+        if self._pumping:
+            return
+        self._pumping = True
+        try:
+            while self.locks.has_events():
+                for kind, owner, _name, _mode in self.locks.take_events():
+                    att = self._attempts.get(owner)
+                    if att is not None:
+                        if kind == EV_GRANTED:
+                            self._ready.append((att, None))
+                        else:
+                            self._doom(att, None)
+                        continue
+                    br = self._branches.get(owner)
+                    invariant(br is not None, f"lock event for unknown owner {owner!r}")
+                    assert br is not None
+                    if kind == EV_GRANTED:
+                        br.waiting = False
+                        self._branch_reply(br)
+                        self._branch_next(br)
+                    else:
+                        self._branch_die(br)
+        finally:
+            self._pumping = False
+
+    # Timers -----------------------------------------------------------------------------
+    def _add_timer(self, due_us: int, kind: int, obj: Any) -> None:
+        self._timer_seq += 1
+        heapq.heappush(self._timers, (due_us, self._timer_seq, kind, obj))
+
+    def next_deadline_us(self) -> int | None:
+        return self._timers[0][0] if self._timers else None
+
+    def tick(self) -> None:
+        """Fire due timers: restarts, timeouts, in-doubt queries, sweeps, status gossip."""
+        now = self._clock()
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            _, _, kind, obj = heapq.heappop(timers)
+            self._timer_handlers[kind](self, obj, now)
+        self._run_ready()
+
+    def _on_restart_timer(self, call: _Call, now: int) -> None:
+        self._restarting -= 1
+        self._start(call)
+
+    def _on_deadline(self, aid: Aid, now: int) -> None:
+        att = self._attempts.get(aid)
+        if att is None or not att.deadline_us or att.deadline_us > now:
+            return
+        if att.state == S_PREPARING:
+            waiting = sorted(att.votes)
+            self._abort(att, (ERROR, (ERR_UNAVAILABLE, f"no vote from partitions {waiting}")))
+        else:
+            self._doom(att, (ERROR, (ERR_UNAVAILABLE, "a participant did not answer")))
+
+    def _on_query_timer(self, aid: Aid, now: int) -> None:
+        br = self._branches.get(aid)
+        if br is not None and br.state == B_PREPARED:
+            self._send(br.coord, (K_QUERY, aid))
+            self._add_timer(now + 1000 * self.options.query_every_ms, T_QUERY, aid)
+
+    def _on_sweep(self, _: Any, now: int) -> None:
+        """Drop branches whose coordinator went silent before they were prepared."""
+        limit_us = 1000 * self.options.branch_idle_timeout_ms
+        for br in list(self._branches.values()):
+            if br.state == B_PREPARED or br.waiting or now - br.touched_us < limit_us:
+                continue
+            if br.state == B_ACTIVE:
+                self._branch_die(br)
+                br.touched_us = now
+            else:
+                del self._branches[br.aid]
+        self._pump()
+        self._add_timer(now + limit_us, T_SWEEP, None)
+
+    def _on_status_timer(self, _: Any, now: int) -> None:
+        st = self.status()
+        for q in range(self.partitions):
+            if q != self.partition:
+                self._send(q, (K_STATUS, st))
+        self._add_timer(now + 1000 * self.options.status_every_ms, T_STATUS, None)
+
+    # Recovery ---------------------------------------------------------------------------
+    def recover(self, frames: Iterable[bytes]) -> int:
+        """Redo the log of this partition (before going live). Returns records replayed."""
+        invariant(not self._attempts and not self._branches, "recover() on a live partition")
+        prepared: dict[Aid, tuple] = {}
+        n = 0
+        for data in frames:
+            for r in msgpack.unpackb(data, use_list=False):
+                n += 1
+                kind = r[0]
+                if kind == R_COMMIT:
+                    self._apply(r[2])
+                    self._recovered_result(r[3], r[4], r[5])
+                elif kind == R_DECIDE:
+                    self._apply(r[3])
+                    self._decisions[r[1]] = set(r[2])
+                    self._recovered_result(r[4], r[5], r[6])
+                elif kind == R_END:
+                    self._decisions.pop(r[1], None)
+                elif kind == R_PREPARE:
+                    prepared[r[1]] = r
+                elif kind == R_OUTCOME:
+                    rec = prepared.pop(r[1])
+                    if r[2]:
+                        self._apply(rec[4])
+                else:
+                    invariant(False, f"unknown log record kind {kind!r}")
+                if r[1][0] == self.partition:
+                    self._seq = max(self._seq, r[1][1])
+        now = self._clock()
+        for aid, (_, _, coord, prio, writes) in prepared.items():
+            br = self._branches[aid] = _Branch(aid, prio, coord, now)
+            br.state, br.writes = B_PREPARED, writes
+            for t, key, _row in writes:
+                got = self.locks.acquire(aid, prio, _lock_name(t, key), EXCLUSIVE)
+                invariant(got == GRANTED, f"in-doubt {aid}: its lock on {t}{key!r} is taken")
+            self._in_doubt.add(aid)
+            self._add_timer(now, T_QUERY, aid)
+        for aid, parts in self._decisions.items():
+            for p in parts:
+                self._send(p, (K_COMMIT, aid))
+        return n
+
+    def _recovered_result(self, client_id: bytes, req_id: int, value: Any) -> None:
+        if client_id:
+            self._remember(client_id, req_id, ("done", OK, value))
+
+    # Introspection ----------------------------------------------------------------------
+    def status(self) -> tuple:
+        s = self.stats
+        return (
+            self.partition,
+            s.committed,
+            self.storage.state_hash,
+            len(self._attempts) + self._restarting,
+            len(self._branches),
+            s.aborted,
+            s.failed,
+            s.deaths,
+            len(self._in_doubt),
+        )
+
+    def status_report(self) -> dict:
+        """The REQ_STATUS answer; shaped like the sequencer's so ``ordo status`` works."""
+        rows = dict(self.peer_status)
+        rows[self.partition] = self.status()
+        parts = []
+        for p in sorted(rows):
+            _, committed, h, active, branches, aborted, failed, deaths, in_doubt = rows[p]
+            parts.append(
+                {
+                    "replica": 0,
+                    "partition": p,
+                    "last_epoch": 0,
+                    "txns_applied": committed,
+                    "state_hash": f"{h:016x}",
+                    "active": active + branches,
+                    "aborted": aborted,
+                    "failed": failed,
+                    "deaths": deaths,
+                    "in_doubt": in_doubt,
+                }
+            )
+        s = self.stats
+        return {
+            "mode": "traditional",
+            "epoch": 0,
+            "next_txn_id": 0,
+            "calls_accepted": 0,
+            "calls_rejected": 0,
+            "txns_sequenced": sum(x["txns_applied"] for x in parts),
+            "restarts": sum(x["deaths"] for x in parts),
+            "queries": 0,
+            "duplicate_calls": s.duplicate_calls,
+            "determinism_violations": 0,
+            "pending": len(self._attempts) + self._restarting,
+            "in_flight": len(self._attempts),
+            "partitions": parts,
+        }
+
+    def idle(self) -> bool:
+        return not self._attempts and not self._branches and not self._restarting
+
+    def check_invariants(self) -> None:
+        self.locks.check_invariants()
+        for aid, br in self._branches.items():
+            invariant(br.state != B_PREPARED or not br.queue, f"{aid}: prepared with requests")
+        for aid in self._in_doubt:
+            invariant(aid in self._branches, f"in-doubt {aid} has no branch")
+
+    _handlers: dict[int, Callable[[TraditionalPartition, int, tuple], None]] = {}
+    _timer_handlers: dict[int, Callable[[TraditionalPartition, Any, int], None]] = {}
+
+
+T_RESTART, T_DEADLINE, T_QUERY, T_SWEEP, T_STATUS = range(5)
+TraditionalPartition._handlers = {
+    K_LOCK: TraditionalPartition._on_lock,
+    K_LOCK_REPLY: TraditionalPartition._on_lock_reply,
+    K_PREPARE: TraditionalPartition._on_prepare,
+    K_VOTE: TraditionalPartition._on_vote,
+    K_COMMIT: TraditionalPartition._on_commit,
+    K_ABORT: TraditionalPartition._on_abort,
+    K_ACK: TraditionalPartition._on_ack,
+    K_QUERY: TraditionalPartition._on_query,
+    K_STATUS: TraditionalPartition._on_status,
+}
+TraditionalPartition._timer_handlers = {
+    T_RESTART: TraditionalPartition._on_restart_timer,
+    T_DEADLINE: TraditionalPartition._on_deadline,
+    T_QUERY: TraditionalPartition._on_query_timer,
+    T_SWEEP: TraditionalPartition._on_sweep,
+    T_STATUS: TraditionalPartition._on_status_timer,
+}
+
+
+def every_nth_prepare(kind: str, n: int) -> PrepareFault:
+    """A prepare fault that strikes the n-th, 2n-th, ... prepare (n = 1: every one)."""
+    count = 0
+
+    def fault(_aid: Aid) -> str | None:
+        nonlocal count
+        count += 1
+        return kind if count % n == 0 else None
+
+    return fault
+
+
+def pack_records(records: list[tuple]) -> bytes:
+    return msgpack.packb(records)
+
+
+def _pack(obj: Any) -> bytes:
+    return msgpack.packb(obj)
+
+
+def _unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, use_list=False)
+
+
+class LocalTraditionalCluster:
+    """Every partition of a traditional cluster in one process, with a simulated network.
+
+    Delivery is FIFO per (sender, receiver) channel, like a TCP connection, and
+    randomly interleaved across channels and partitions (seeded), with a virtual
+    clock. Messages and log frames go through msgpack exactly as on the wire. A
+    partition's log is a list of frames; ``crash`` drops a partition's memory and
+    in-flight messages and rebuilds it from its log.
+    """
+
+    def __init__(
+        self,
+        partitions: int,
+        *,
+        seed: int = 0,
+        options: TraditionalOptions | None = None,
+        faults: dict[int, PrepareFault] | None = None,
+        record_history: bool = True,
+        deliver_max: int = 4,
+    ) -> None:
+        self.partitions = partitions
+        self.options = options or TraditionalOptions(status_every_ms=0)
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.now_us = 1_000_000
+        self.history: list[HistoryEntry] | None = [] if record_history else None
+        self.faults = dict(faults or {})
+        self.logs: list[list[bytes]] = [[] for _ in range(partitions)]
+        self.parts = [self._make(p) for p in range(partitions)]
+        self.channels: dict[tuple[int, int], deque[bytes]] = {
+            (s, d): deque() for s in range(partitions) for d in range(partitions) if s != d
+        }
+        self.client_inbox: list[deque[tuple]] = [deque() for _ in range(partitions)]
+        self.results: dict[int, tuple[int, Any]] = {}
+        self.deliver_max = deliver_max
+        self.steps = 0
+        self._next_req = 0
+
+    def _make(self, p: int) -> TraditionalPartition:
+        return TraditionalPartition(
+            p,
+            self.partitions,
+            options=self.options,
+            clock=lambda: self.now_us,
+            rng=random.Random(self.seed * 7919 + p + 100 * len(self.logs[p])),
+            prepare_fault=self.faults.get(p),
+            history=self.history,
+        )
+
+    # Clients --------------------------------------------------------------------------
+    def home(self, proc: str, args: tuple) -> int:
+        """The partition owning the first key of the footprint (where clients send it)."""
+        fp = lookup(proc).footprint_of(args)
+        for t, key in fp.reads + fp.writes:
+            p = catalog.partition_of(t, key, self.partitions)
+            if p != REPLICATED:
+                return p
+        return 0
+
+    def submit(self, proc: str, *args: Any, at: int | None = None) -> int:
+        self._next_req += 1
+        p = self.home(proc, args) if at is None else at
+        self.client_inbox[p].append((self._next_req, proc, list(args)))
+        return self._next_req
+
+    # Stepping --------------------------------------------------------------------------
+    def _sources(self, p: int) -> list[Any]:
+        srcs: list[Any] = [c for c in self.channels if c[1] == p and self.channels[c]]
+        if self.client_inbox[p]:
+            srcs.append("client")
+        return srcs
+
+    def step(self) -> bool:
+        """Deliver a few messages to one random partition, run its turn. False if idle."""
+        busy = [p for p in range(self.partitions) if self._sources(p)]
+        if not busy:
+            due = [d for d in (x.next_deadline_us() for x in self.parts) if d is not None]
+            if not due:
+                return False
+            self.now_us = max(self.now_us, min(due))
+            for p in range(self.partitions):
+                self._turn(p)
+            return True
+        p = self.rng.choice(busy)
+        self.deliver(p, self.rng.randint(1, self.deliver_max))
+        self.now_us += self.rng.randint(0, 200)
+        self._turn(p)
+        return True
+
+    def deliver(self, p: int, count: int) -> None:
+        """Hand ``count`` random inputs to partition p (FIFO per channel), no turn end."""
+        part = self.parts[p]
+        for _ in range(count):
+            srcs = self._sources(p)
+            if not srcs:
+                return
+            src = self.rng.choice(srcs)
+            if src == "client":
+                inbox = self.client_inbox[p]
+                k = self.rng.randint(1, max(1, len(inbox)))
+                calls = [inbox.popleft() for _ in range(min(k, len(inbox)))]
+                part.on_calls(b"sim", b"sim-client", _unpack(_pack(calls)))
+            else:
+                sender, msgs = _unpack(self.channels[src].popleft())
+                part.on_peer(sender, msgs)
+
+    def deliver_channel(self, src: int, dst: int) -> None:
+        sender, msgs = _unpack(self.channels[(src, dst)].popleft())
+        self.parts[dst].on_peer(sender, msgs)
+        self._turn(dst)
+
+    def deliver_clients(self, p: int) -> None:
+        inbox = self.client_inbox[p]
+        calls = [inbox.popleft() for _ in range(len(inbox))]
+        self.parts[p].on_calls(b"sim", b"sim-client", _unpack(_pack(calls)))
+        self._turn(p)
+
+    def _turn(self, p: int) -> None:
+        part = self.parts[p]
+        part.tick()
+        records, peer_out, client_out = part.take_outputs()
+        if records:
+            self.logs[p].append(pack_records(records))  # "synced" before anything leaves
+        for q, msgs in peer_out.items():
+            self.channels[(p, q)].append(_pack((p, msgs)))
+        for _identity, replies in client_out.items():
+            for req_id, status, value in _unpack(_pack(replies)):
+                invariant(req_id not in self.results, f"request {req_id} answered twice")
+                self.results[req_id] = (status, value)
+        self.steps += 1
+
+    def run(self, max_steps: int = 2_000_000) -> None:
+        """Step until every submitted call is answered and the cluster is idle."""
+        for _ in range(max_steps):
+            if not self.step() or (self.quiet() and len(self.results) == self._next_req):
+                if self.quiet():
+                    return
+        raise RuntimeError(
+            f"not quiet after {max_steps} steps: {len(self.results)}/{self._next_req} answered"
+        )
+
+    def quiet(self) -> bool:
+        return (
+            all(not c for c in self.channels.values())
+            and all(not i for i in self.client_inbox)
+            and all(x.idle() for x in self.parts)
+        )
+
+    # Faults ------------------------------------------------------------------------------
+    def crash(self, p: int) -> None:
+        """Partition p loses its memory and connections; it restarts from its log."""
+        for (s, d), ch in self.channels.items():
+            if p in (s, d):
+                ch.clear()
+        part = self._make(p)
+        part.recover(self.logs[p])
+        self.parts[p] = part
+        self._turn(p)
+
+    # Checks ------------------------------------------------------------------------------
+    @property
+    def state_hash(self) -> int:
+        return sum(x.storage.state_hash for x in self.parts) & MASK64
+
+    def check_invariants(self) -> None:
+        for x in self.parts:
+            x.check_invariants()
+
+
+@dataclass
+class SerialCheck:
+    """Outcome of replaying a history serially (see ``replay_history``)."""
+
+    replayed: int = 0
+    mismatches: list[str] = field(default_factory=list)
+    state_hash: int = 0
+
+
+def replay_history(
+    history: list[HistoryEntry], storage: Storage | None = None, *, max_report: int = 10
+) -> SerialCheck:
+    """Run committed and logically aborted entries one at a time in lock-point order.
+
+    Each must give the status and value it gave live; the final state hash is returned
+    for comparison with the live cluster's.
+    """
+    s = storage if storage is not None else Storage()
+    check = SerialCheck()
+    for h in history:
+        if h.outcome not in ("committed", "aborted"):
+            continue
+        proc = lookup(h.proc)
+        fp = proc.footprint(*h.args)
+        ctx = TxnContext(0, 0, 0, cover_set(fp.reads), cover_set(fp.writes), s.get, s.scan)
+        status, value = run_body(proc, h.args, ctx)
+        if (status, value) != (h.status, h.value) and len(check.mismatches) < max_report:
+            check.mismatches.append(
+                f"{h.aid} {h.proc}{h.args}: live {(h.status, h.value)}, serial {(status, value)}"
+            )
+        if status == OK:
+            for (t, key), row in ctx.writes.items():
+                s.put(t, key, row)
+        check.replayed += 1
+    check.state_hash = s.state_hash
+    return check
+
+
+__all__ = [
+    "ERR_PROCEDURE_FAILED",
+    "HistoryEntry",
+    "LocalTraditionalCluster",
+    "TraditionalOptions",
+    "TraditionalPartition",
+    "every_nth_prepare",
+    "replay_history",
+]
