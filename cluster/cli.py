@@ -264,12 +264,14 @@ def status(as_json: bool, data_dir: str) -> None:
     )
     click.echo(
         f"{'replica':>7} {'partition':>9} {'last_epoch':>10} {'txns_applied':>12} "
-        f"{'active':>6}  state_hash"
+        f"{'active':>6} {'checkpoint':>10}  {'state_hash':<16}  state"
     )
     for p in st["partitions"]:
+        state = "DOWN" if p["down"] else ("catching up" if p["catching_up"] else "live")
         click.echo(
             f"{p['replica']:>7} {p['partition']:>9} {p['last_epoch']:>10} "
-            f"{p['txns_applied']:>12} {p['active']:>6}  {p['state_hash']}"
+            f"{p['txns_applied']:>12} {p['active']:>6} {p['newest_checkpoint_epoch']:>10}  "
+            f"{p['state_hash']:<16}  {state}"
         )
 
 

@@ -171,7 +171,13 @@ def wait_quiescent(client: Client, replicas: int, partitions: int, timeout_s: fl
         if (
             st["pending"] == 0
             and len(parts) == replicas * partitions
-            and all(p["last_epoch"] == st["epoch"] and p["active"] == 0 for p in parts)
+            and all(
+                p["last_epoch"] == st["epoch"]
+                and p["active"] == 0
+                and not p["down"]
+                and not p["catching_up"]
+                for p in parts
+            )
         ):
             time.sleep(0.3)  # one more status round so hashes are the final ones
             st2 = client.status()
@@ -179,3 +185,30 @@ def wait_quiescent(client: Client, replicas: int, partitions: int, timeout_s: fl
                 return st2
         time.sleep(0.1)
     raise TimeoutError(f"cluster did not quiesce: {st}")
+
+
+def partition_status(client: Client, replica: int, partition: int) -> dict | None:
+    for p in client.status()["partitions"]:
+        if p["replica"] == replica and p["partition"] == partition:
+            return p
+    return None
+
+
+def wait_live_again(
+    client: Client, replica: int, partition: int, old_pid: int, epoch: int, timeout_s: float = 120.0
+) -> dict:
+    """Wait until a restarted partition (a pid other than ``old_pid``) has caught up to
+    ``epoch`` and is live. Returns its status."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        p = partition_status(client, replica, partition)
+        if (
+            p is not None
+            and p["pid"] != old_pid
+            and not p["catching_up"]
+            and p["last_epoch"] >= epoch
+            and p["active"] == 0
+        ):
+            return p
+        time.sleep(0.02)
+    raise TimeoutError(f"r{replica}p{partition} not live again within {timeout_s}s")

@@ -30,6 +30,7 @@ Invariants:
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict, deque
 from typing import Any
 
@@ -427,6 +428,7 @@ class Partition:
             self.boundary[0],
             self.boundary[1],
             catching_up,
+            os.getpid(),
         )
 
     def idle(self) -> bool:

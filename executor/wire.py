@@ -23,7 +23,8 @@ Outbound to the sequencer's results PULL socket:
       results       = [[txn_id, status, value], ...]   (one partition per replica reports a txn)
       query_results = [[query_id, status, value], ...]
       status        = [last_epoch, txns_applied, state_hash, active_txns, next_txn_id,
-                       newest_checkpoint_epoch, boundary_epoch, boundary_hash, catching_up]
+                       newest_checkpoint_epoch, boundary_epoch, boundary_hash, catching_up,
+                       pid]
       boundary_* is the state hash at the end of the last checkpoint-flagged epoch
       applied: comparable across replicas (the sequencer compares them).
 

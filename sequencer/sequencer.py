@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,9 @@ from txn_library.errors import (
 from txn_library.procedure import Procedure, lookup
 
 log = logging.getLogger("ordo.sequencer")
+
+# A partition reports at least every 0.2 s; silent this long, it is shown as down.
+PARTITION_SILENT_S = 1.5
 
 
 def participants(proc: Procedure, args: tuple, partitions: int) -> tuple[int, ...]:
@@ -150,6 +154,7 @@ class Sequencer:
         # across replicas.
         self._boundaries: OrderedDict[tuple[int, int], tuple[int, int]] = OrderedDict()
         self._logged_txns: dict[int, tuple[bytes, Any]] = {}  # txn id -> (client, req)
+        self._heard_at: dict[tuple[int, int], float] = {}  # monotonic time of last status
         self.epoch = command_log.last_epoch
         self.next_txn_id = self._next_txn_id_from_log()
         self.stats = SequencerStats()
@@ -411,6 +416,7 @@ class Sequencer:
         self, replica: int, partition: int, results: tuple, query_results: tuple, status: tuple
     ) -> None:
         self.stats.partitions[(replica, partition)] = status
+        self._heard_at[(replica, partition)] = time.monotonic()
         if len(status) > 7 and status[6]:
             self._check_boundary(replica, partition, status[6], status[7])
         for txn_id, st, value in results:
@@ -543,7 +549,9 @@ class Sequencer:
         out, self.query_out = self.query_out, {}
         return out
 
-    def status_report(self) -> dict:
+    def status_report(self, now: float | None = None) -> dict:
+        """Counters and every partition's last status; ``down`` if it went quiet."""
+        now = time.monotonic() if now is None else now
         s = self.stats
         parts = []
         for (r, p), st in sorted(s.partitions.items()):
@@ -552,6 +560,8 @@ class Sequencer:
             catching_up = bool(st[8]) if len(st) > 8 else False
             parts.append(
                 {
+                    "down": now - self._heard_at.get((r, p), now) > PARTITION_SILENT_S,
+                    "pid": st[9] if len(st) > 9 else None,
                     "newest_checkpoint_epoch": ckpt,
                     "catching_up": catching_up,
                     "replica": r,

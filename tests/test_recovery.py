@@ -23,7 +23,13 @@ from collections import Counter
 from pathlib import Path
 
 from cluster.config import ClusterConfig
-from cluster.launcher import LocalCluster, free_base_port, wait_quiescent
+from cluster.launcher import (
+    LocalCluster,
+    free_base_port,
+    partition_status,
+    wait_live_again,
+    wait_quiescent,
+)
 from executor.engine import SerialExecutor
 from sequencer import wire
 from sequencer.log import CommandLog, iter_frames
@@ -84,6 +90,7 @@ def test_kill9_partition_under_load_recovers_from_checkpoint(make_cluster) -> No
     worker.start()
     with Client(cfg.client_addr) as c:
         _wait_for(lambda: c.status()["txns_sequenced"] > 3_000, what="load running")
+        old_pid = partition_status(c, 1, 0)["pid"]
         lc.kill("r1p0")  # SIGKILL
         killed_at = c.status()["epoch"]
         time.sleep(0.5)
@@ -92,6 +99,7 @@ def test_kill9_partition_under_load_recovers_from_checkpoint(make_cluster) -> No
         run = out["run"]
         assert run.failed == 0, run.errors
         assert run.answered == len(transfers)
+        wait_live_again(c, 1, 0, old_pid, killed_at)
         st = wait_quiescent(c, 2, 2, timeout_s=90)
         assert c.call("bank.total", 0, ACCOUNTS).value == ACCOUNTS * START
     assert st["epoch"] > killed_at
@@ -183,9 +191,10 @@ def test_prune_keeps_what_recovery_needs(make_cluster) -> None:  # type: ignore[
         assert 1 < first_kept <= epoch + 1
         run_transfers(cfg.client_addr, make_transfers(1_000, ACCOUNTS, 2, 0.5, seed=5), 2)
         before = {p["partition"]: p["state_hash"] for p in wait_quiescent(c, 1, 2)["partitions"]}
+        old_pid = partition_status(c, 0, 1)["pid"]
         lc.kill("r0p1")
         lc.start_partition(0, 1)
-        time.sleep(0.3)
+        wait_live_again(c, 0, 1, old_pid, c.status()["epoch"])
         after = {p["partition"]: p["state_hash"] for p in wait_quiescent(c, 1, 2)["partitions"]}
         assert after == before
         assert c.call("bank.total", 0, ACCOUNTS).value == ACCOUNTS * START

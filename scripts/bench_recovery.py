@@ -1,0 +1,132 @@
+"""Benchmark: partition recovery time against log length since the last checkpoint.
+
+For each N (default 10k, 100k, 1M transfers, half multi-partition) on a fresh
+1 replica x 2 partition cluster with the durable log on: open accounts, checkpoint,
+run N transfers, wait until idle, kill -9 partition 0, restart it, and time until it
+is live again (loaded the checkpoint, replayed every later epoch from the log service,
+with its peer resending the reads it needs). Also replays the same log in-process
+(LocalReplica, no sockets) for the pure replay rate. Writes
+results/bench_recovery.json and results/bench_recovery.png.
+
+    .venv/bin/python scripts/bench_recovery.py --sizes 10000,100000,1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from cluster.config import ClusterConfig  # noqa: E402
+from cluster.launcher import (  # noqa: E402
+    LocalCluster,
+    free_base_port,
+    partition_status,
+    wait_live_again,
+    wait_quiescent,
+)
+from executor import checkpoint  # noqa: E402
+from executor.engine import LocalReplica  # noqa: E402
+from sequencer import wire  # noqa: E402
+from sequencer.log import iter_frames  # noqa: E402
+from txn_library.bank_workload import make_transfers, open_accounts, run_transfers  # noqa: E402
+from txn_library.client import Client  # noqa: E402
+
+ACCOUNTS = 10_000
+
+
+def one(n: int, tmp: str) -> dict:
+    cfg = ClusterConfig(replicas=1, partitions=2, base_port=free_base_port(), data_dir=tmp)
+    with LocalCluster(cfg) as lc, Client(cfg.client_addr) as c:
+        open_accounts(c, ACCOUNTS, 1_000_000)
+        ck = c.control((wire.REQ_CHECKPOINT,))
+        while not all(p["newest_checkpoint_epoch"] >= ck for p in c.status()["partitions"]):
+            time.sleep(0.1)
+        t0 = time.perf_counter()
+        done = 0
+        while done < n:  # in chunks so the workload generator stays small
+            chunk = min(200_000, n - done)
+            run = run_transfers(
+                cfg.client_addr, make_transfers(chunk, ACCOUNTS, 2, 0.5, done), 4, 1000
+            )
+            assert run.failed == 0, run.errors
+            done += chunk
+        live_s = time.perf_counter() - t0
+        st = wait_quiescent(c, 1, 2, timeout_s=300)
+        target = st["epoch"]
+        before = {p["partition"]: p["state_hash"] for p in st["partitions"]}
+        old_pid = partition_status(c, 0, 0)["pid"]  # type: ignore[index]
+        lc.kill("r0p0")
+        t1 = time.perf_counter()
+        lc.start_partition(0, 0)
+        wait_live_again(c, 0, 0, old_pid, target, timeout_s=600)
+        recovery_s = time.perf_counter() - t1
+        after = {p["partition"]: p["state_hash"] for p in wait_quiescent(c, 1, 2)["partitions"]}
+        assert after == before, (before, after)
+    # Pure in-process replay of the same log from the same checkpoint.
+    storages, infos = [], []
+    for part in (0, 1):
+        info, s = checkpoint.load(cfg.checkpoint_dir(0) / checkpoint.checkpoint_name(ck, part))
+        storages.append(s)
+        infos.append(info)
+    r = LocalReplica(2, storages)
+    for p, info in zip(r.parts, infos, strict=True):
+        p.restore(info.epoch, info.next_txn_id, info.txns_applied)
+    t2 = time.perf_counter()
+    for _e, data in iter_frames(cfg.log_dir, first_epoch=ck + 1):
+        r.apply(wire.unpack(data))
+    replay_s = time.perf_counter() - t2
+    return {
+        "txns_since_checkpoint": n,
+        "epochs_since_checkpoint": target - ck,
+        "live_txn_per_s": round(n / live_s),
+        "recovery_s": round(recovery_s, 2),
+        "recovery_txn_per_s": round(n / recovery_s),
+        "inprocess_replay_s": round(replay_s, 2),
+        "inprocess_replay_txn_per_s": round(n / replay_s),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--out", default="results/bench_recovery.json")
+    a = ap.parse_args()
+    rows = []
+    for n in [int(x) for x in a.sizes.split(",")]:
+        with tempfile.TemporaryDirectory(prefix="ordo-rec-") as tmp:
+            row = one(n, tmp)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, indent=2))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [r["txns_since_checkpoint"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(
+        xs, [r["recovery_s"] for r in rows], "o-", label="kill -9 -> live (process, log service)"
+    )
+    ax.plot(xs, [r["inprocess_replay_s"] for r in rows], "s--", label="in-process replay")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("transactions since checkpoint")
+    ax.set_ylabel("seconds")
+    ax.set_title("Ordo partition recovery (1 replica x 2 partitions)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out.with_suffix(".png"), dpi=120)
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    main()
