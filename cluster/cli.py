@@ -299,6 +299,46 @@ def checkpoint(data_dir: str) -> None:
     raise click.ClickException(f"checkpoint at epoch {epoch} not confirmed within 120 s")
 
 
+@main.command()
+@click.option("--replica", "-r", default=0, show_default=True)
+@click.option("--out", "out_dir", required=True, help="Directory to write <table>/part-*.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["parquet", "csv"]), default="parquet", show_default=True
+)
+@data_dir_option
+def dump(replica: int, out_dir: str, fmt: str, data_dir: str) -> None:
+    """Export one replica's tables as of a fresh checkpoint (a consistent epoch boundary)."""
+    from executor import checkpoint as ckpt
+    from executor.export import export_rows
+    from sequencer import wire
+    from txn_library.client import Client
+
+    cfg = ClusterConfig.load(data_dir)
+    _load_modules(cfg)
+    if cfg.checkpoint_keep <= 0:
+        raise click.ClickException("checkpoints are disabled (checkpoint_keep = 0)")
+    with Client(cfg.client_addr) as c:
+        epoch = c.control((wire.REQ_CHECKPOINT,))
+        deadline = time.monotonic() + 300
+        while True:
+            mine = [p for p in c.status()["partitions"] if p["replica"] == replica]
+            if len(mine) == cfg.partitions and all(
+                p["newest_checkpoint_epoch"] >= epoch for p in mine
+            ):
+                break
+            if time.monotonic() > deadline:
+                raise click.ClickException(f"replica {replica} did not checkpoint epoch {epoch}")
+            time.sleep(0.1)
+    totals: dict[str, int] = {}
+    for p in range(cfg.partitions):
+        path = cfg.checkpoint_dir(replica) / ckpt.checkpoint_name(epoch, p)
+        for t, n in export_rows(ckpt.iter_rows(path), Path(out_dir), p, fmt).items():
+            totals[t] = totals.get(t, 0) + n
+    click.echo(f"replica {replica} at epoch {epoch} -> {out_dir} ({fmt})")
+    for t, n in sorted(totals.items()):
+        click.echo(f"  {t:<20} {n:>10} rows")
+
+
 @main.group()
 def log() -> None:
     """Command log maintenance."""

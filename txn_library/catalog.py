@@ -46,6 +46,7 @@ class Table:
     replicated: bool = False  # read-only, present on every partition, never locked
     ordered: bool = False  # keeps a sorted key index for prefix scans
     columns: tuple[str, ...] = ()  # row layout, for dumps and Parquet
+    key_columns: tuple[str, ...] = ()  # names of the key's parts (default key_0, key_1, ...)
 
     @property
     def lock_prefix(self) -> int:
@@ -54,6 +55,15 @@ class Table:
     @property
     def place_prefix(self) -> int:
         return self.lock_prefix if self.place_len is None else self.place_len
+
+    def output_columns(self) -> tuple[list[str], list[int], int]:
+        """(column names, key positions to emit, row width) for exports.
+
+        Key parts whose name is also a row column are not repeated.
+        """
+        names = list(self.key_columns) or [f"key_{i}" for i in range(self.key_len)]
+        key_pos = [i for i, n in enumerate(names) if n not in self.columns]
+        return [names[i] for i in key_pos] + list(self.columns), key_pos, len(self.columns)
 
     def __post_init__(self) -> None:
         if not (1 <= self.place_prefix <= self.lock_prefix <= self.key_len):
