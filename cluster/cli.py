@@ -144,10 +144,27 @@ def sequencer(data_dir: str) -> None:
     default=None,
     help="One partition; default: every partition, one process each.",
 )
+@click.option(
+    "--copy-from",
+    type=int,
+    default=None,
+    help="Seed this (new) replica with the newest complete checkpoint of another.",
+)
 @data_dir_option
-def replica(replica: int, partition: int | None, data_dir: str) -> None:
+def replica(replica: int, partition: int | None, copy_from: int | None, data_dir: str) -> None:
     """Run partition processes of one replica."""
     cfg = ClusterConfig.load(data_dir)
+    if copy_from is not None:
+        from executor.checkpoint import copy_newest_complete
+
+        epoch = copy_newest_complete(
+            cfg.checkpoint_dir(copy_from), cfg.checkpoint_dir(replica), cfg.partitions
+        )
+        if epoch is None:
+            raise click.ClickException(f"replica {copy_from} has no complete valid checkpoint")
+        click.echo(
+            f"replica {replica}: seeded from replica {copy_from}'s checkpoint at epoch {epoch}"
+        )
     if partition is not None:
         from executor.server import main as run
 
@@ -384,6 +401,10 @@ def procedures(data_dir: str) -> None:
         kind = "read-only" if p.read_only else ("dependent" if p.dependent else "read-write")
         click.echo(f"{name}({args})  [{kind}]  {p.doc.splitlines()[0] if p.doc else ''}")
 
+
+from tpcc.cli import tpcc as _tpcc_group  # noqa: E402
+
+main.add_command(_tpcc_group)
 
 if __name__ == "__main__":
     main()

@@ -242,3 +242,28 @@ def prune(directory: Path, partition: int, keep: int) -> list[Path]:
     for stale in directory.glob(f"*-p{partition}.tmp"):
         stale.unlink(missing_ok=True)
     return [i.path for i in doomed]
+
+
+def copy_newest_complete(src: Path, dst: Path, partitions: int) -> int | None:
+    """Seed a new replica: copy the newest epoch for which ``src`` holds a valid
+    checkpoint of every partition into ``dst``. Returns that epoch (None if none)."""
+    import shutil
+
+    for epoch in reversed(complete_epochs(src, partitions)):
+        paths = [src / checkpoint_name(epoch, p) for p in range(partitions)]
+        try:
+            for path in paths:
+                load(path)  # validate before trusting it
+        except CheckpointInvalid as e:
+            log.warning("not copying epoch %d: %s", epoch, e)
+            continue
+        dst.mkdir(parents=True, exist_ok=True)
+        for path in paths:
+            tmp = dst / (path.name + ".tmp")
+            shutil.copyfile(path, tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, dst / path.name)
+        _fsync_dir(dst)
+        return epoch
+    return None

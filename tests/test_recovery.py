@@ -30,6 +30,7 @@ from cluster.launcher import (
     wait_live_again,
     wait_quiescent,
 )
+from executor.checkpoint import copy_newest_complete
 from executor.engine import SerialExecutor
 from sequencer import wire
 from sequencer.log import CommandLog, iter_frames
@@ -167,6 +168,37 @@ def test_new_replica_joins_a_running_cluster(tmp_path: Path) -> None:
         with Client(cfg.client_addr) as c:
             st = wait_quiescent(c, 2, 2, timeout_s=90)
         _assert_replicas_agree_with_serial_replay(cfg, st)
+    finally:
+        lc.stop()
+
+
+def test_new_replica_seeded_from_a_peer_checkpoint(tmp_path: Path) -> None:
+    cfg = ClusterConfig(
+        replicas=2, partitions=2, base_port=free_base_port(), data_dir=str(tmp_path / "d")
+    )
+    lc = LocalCluster(cfg)
+    try:
+        lc.start(replicas=[0])
+        with Client(cfg.client_addr) as c:
+            open_accounts(c, ACCOUNTS, START)
+            run_transfers(cfg.client_addr, make_transfers(3_000, ACCOUNTS, 2, 0.5, seed=1), 2)
+            epoch = c.control((wire.REQ_CHECKPOINT,))
+            _wait_for(
+                lambda: all(
+                    p["newest_checkpoint_epoch"] >= epoch for p in c.status()["partitions"]
+                ),
+                what="checkpoint",
+            )
+            run_transfers(cfg.client_addr, make_transfers(2_000, ACCOUNTS, 2, 0.5, seed=2), 2)
+        assert copy_newest_complete(cfg.checkpoint_dir(0), cfg.checkpoint_dir(1), 2) == epoch
+        for p in range(2):
+            lc.start_partition(1, p)
+        with Client(cfg.client_addr) as c:
+            st = wait_quiescent(c, 2, 2, timeout_s=90)
+        _assert_replicas_agree_with_serial_replay(cfg, st)
+        for p in range(2):
+            text = (lc.logs_dir / f"replica-1-partition-{p}.log").read_text()
+            assert f"(epoch {epoch}," in text and "loaded checkpoint" in text
     finally:
         lc.stop()
 
