@@ -27,7 +27,7 @@ class ClusterConfig:
     epoch_duration_ms: int = 10
     fsync: bool = True
     # Modules whose import registers procedures and tables (same list everywhere).
-    procedure_modules: tuple[str, ...] = field(default=("txn_library.builtin",))
+    procedure_modules: tuple[str, ...] = field(default=("txn_library.builtin", "tpcc.procedures"))
     # Initial database: "module:function" called as fn(partition, partitions, **genesis_args)
     # on every partition that starts from nothing; it yields (table, key, row) for the
     # rows that partition holds (replicated tables: every partition). Deterministic, so
@@ -39,6 +39,9 @@ class ClusterConfig:
     checkpoint_every_s: float = 0.0  # also (or instead) by time; 0 = never
     checkpoint_keep: int = 3  # per partition; 0 = drain at boundaries but write nothing
     log_segment_bytes: int = 0  # 0 = limits.segment_bytes_max
+    # Fault injection, for tests only: each partition drops every Nth batch it receives
+    # over PUB/SUB (0 = never), forcing the gap-repair path through the log service.
+    fault_drop_every_nth_batch: int = 0
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or self.partitions < 1:

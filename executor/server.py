@@ -129,6 +129,7 @@ class PartitionServer:
         self._held: dict[int, tuple] = {}  # epoch -> batch, arrived ahead of a gap
         self._known_last_epoch = 0  # highest epoch we know exists
         self._repair_sent_at = 0.0
+        self._received = 0
         self._stop = False
 
     def stop(self, *_: object) -> None:
@@ -225,6 +226,11 @@ class PartitionServer:
     def _on_sub(self) -> None:
         topic, payload = self.sub.recv_multipart()
         if topic == swire.TOPIC_BATCH:
+            n = self.config.fault_drop_every_nth_batch
+            if n:
+                self._received += 1
+                if self._received % n == 0:
+                    return  # injected loss: the gap is repaired from the log service
             self._offer(payload)
         elif topic == swire.TOPIC_HEARTBEAT:
             (last,) = swire.unpack(payload)
