@@ -14,6 +14,8 @@ import socket
 import subprocess
 import sys
 import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 
 from cluster.config import ClusterConfig
@@ -22,25 +24,26 @@ from txn_library.client import Client
 STOP_GRACE_S = 5.0
 
 
-def _spawn(args: list[str], log_path: Path) -> subprocess.Popen:
+def _spawn(args: list[str], log_path: Path, module: str = "cluster.cli") -> subprocess.Popen:
+    """Start ``python -m module args...`` in its own session, output appended to a log."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    out = open(log_path, "ab")
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", *args],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-        env=env,
-    )
+    with open(log_path, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
 
 
-class LocalCluster:
-    """A sequencer and R x P partition processes on 127.0.0.1."""
+class ProcessGroup(ABC):
+    """Child processes tracked by name and PID, always stopped (SIGTERM, then SIGKILL)."""
 
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config
@@ -50,60 +53,19 @@ class LocalCluster:
     def logs_dir(self) -> Path:
         return Path(self.config.data_dir) / "logs"
 
-    def start(self, wait_s: float = 60.0, replicas: list[int] | None = None) -> LocalCluster:
-        """Start the sequencer and the partitions of ``replicas`` (default: all)."""
-        self.config.save()
-        self.start_sequencer()
-        started = range(self.config.replicas) if replicas is None else replicas
-        for r in started:
-            for p in range(self.config.partitions):
-                self.start_partition(r, p)
-        self.wait_ready(wait_s, want=len(started) * self.config.partitions)
-        return self
-
-    def start_sequencer(self) -> None:
-        self.procs["sequencer"] = _spawn(
-            ["sequencer", "--data-dir", self.config.data_dir], self.logs_dir / "sequencer.log"
-        )
-
-    def start_partition(self, r: int, p: int) -> None:
-        self.procs[f"r{r}p{p}"] = _spawn(
-            [
-                "replica",
-                "--data-dir",
-                self.config.data_dir,
-                "--replica",
-                str(r),
-                "--partition",
-                str(p),
-            ],
-            self.logs_dir / f"replica-{r}-partition-{p}.log",
-        )
-
-    def wait_ready(self, wait_s: float = 60.0, want: int | None = None) -> dict:
-        """Wait until ``want`` partitions (default all) report to the sequencer."""
-        deadline = time.monotonic() + wait_s
-        if want is None:
-            want = self.config.replicas * self.config.partitions
-        last_err: Exception | None = None
-        with Client(self.config.client_addr, timeout_s=5) as c:
-            while time.monotonic() < deadline:
-                self.check_alive()
-                try:
-                    st = c.status(timeout_s=2)
-                    if len(st["partitions"]) >= want:
-                        return st
-                except Exception as e:  # not up yet
-                    last_err = e
-                time.sleep(0.1)
-        raise TimeoutError(
-            f"cluster not ready after {wait_s}s ({last_err}); see logs in {self.logs_dir}"
-        )
+    def spawn(self, name: str, args: list[str], log_name: str, module: str = "cluster.cli") -> None:
+        self.procs[name] = _spawn(args, self.logs_dir / log_name, module)
 
     def check_alive(self) -> None:
         for name, p in self.procs.items():
             if p.poll() is not None:
                 raise RuntimeError(f"{name} exited with {p.returncode}; see {self.logs_dir}")
+
+    def wait_exit(self, name: str, timeout_s: float) -> int:
+        """Wait for a process expected to exit (an injected crash); forget it."""
+        code = self.procs[name].wait(timeout=timeout_s)
+        del self.procs[name]
+        return code
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         p = self.procs.pop(name)
@@ -129,7 +91,11 @@ class LocalCluster:
                 p.wait(timeout=5)
         self.procs.clear()
 
-    def __enter__(self) -> LocalCluster:
+    @abstractmethod
+    def start(self, wait_s: float = 60.0) -> ProcessGroup:
+        """Start every process and wait until the cluster answers."""
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
         try:
             return self.start()
         except BaseException:
@@ -138,6 +104,65 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def run_foreground(self, should_stop: Callable[[], bool], poll_s: float = 0.2) -> None:
+        """Block until ``should_stop()`` (e.g. after Ctrl-C), failing if a child dies."""
+        while not should_stop():
+            self.check_alive()
+            time.sleep(poll_s)
+
+
+class LocalCluster(ProcessGroup):
+    """A sequencer and R x P partition processes on 127.0.0.1."""
+
+    def start(self, wait_s: float = 60.0, replicas: list[int] | None = None) -> LocalCluster:
+        """Start the sequencer and the partitions of ``replicas`` (default: all)."""
+        self.config.save()
+        self.start_sequencer()
+        started = range(self.config.replicas) if replicas is None else replicas
+        for r in started:
+            for p in range(self.config.partitions):
+                self.start_partition(r, p)
+        self.wait_ready(wait_s, want=len(started) * self.config.partitions)
+        return self
+
+    def start_sequencer(self) -> None:
+        self.spawn("sequencer", ["sequencer", "--data-dir", self.config.data_dir], "sequencer.log")
+
+    def start_partition(self, r: int, p: int) -> None:
+        self.spawn(
+            f"r{r}p{p}",
+            [
+                "replica",
+                "--data-dir",
+                self.config.data_dir,
+                "--replica",
+                str(r),
+                "--partition",
+                str(p),
+            ],
+            f"replica-{r}-partition-{p}.log",
+        )
+
+    def wait_ready(self, wait_s: float = 60.0, want: int | None = None) -> dict:
+        """Wait until ``want`` partitions (default all) report to the sequencer."""
+        deadline = time.monotonic() + wait_s
+        if want is None:
+            want = self.config.replicas * self.config.partitions
+        last_err: Exception | None = None
+        with Client(self.config.client_addr, timeout_s=5) as c:
+            while time.monotonic() < deadline:
+                self.check_alive()
+                try:
+                    st = c.status(timeout_s=2)
+                    if len(st["partitions"]) >= want:
+                        return st
+                except Exception as e:  # not up yet
+                    last_err = e
+                time.sleep(0.1)
+        raise TimeoutError(
+            f"cluster not ready after {wait_s}s ({last_err}); see logs in {self.logs_dir}"
+        )
 
 
 def free_base_port(span: int = 64) -> int:

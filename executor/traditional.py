@@ -44,9 +44,11 @@ Log records (presumed abort; one CommandLog frame per turn holds a list of them)
   [R_PREPARE, aid, coordinator, prio, writes]    forced before voting YES
   [R_OUTCOME, aid, committed]                    a prepared branch's outcome
 Recovery (``recover``) replays them from the start: redo of committed writes, the
-undecided R_DECIDEs resend COMMIT, and prepared branches with no outcome are in
+unacknowledged R_DECIDEs resend COMMIT, and prepared branches with no outcome are in
 doubt: they re-take their exclusive locks and ask the coordinator (K_QUERY) until
-it answers (no decision on record = abort).
+it answers (no decision on record = abort). A live prepared branch that hears no
+decision within prepare_timeout_ms asks too (its coordinator may have crashed), and
+a coordinator resends COMMIT until every participant acknowledged.
 
 Invariants (InvariantViolation is a bug):
 - a transaction holds every lock it took until its commit or abort (strict 2PL); the
@@ -83,7 +85,6 @@ from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_MALFORMED,
     ERR_OVERLOADED,
-    ERR_PROCEDURE_FAILED,
     ERR_RESTARTS_EXHAUSTED,
     ERR_UNAVAILABLE,
     ERROR,
@@ -127,12 +128,19 @@ class TraditionalOptions:
     # Take the exclusive lock at the first read of a key the footprint says will be
     # written (SELECT ... FOR UPDATE), instead of shared-then-upgrade.
     update_locks: bool = True
+    # Admission control (multiprogramming level): calls a coordinator runs at once,
+    # counting those waiting to restart; the rest wait in FIFO order. 2PL thrashes
+    # when far more transactions than records-in-conflict run together.
+    active_max: int = 128
     prepare_timeout_ms: int = 2_000  # coordinator: votes not all in -> abort
     remote_timeout_ms: int = 10_000  # coordinator: no lock/read reply -> abort
     branch_idle_timeout_ms: int = 30_000  # participant: silent coordinator -> drop branch
-    query_every_ms: int = 200  # in-doubt participant: ask the coordinator again
-    restart_delay_base_us: int = 200  # wait-die restart backoff: uniform(0, base * 2^k)
-    restart_delay_cap_us: int = 20_000
+    # A prepared participant with no decision after prepare_timeout_ms asks its
+    # coordinator, then again every query_every_ms; a coordinator resends COMMIT to
+    # participants that have not acknowledged at the same pace.
+    query_every_ms: int = 200
+    restart_delay_base_us: int = 1_000  # wait-die restart backoff: uniform(0, base * 2^k)
+    restart_delay_cap_us: int = 100_000
     restarts_max: int = 10_000  # per call; wait-die cannot starve, so this is a backstop
     status_every_ms: int = 200  # status gossip to peers (0: off)
     # Fault injection at one partition's prepares: FAULT_* and which prepares
@@ -148,6 +156,8 @@ class TraditionalOptions:
             raise ValueError("timeouts must be >= 1 ms")
         if self.restart_delay_cap_us < self.restart_delay_base_us or self.fault_every < 1:
             raise ValueError("bad restart delay or fault_every")
+        if not 1 <= self.active_max <= active_calls_max:
+            raise ValueError(f"active_max must be in 1..{active_calls_max}")
 
     FILE = "traditional.json"
 
@@ -177,6 +187,8 @@ class HistoryEntry:
     args: tuple
     status: int
     value: Any
+    ts_ms: int  # what the body saw as ctx.timestamp_ms and ctx.rng's seed
+    seed: int
     outcome: str = "pending"  # committed | aborted (logical) | failed (2PC/timeout)
 
 
@@ -227,6 +239,7 @@ class _Attempt:
         "writes",
         "glet",
         "suspended",
+        "wake",
         "waiting_on",
         "doomed",
         "kill_reason",
@@ -324,15 +337,19 @@ class TraditionalPartition:
         self._seq = clock()  # attempt ids stay unique across restarts of the process
         self._attempts: dict[Aid, _Attempt] = {}
         self._restarting = 0  # calls waiting for their restart timer
+        self._in_system = 0  # admitted calls not yet answered
+        self._admission: deque[_Call] = deque()  # accepted, waiting for a slot
         self._branches: dict[Aid, _Branch] = {}
         self._decisions: dict[Aid, set[int]] = {}  # committed, acks outstanding
         self._in_doubt: set[Aid] = set()
-        self._ready: deque[tuple[_Attempt, Any]] = deque()
+        self._ready: deque[tuple[_Attempt, int, Any]] = deque()  # (attempt, wake, value)
         self._timers: list[tuple[int, int, int, Any]] = []
         self._timer_seq = 0
         self._pumping = False
         self._dedup: OrderedDict[tuple[bytes, int], Any] = OrderedDict()
         self.peer_status: dict[int, tuple] = {}
+        self._peer_heard_us: dict[int, int] = {}
+        self.pid: int | None = None  # set by the process that runs this role (status only)
         self.log_out: list[tuple] = []
         self.peer_out: dict[int, list[tuple]] = {}
         self.client_out: dict[bytes, list[tuple]] = {}
@@ -355,9 +372,18 @@ class TraditionalPartition:
         self.peer_out.setdefault(p, []).append(msg)
 
     def _reply(self, call: _Call, status: int, value: Any) -> None:
+        """The call's final answer: frees its admission slot."""
         self.client_out.setdefault(call.identity, []).append((call.req_id, status, value))
         if call.client_id:
             self._remember(call.client_id, call.req_id, ("done", status, value))
+        self._in_system -= 1
+        invariant(self._in_system >= 0, "more answers than admitted calls")
+        while self._admission and self._in_system < self.options.active_max:
+            self._admit(self._admission.popleft())
+
+    def _admit(self, call: _Call) -> None:
+        self._in_system += 1
+        self._start(call)
 
     def _remember(self, client_id: bytes, req_id: int, what: Any) -> None:
         key = (client_id, req_id)
@@ -403,12 +429,11 @@ class TraditionalPartition:
             return
         proc = lookup(name)
         proc.validate(args)
-        if len(self._attempts) + self._restarting >= active_calls_max:
+        if self._in_system + len(self._admission) >= active_calls_max:
             raise BadRequest(ERR_OVERLOADED, "too many calls in flight; retry later")
         call = _Call()
         call.identity, call.client_id, call.req_id = identity, client_id, req_id
         call.proc, call.args = proc, tuple(args)
-        self._footprint(proc, call.args)  # bad footprints are the caller's error
         self._seq += 1
         now = self._clock()
         call.prio = (now, self.partition, self._seq)
@@ -418,7 +443,10 @@ class TraditionalPartition:
         call.recon = proc.recon is not None
         if client_id:
             self._remember(client_id, req_id, ("inflight", call))
-        self._start(call)
+        if self._in_system < self.options.active_max and not self._admission:
+            self._admit(call)
+        else:
+            self._admission.append(call)
 
     @staticmethod
     def _footprint(proc: Procedure, args: tuple) -> Any:
@@ -432,13 +460,18 @@ class TraditionalPartition:
     # Coordinator: running bodies -------------------------------------------------------
     def _start(self, call: _Call) -> None:
         proc = lookup(call.proc.recon) if call.recon else call.proc
-        fp = self._footprint(proc, call.args)
+        try:
+            fp = self._footprint(proc, call.args)
+        except BadRequest as e:  # the caller's error: nothing was locked or changed
+            self._reply(call, ERROR, (e.code, e.message))
+            return
         self._seq += 1
         att = _Attempt()
         att.aid = (self.partition, self._seq)
         att.call, att.proc, att.args = call, proc, call.args
         att.reads, att.writes = cover_set(fp.reads), cover_set(fp.writes)
         att.suspended, att.waiting_on, att.doomed, att.kill_reason = True, None, False, None
+        att.wake = 0
         att.parts = {}
         att.remote_locks = {}
         att.rows, att.scans = {}, {}
@@ -451,7 +484,7 @@ class TraditionalPartition:
         att.hist = None
         att.glet = greenlet.greenlet(lambda _v: self._body(att))
         self._attempts[att.aid] = att
-        self._ready.append((att, None))
+        self._ready.append((att, 0, None))
 
     def _body(self, att: _Attempt) -> Any:
         call = att.call
@@ -474,9 +507,9 @@ class TraditionalPartition:
         """Resume runnable bodies until none is left. Only ever called from outside bodies."""
         ready = self._ready
         while ready:
-            att, value = ready.popleft()
-            if not att.suspended or self._attempts.get(att.aid) is not att:
-                continue
+            att, wake, value = ready.popleft()
+            if wake != att.wake or not att.suspended or self._attempts.get(att.aid) is not att:
+                continue  # stale: that wait is over, or the attempt ended
             att.suspended = False
             att.waiting_on = None
             g = att.glet
@@ -489,6 +522,7 @@ class TraditionalPartition:
     def _suspend(self, att: _Attempt, waiting_on: Any) -> Any:
         att.suspended = True
         att.waiting_on = waiting_on
+        att.wake += 1
         parent = greenlet.getcurrent().parent
         invariant(parent is not None, "a body must run in its own greenlet")
         return parent.switch()
@@ -500,7 +534,7 @@ class TraditionalPartition:
         att.doomed = True
         att.kill_reason = reason
         if att.suspended:
-            self._ready.append((att, None))  # unwinds the body, then _on_body_exit
+            self._ready.append((att, att.wake, None))  # unwinds the body, then _on_body_exit
         elif att.glet is None:
             self._abort(att, reason)
         # else: the body is running right now (it will see doomed at its next lock)
@@ -566,7 +600,7 @@ class TraditionalPartition:
         n = self._send_lock(att, p, op, table, key, mode, name)
         self._set_deadline(att, self.options.remote_timeout_ms)
         data = self._suspend(att, (p, n))
-        att.deadline_us = 0 if not att.acks_pending else att.deadline_us
+        att.deadline_us = 0
         cache[(table, key)] = data
         return data
 
@@ -603,7 +637,9 @@ class TraditionalPartition:
         call = att.call
         att.deadline_us = 0
         if self.history is not None and not call.recon:
-            att.hist = HistoryEntry(att.aid, call.proc.name, call.args, status, value)
+            att.hist = HistoryEntry(
+                att.aid, call.proc.name, call.args, status, value, call.ts_ms, call.seed
+            )
             self.history.append(att.hist)
         if call.recon and status == OK:
             self._release_everywhere(att, "done")
@@ -664,6 +700,8 @@ class TraditionalPartition:
             self._decisions[att.aid] = set(participants)
             for p in participants:
                 self._send(p, (K_COMMIT, att.aid))
+            due = self._clock() + 1000 * self.options.prepare_timeout_ms
+            self._add_timer(due, T_RESEND, att.aid)
             self.stats.committed_multi += 1
         elif att.local_writes:
             self.log_out.append((R_COMMIT, att.aid, att.local_writes, cid, rid, value))
@@ -729,7 +767,7 @@ class TraditionalPartition:
             self._doom(att, None)
             return
         if att.suspended and att.waiting_on == (src, n):
-            self._ready.append((att, data))
+            self._ready.append((att, att.wake, data))
             return
         att.acks_pending -= 1
         invariant(att.acks_pending >= 0, f"{aid}: more lock grants than requests")
@@ -769,6 +807,7 @@ class TraditionalPartition:
 
     def _on_status(self, src: int, m: tuple) -> None:
         self.peer_status[src] = m[1]
+        self._peer_heard_us[src] = self._clock()
 
     # Participant ------------------------------------------------------------------------
     def _on_lock(self, src: int, m: tuple) -> None:
@@ -781,7 +820,8 @@ class TraditionalPartition:
             br = self._branches[aid] = _Branch(aid, prio, src, self._clock())
         if br.state != B_ACTIVE:
             invariant(br.state == B_DEAD, f"{aid}: lock request after prepare")
-            return  # dead: the coordinator learns it from the DIE already sent
+            self._send(src, (K_LOCK_REPLY, aid, n, False, None))
+            return
         br.touched_us = self._clock()
         br.queue.append(m)
         if not br.waiting:
@@ -846,6 +886,8 @@ class TraditionalPartition:
         br.writes = writes
         self.stats.prepares += 1
         self._send(src, (K_VOTE, aid, VOTE_YES))
+        # Termination: if no decision comes (the coordinator may have crashed), ask.
+        self._add_timer(self._clock() + 1000 * self.options.prepare_timeout_ms, T_QUERY, aid)
 
     def _on_commit(self, src: int, m: tuple) -> None:
         aid = m[1]
@@ -883,13 +925,14 @@ class TraditionalPartition:
                     att = self._attempts.get(owner)
                     if att is not None:
                         if kind == EV_GRANTED:
-                            self._ready.append((att, None))
+                            self._ready.append((att, att.wake, None))
                         else:
                             self._doom(att, None)
                         continue
                     br = self._branches.get(owner)
-                    invariant(br is not None, f"lock event for unknown owner {owner!r}")
-                    assert br is not None
+                    if br is None or br.state != B_ACTIVE:
+                        self.locks.release_all(owner)  # it ended meanwhile: give it back
+                        continue
                     if kind == EV_GRANTED:
                         br.waiting = False
                         self._branch_reply(br)
@@ -936,6 +979,13 @@ class TraditionalPartition:
             self._send(br.coord, (K_QUERY, aid))
             self._add_timer(now + 1000 * self.options.query_every_ms, T_QUERY, aid)
 
+    def _on_resend_timer(self, aid: Aid, now: int) -> None:
+        waiting = self._decisions.get(aid)
+        if waiting:
+            for p in sorted(waiting):
+                self._send(p, (K_COMMIT, aid))
+            self._add_timer(now + 1000 * self.options.query_every_ms, T_RESEND, aid)
+
     def _on_sweep(self, _: Any, now: int) -> None:
         """Drop branches whose coordinator went silent before they were prepared."""
         limit_us = 1000 * self.options.branch_idle_timeout_ms
@@ -979,7 +1029,8 @@ class TraditionalPartition:
                 elif kind == R_PREPARE:
                     prepared[r[1]] = r
                 elif kind == R_OUTCOME:
-                    rec = prepared.pop(r[1])
+                    rec = prepared.pop(r[1], None)
+                    invariant(rec is not None, f"outcome of {r[1]} without its prepare record")
                     if r[2]:
                         self._apply(rec[4])
                 else:
@@ -996,8 +1047,9 @@ class TraditionalPartition:
             self._in_doubt.add(aid)
             self._add_timer(now, T_QUERY, aid)
         for aid, parts in self._decisions.items():
-            for p in parts:
+            for p in sorted(parts):
                 self._send(p, (K_COMMIT, aid))
+            self._add_timer(now + 1000 * self.options.query_every_ms, T_RESEND, aid)
         return n
 
     def _recovered_result(self, client_id: bytes, req_id: int, value: Any) -> None:
@@ -1011,23 +1063,31 @@ class TraditionalPartition:
             self.partition,
             s.committed,
             self.storage.state_hash,
-            len(self._attempts) + self._restarting,
+            self._in_system + len(self._admission),
             len(self._branches),
             s.aborted,
             s.failed,
             s.deaths,
             len(self._in_doubt),
+            self.pid,
         )
 
     def status_report(self) -> dict:
         """The REQ_STATUS answer; shaped like the sequencer's so ``ordo status`` works."""
         rows = dict(self.peer_status)
         rows[self.partition] = self.status()
+        now = self._clock()
+        silent_us = 5 * 1000 * max(self.options.status_every_ms, 200)
         parts = []
         for p in sorted(rows):
-            _, committed, h, active, branches, aborted, failed, deaths, in_doubt = rows[p]
+            _, committed, h, active, branches, aborted, failed, deaths, in_doubt, pid = rows[p]
+            heard = self._peer_heard_us.get(p, now)
             parts.append(
                 {
+                    "down": now - heard > silent_us,
+                    "pid": pid,
+                    "newest_checkpoint_epoch": 0,  # no checkpoints in this mode
+                    "catching_up": False,
                     "replica": 0,
                     "partition": p,
                     "last_epoch": 0,
@@ -1052,16 +1112,23 @@ class TraditionalPartition:
             "queries": 0,
             "duplicate_calls": s.duplicate_calls,
             "determinism_violations": 0,
-            "pending": len(self._attempts) + self._restarting,
-            "in_flight": len(self._attempts),
+            "failed": sum(x["failed"] for x in parts),
+            "log_first_epoch": 0,
+            "pending": self._in_system + len(self._admission),
+            "in_flight": self._in_system,
             "partitions": parts,
         }
 
     def idle(self) -> bool:
-        return not self._attempts and not self._branches and not self._restarting
+        return not self._in_system and not self._admission and not self._branches
 
     def check_invariants(self) -> None:
         self.locks.check_invariants()
+        invariant(
+            self._in_system <= self.options.active_max
+            and len(self._attempts) + self._restarting <= self._in_system,
+            "admission bound broken",
+        )
         for aid, br in self._branches.items():
             invariant(br.state != B_PREPARED or not br.queue, f"{aid}: prepared with requests")
         for aid in self._in_doubt:
@@ -1071,7 +1138,7 @@ class TraditionalPartition:
     _timer_handlers: dict[int, Callable[[TraditionalPartition, Any, int], None]] = {}
 
 
-T_RESTART, T_DEADLINE, T_QUERY, T_SWEEP, T_STATUS = range(5)
+T_RESTART, T_DEADLINE, T_QUERY, T_SWEEP, T_STATUS, T_RESEND = range(6)
 TraditionalPartition._handlers = {
     K_LOCK: TraditionalPartition._on_lock,
     K_LOCK_REPLY: TraditionalPartition._on_lock_reply,
@@ -1089,7 +1156,25 @@ TraditionalPartition._timer_handlers = {
     T_QUERY: TraditionalPartition._on_query_timer,
     T_SWEEP: TraditionalPartition._on_sweep,
     T_STATUS: TraditionalPartition._on_status_timer,
+    T_RESEND: TraditionalPartition._on_resend_timer,
 }
+
+
+def home_partition(proc: str, args: Iterable[Any], partitions: int) -> int:
+    """Where a client should send a call: the partition owning the first non-replicated
+    key of its footprint (of its reconnaissance, for a dependent procedure), else 0.
+
+    Any partition can coordinate any call; sending it home saves remote lock requests.
+    """
+    p_ = lookup(proc)
+    if p_.recon is not None:
+        p_ = lookup(p_.recon)
+    fp = p_.footprint_of(tuple(args))
+    for t, key in fp.reads + fp.writes:
+        p = catalog.partition_of(t, key, partitions)
+        if p != REPLICATED:
+            return p
+    return 0
 
 
 def every_nth_prepare(kind: str, n: int) -> PrepareFault:
@@ -1135,6 +1220,7 @@ class LocalTraditionalCluster:
         faults: dict[int, PrepareFault] | None = None,
         record_history: bool = True,
         deliver_max: int = 4,
+        storages: list[Storage] | None = None,
     ) -> None:
         self.partitions = partitions
         self.options = options or TraditionalOptions(status_every_ms=0)
@@ -1144,6 +1230,7 @@ class LocalTraditionalCluster:
         self.history: list[HistoryEntry] | None = [] if record_history else None
         self.faults = dict(faults or {})
         self.logs: list[list[bytes]] = [[] for _ in range(partitions)]
+        self._genesis = storages
         self.parts = [self._make(p) for p in range(partitions)]
         self.channels: dict[tuple[int, int], deque[bytes]] = {
             (s, d): deque() for s in range(partitions) for d in range(partitions) if s != d
@@ -1155,9 +1242,14 @@ class LocalTraditionalCluster:
         self._next_req = 0
 
     def _make(self, p: int) -> TraditionalPartition:
+        storage = None
+        if self._genesis is not None:  # a crash restarts from a copy of the genesis state
+            storage = Storage()
+            storage.load(self._genesis[p].rows())
         return TraditionalPartition(
             p,
             self.partitions,
+            storage,
             options=self.options,
             clock=lambda: self.now_us,
             rng=random.Random(self.seed * 7919 + p + 100 * len(self.logs[p])),
@@ -1166,18 +1258,9 @@ class LocalTraditionalCluster:
         )
 
     # Clients --------------------------------------------------------------------------
-    def home(self, proc: str, args: tuple) -> int:
-        """The partition owning the first key of the footprint (where clients send it)."""
-        fp = lookup(proc).footprint_of(args)
-        for t, key in fp.reads + fp.writes:
-            p = catalog.partition_of(t, key, self.partitions)
-            if p != REPLICATED:
-                return p
-        return 0
-
     def submit(self, proc: str, *args: Any, at: int | None = None) -> int:
         self._next_req += 1
-        p = self.home(proc, args) if at is None else at
+        p = home_partition(proc, args, self.partitions) if at is None else at
         self.client_inbox[p].append((self._next_req, proc, list(args)))
         return self._next_req
 
@@ -1247,12 +1330,12 @@ class LocalTraditionalCluster:
                 self.results[req_id] = (status, value)
         self.steps += 1
 
-    def run(self, max_steps: int = 2_000_000) -> None:
-        """Step until every submitted call is answered and the cluster is idle."""
+    def run(self, max_steps: int = 1_000_000) -> None:
+        """Step until no message, call or transaction is left anywhere."""
         for _ in range(max_steps):
-            if not self.step() or (self.quiet() and len(self.results) == self._next_req):
-                if self.quiet():
-                    return
+            if self.quiet():
+                return
+            self.step()
         raise RuntimeError(
             f"not quiet after {max_steps} steps: {len(self.results)}/{self._next_req} answered"
         )
@@ -1309,7 +1392,8 @@ def replay_history(
             continue
         proc = lookup(h.proc)
         fp = proc.footprint(*h.args)
-        ctx = TxnContext(0, 0, 0, cover_set(fp.reads), cover_set(fp.writes), s.get, s.scan)
+        reads, writes = cover_set(fp.reads), cover_set(fp.writes)
+        ctx = TxnContext(h.aid[1], h.ts_ms, h.seed, reads, writes, s.get, s.scan)
         status, value = run_body(proc, h.args, ctx)
         if (status, value) != (h.status, h.value) and len(check.mismatches) < max_report:
             check.mismatches.append(
@@ -1324,11 +1408,11 @@ def replay_history(
 
 
 __all__ = [
-    "ERR_PROCEDURE_FAILED",
     "HistoryEntry",
     "LocalTraditionalCluster",
     "TraditionalOptions",
     "TraditionalPartition",
     "every_nth_prepare",
+    "home_partition",
     "replay_history",
 ]

@@ -12,7 +12,6 @@ import argparse
 import shutil
 import signal
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -79,9 +78,7 @@ def main() -> None:
 
         signal.signal(signal.SIGINT, on_sig)
         signal.signal(signal.SIGTERM, on_sig)
-        while not stop:
-            lc.check_alive()
-            time.sleep(0.3)
+        lc.run_foreground(lambda: stop)
 
 
 if __name__ == "__main__":
