@@ -50,6 +50,14 @@ def main() -> None:
 @click.option(
     "--checkpoint-every", default=0, show_default=True, help="Checkpoint every N epochs (0: never)."
 )
+@click.option(
+    "--mode",
+    type=click.Choice(["deterministic", "traditional"]),
+    default="deterministic",
+    show_default=True,
+    help="Ordo (sequenced, deterministic) or the 2PL + 2PC baseline.",
+)
+@click.option("--no-update-locks", is_flag=True, help="Traditional mode: shared, then upgrade.")
 @data_dir_option
 def up(
     replicas: int,
@@ -60,17 +68,36 @@ def up(
     fresh: bool,
     modules: tuple[str, ...],
     checkpoint_every: int,
+    mode: str,
+    no_update_locks: bool,
     data_dir: str,
 ) -> None:
-    """Start a local cluster and stay in the foreground until Ctrl-C."""
-    from cluster.launcher import LocalCluster
+    """Start a local cluster and stay in the foreground until Ctrl-C.
+
+    --mode traditional starts the 2PL + 2PC baseline instead (one replica; clients talk
+    to any partition, e.g. `ordo call` reaches partition 0).
+    """
+    from dataclasses import replace
+
+    from cluster.launcher import LocalCluster, ProcessGroup
 
     if fresh and Path(data_dir).exists():
         shutil.rmtree(data_dir)
     cfg = _config_for_up(
         data_dir, replicas, partitions, base_port, epoch_ms, not no_fsync, modules, checkpoint_every
     )
-    cluster = LocalCluster(cfg)
+    cluster: ProcessGroup
+    if mode == "traditional":
+        from executor.traditional_server import TraditionalCluster, TraditionalOptions
+
+        if replicas != 1:
+            click.echo("ordo up: the traditional mode is not replicated; using 1 replica")
+        cfg = replace(cfg, replicas=1)
+        cluster = TraditionalCluster(cfg, TraditionalOptions(update_locks=not no_update_locks))
+        banner = f"traditional (2PL + 2PC) mode, {partitions} partitions"
+    else:
+        cluster = LocalCluster(cfg)
+        banner = f"sequencer at {cfg.client_addr}, {replicas} replicas x {partitions} partitions"
     stopping = False
 
     def on_signal(*_: Any) -> None:
@@ -81,13 +108,8 @@ def up(
     signal.signal(signal.SIGTERM, on_signal)
     try:
         cluster.start()
-        click.echo(
-            f"ordo up: sequencer at {cfg.client_addr}, {replicas} replicas x "
-            f"{partitions} partitions, data in {data_dir} (Ctrl-C to stop)"
-        )
-        while not stopping:
-            cluster.check_alive()
-            time.sleep(0.2)
+        click.echo(f"ordo up: {banner}, data in {data_dir} (Ctrl-C to stop)")
+        cluster.run_foreground(lambda: stopping)
     finally:
         click.echo("ordo up: stopping")
         cluster.stop()
@@ -402,9 +424,12 @@ def procedures(data_dir: str) -> None:
         click.echo(f"{name}({args})  [{kind}]  {p.doc.splitlines()[0] if p.doc else ''}")
 
 
+# Subcommand groups that live with the code they drive (their heavy imports are lazy).
+from cluster.replay_cli import replay as _replay_group  # noqa: E402
 from tpcc.cli import tpcc as _tpcc_group  # noqa: E402
 
 main.add_command(_tpcc_group)
+main.add_command(_replay_group)
 
 if __name__ == "__main__":
     main()

@@ -274,6 +274,8 @@ def iter_frames(
                 expected_epoch = epoch + 1
                 if epoch >= first_epoch:
                     yield epoch, payload
+                if last_epoch is not None and epoch >= last_epoch:
+                    return
 
 
 class CommandLog:

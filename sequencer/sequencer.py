@@ -72,15 +72,15 @@ def participants(proc: Procedure, args: tuple, partitions: int) -> tuple[int, ..
     """Partitions a call touches (sorted); replicated-only calls go to partition 0."""
     try:
         fp = proc.footprint_of(args)
+        parts = set()
+        for t, key in fp.reads + fp.writes:
+            p = catalog.partition_of(t, key, partitions)
+            if p != catalog.REPLICATED:
+                parts.add(p)
     except BadRequest:
         raise
     except Exception as e:
         raise BadRequest(ERR_BAD_ARGUMENTS, f"footprint of {proc.name} failed: {e}") from None
-    parts = set()
-    for t, key in fp.reads + fp.writes:
-        p = catalog.partition_of(t, key, partitions)
-        if p != catalog.REPLICATED:
-            parts.add(p)
     return tuple(sorted(parts)) if parts else (0,)
 
 
@@ -491,9 +491,15 @@ class Sequencer:
                 )
             else:
                 call.args = call.args[:-1] + (value,)
-                call.participants = self._participants(call.proc, call.args)
-                self._pending.append(call)
-                return
+                try:
+                    if call.proc.dependent:
+                        call.proc.validate(call.args[:-1])
+                    call.participants = self._participants(call.proc, call.args)
+                except Exception as e:  # a bad prediction is the procedure's bug, not ours
+                    status, value = ERROR, (ERR_BAD_ARGUMENTS, f"restart prediction invalid: {e}")
+                else:
+                    self._pending.append(call)
+                    return
         self.reply(call.identity, call.req_id, status, value)
         if call.client_id:
             self._remember(call.client_id, call.req_id, ("done", status, value))

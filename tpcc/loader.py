@@ -1,5 +1,9 @@
 """TPC-C initial population (clause 4.3.3.1) as a stream of (table, key, row).
 
+``genesis`` is the cluster's genesis hook (ClusterConfig.genesis =
+"tpcc.loader:genesis"): each partition generates only the warehouses placed on it,
+plus the replicated ITEM table, when it starts from nothing.
+
 Determinism: the items depend only on the seed, and the rows of warehouse w only on
 (seed, w, load_ts_ms): each part draws from its own ``TpccRandom`` whose seed is
 derived with a stable digest (``derive_seed``), so a partition can load just its
@@ -14,7 +18,11 @@ Units follow ``tpcc.schema``: cents, basis points, milliseconds, None for null.
 
 from __future__ import annotations
 
+import gc
+import os
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -38,8 +46,13 @@ from tpcc.schema import (
     WAREHOUSE,
 )
 from tpcc.tpcc_random import LAST_NAMES, NURandC, TpccRandom, derive_seed
+from txn_library import catalog
 
 LoadRow = tuple[str, tuple, tuple]
+
+GC_THRESHOLDS = (50_000, 20, 100)  # gen0 allocations, gen1 and gen2 collection ratios
+PROFILE_ENV = "ORDO_PROFILE_DIR"
+PROFILE_CLOCK_ENV = "ORDO_PROFILE_CLOCK"
 
 # Initial values of clause 4.3.3.1, in schema units.
 W_YTD_INITIAL = 30_000_000  # 300,000.00
@@ -76,6 +89,64 @@ def generate(
         for w_id in range(1, warehouses + 1):
             yield from generate_warehouse(w_id, seed, load_ts_ms)
             bar.update()
+
+
+def genesis(
+    partition: int, partitions: int, warehouses: int, seed: int, load_ts_ms: int
+) -> Iterator[LoadRow]:
+    """The initial rows one partition holds (ClusterConfig.genesis = "tpcc.loader:genesis").
+
+    Every ITEM row (ITEM is replicated on every partition), then every row of each
+    warehouse w in 1..warehouses placed on ``partition`` (the warehouse table's
+    placement, ``catalog.partition_of(WAREHOUSE, (w,), partitions)``; every table is
+    placed by warehouse, so all of w's rows live there). A pure function of its
+    arguments: every replica, restart and replay starts from the same state, and
+    nothing goes through the command log. No progress bar here: partition processes
+    log, the driver shows progress while it waits for them.
+    """
+    if not 0 <= partition < partitions:
+        raise ValueError(f"partition {partition} not in [0, {partitions})")
+    yield from generate_items(seed)
+    for w_id in range(1, warehouses + 1):
+        if catalog.partition_of(WAREHOUSE, (w_id,), partitions) == partition:
+            yield from generate_warehouse(w_id, seed, load_ts_ms)
+    settle_heap()
+    maybe_profile(f"partition-{partition}")
+
+
+def settle_heap() -> None:
+    """Keep the collector off the loaded database (called when a load completes).
+
+    A warehouse is ~560,000 rows that live as long as the process. With CPython's
+    default thresholds the cyclic collector walks the big table dicts and index lists
+    over and over (they are re-tracked on the first insert after every full
+    collection), which cost about half of a partition's CPU under New-Order. So:
+    collect once, freeze the survivors (gc.freeze: never scanned again) and make young
+    collections rare. Rows are tuples without cycles; collections still run.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+def maybe_profile(role: str) -> None:
+    """Profiling hook: with ORDO_PROFILE_DIR set, profile this process from now on
+    (cProfile) and write ``<dir>/<role>-<pid>.prof`` at exit (a partition exits
+    normally on SIGTERM). Read it with ``python -m pstats``."""
+    out_dir = os.environ.get(PROFILE_ENV)
+    if not out_dir:
+        return
+    import atexit
+    import cProfile
+
+    # Wall time by default; ORDO_PROFILE_CLOCK=cpu counts CPU time only (slower, but
+    # honest on a busy machine where wall time includes time spent descheduled).
+    cpu = os.environ.get(PROFILE_CLOCK_ENV) == "cpu"
+    profiler = cProfile.Profile(time.process_time) if cpu else cProfile.Profile()
+    path = Path(out_dir) / f"{role}-{os.getpid()}.prof"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atexit.register(lambda: (profiler.disable(), profiler.dump_stats(str(path))))
+    profiler.enable()
 
 
 def generate_items(seed: int) -> Iterator[LoadRow]:

@@ -179,6 +179,7 @@ def _warehouse_table(name: str, key_len: int, lock_len: int, *, ordered: bool = 
             placement=place_by_first_int,
             ordered=ordered,
             columns=COLUMNS[name],
+            key_columns=KEY_COLUMNS[name],
         )
     )
 
@@ -193,6 +194,14 @@ TABLES: dict[str, Table] = {
     ORDERS: _warehouse_table(ORDERS, 3, 2, ordered=True),
     ORDER_BY_CUSTOMER: _warehouse_table(ORDER_BY_CUSTOMER, 4, 2, ordered=True),
     ORDER_LINE: _warehouse_table(ORDER_LINE, 4, 2, ordered=True),
-    ITEM: register_table(Table(name=ITEM, key_len=1, replicated=True, columns=COLUMNS[ITEM])),
+    ITEM: register_table(
+        Table(
+            name=ITEM,
+            key_len=1,
+            replicated=True,
+            columns=COLUMNS[ITEM],
+            key_columns=KEY_COLUMNS[ITEM],
+        )
+    ),
     STOCK: _warehouse_table(STOCK, 2, 2),
 }

@@ -164,7 +164,7 @@ class TpccRandom:
         """
         return x + int(self._random() * (y - x + 1))
 
-    def chance(self, percent: int) -> bool:
+    def chance(self, percent: float) -> bool:
         """True with probability percent/100."""
         return self._random() * 100 < percent
 

@@ -118,7 +118,7 @@ class Client:
         self.proto = ClientProtocol(client_id)
         self._ctx = zmq.Context.instance()
         self._submit_q: queue.SimpleQueue = queue.SimpleQueue()
-        self._wake_addr = f"inproc://ordo-client-{id(self)}-{os.getpid()}"
+        self._wake_addr = f"inproc://ordo-client-{os.urandom(8).hex()}"
         self._wake_recv = self._ctx.socket(zmq.PULL)
         self._wake_recv.bind(self._wake_addr)
         self._wake_send_lock = threading.Lock()

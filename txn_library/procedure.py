@@ -156,6 +156,17 @@ class Procedure:
                         f"{self.name}: footprint entry {t}{key!r} must be a tuple of "
                         f"length {n}..{spec.key_len}",
                     )
+                if (
+                    entries is fp.reads
+                    and len(key) < spec.key_len
+                    and not spec.ordered
+                    and not self.read_only
+                ):
+                    raise BadRequest(
+                        ERR_BAD_ARGUMENTS,
+                        f"{self.name}: prefix read of unordered table {t}{key!r} "
+                        f"(only ordered tables can be read by prefix in a sequenced call)",
+                    )
                 if spec.replicated and entries is fp.writes:
                     raise BadRequest(ERR_BAD_ARGUMENTS, f"{self.name}: writes replicated {t}")
         return fp

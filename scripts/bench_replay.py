@@ -1,0 +1,423 @@
+"""Benchmark: replay throughput of `ordo replay verify` vs live execution, same log.
+
+Runs a live cluster (bank transfers, or TPC-C New-Order through `tpcc.driver` with
+--workload tpcc) with checkpoints every N epochs and every checkpoint kept, records
+the live rate and the replicas' final hashes, stops the cluster, then replays the
+same log:
+
+  - in this process, no Spark: every interval one after another (verify_local), and
+    one replay of the whole log from genesis (reconstruct at the last epoch);
+  - `ordo replay verify` with --master local[1] and local[2] (subprocesses, so each
+    pays its own SparkSession start: reported apart from the job time);
+  - `ordo replay state` at the last epoch (its hash must equal the live replicas') and
+    `ordo replay history` on local[2].
+
+Writes results/bench_replay.json and prints a Markdown section. The machine is shared:
+`uptime` load averages are recorded before and after every phase.
+
+    .venv/bin/python scripts/bench_replay.py --txns 100000
+    .venv/bin/python scripts/bench_replay.py --workload tpcc --duration 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from cluster.config import ClusterConfig  # noqa: E402
+from cluster.launcher import LocalCluster, free_base_port, wait_quiescent  # noqa: E402
+from executor import checkpoint, replay  # noqa: E402
+from txn_library.client import Client  # noqa: E402
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def live_bank(a: argparse.Namespace, data: Path) -> tuple[ClusterConfig, dict, dict]:
+    from txn_library.bank_workload import make_transfers, open_accounts, run_transfers
+
+    cfg = ClusterConfig(
+        replicas=a.replicas,
+        partitions=a.partitions,
+        base_port=free_base_port(),
+        data_dir=str(data),
+        procedure_modules=("txn_library.builtin",),
+        checkpoint_every_epochs=a.checkpoint_every,
+        checkpoint_keep=1_000_000,
+    )
+    with LocalCluster(cfg):
+        with Client(cfg.client_addr) as c:
+            open_accounts(c, a.accounts, 1_000_000)
+        transfers = make_transfers(a.txns, a.accounts, a.partitions, a.multi, seed=1)
+        run = run_transfers(cfg.client_addr, transfers, a.clients, a.in_flight)
+        if run.failed:
+            raise RuntimeError(f"{run.failed} transfers failed: {run.errors[:3]}")
+        with Client(cfg.client_addr) as c:
+            status = wait_quiescent(c, a.replicas, a.partitions, timeout_s=300)
+    live = {
+        "workload": "bank.transfer",
+        "txns": run.submitted,
+        "elapsed_s": round(run.elapsed_s, 3),
+        "txn_per_s": round(run.submitted / run.elapsed_s, 1),
+        "multi_partition_share": a.multi,
+        "latency_p50_ms": round(run.percentile_ms(0.5), 1),
+    }
+    return cfg, status, live
+
+
+def live_tpcc(a: argparse.Namespace, data: Path) -> tuple[ClusterConfig, dict, dict]:
+    from tpcc import driver
+
+    cfg = ClusterConfig(
+        replicas=a.replicas,
+        partitions=a.partitions,
+        base_port=free_base_port(),
+        data_dir=str(data),
+        procedure_modules=driver.PROCEDURE_MODULES,
+        genesis=driver.GENESIS,
+        genesis_args={"warehouses": a.warehouses, "seed": 1, "load_ts_ms": 1_700_000_000_000},
+        checkpoint_every_epochs=a.checkpoint_every,
+        checkpoint_keep=1_000_000,
+    )
+    lc = driver.start_cluster(cfg, progress=False, log=print)
+    try:
+        opts = driver.RunOptions(
+            mix="new-order",
+            duration_s=a.duration,
+            warmup_s=0.0,
+            remote_pct=a.remote_pct,
+            terminals=a.terminals,
+            check=True,
+            attach=str(data),
+            out=None,
+            progress=False,
+        )
+        result = driver.run(opts)
+        with Client(cfg.client_addr) as c:
+            status = wait_quiescent(c, a.replicas, a.partitions, timeout_s=300)
+        lc.check_alive()
+    finally:
+        lc.stop()
+    s = result["summary"]
+    live = {
+        "workload": f"tpcc.new_order (remote lines {a.remote_pct:.1f}%)",
+        "txns": status["txns_sequenced"],
+        "txn_per_s": s["txn_per_s"],
+        "measured_s": s["measured_s"],
+        "multi_partition_share": s["multi_partition_share"],
+        "tpcc_check_ok": result.get("check", {}).get("ok"),
+    }
+    return cfg, status, live
+
+
+def in_process(spec: replay.ReplaySpec, ckpt: Path, last_epoch: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    rows = replay.verify_local(spec, ckpt)
+    verify_s = time.perf_counter() - t0
+    txns = sum(r["txns"] for r in rows)
+    t1 = time.perf_counter()
+    rc = replay.reconstruct(spec, [], last_epoch)  # genesis + the whole log, one replica
+    whole_s = time.perf_counter() - t1
+    return {
+        "verify_sequential_s": round(verify_s, 3),
+        "verify_sequential_txn_per_s": round(txns / verify_s, 1),
+        "verify_replay_s_sum": round(sum(r["replay_s"] for r in rows), 3),
+        "verify_load_s_sum": round(sum(r["load_s"] for r in rows), 3),
+        "verdicts": sorted({r["verdict"] for r in rows}),
+        "intervals": len(rows),
+        "whole_log_replay_s": round(whole_s, 3),
+        "whole_log_txn_per_s": round(rc.stats.txns / rc.replay_s, 1),
+        "whole_log_hash": f"{rc.state_hash:016x}",
+    }
+
+
+def ordo(args: list[str]) -> tuple[dict[str, Any], float]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "cluster.cli", "replay", *args, "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=3600,
+    )
+    wall = time.perf_counter() - t0
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"ordo replay {args[0]} failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout), wall
+
+
+def _rewrite_log(log_dir: Path, change: dict[int, bytes]) -> None:
+    from sequencer.log import CommandLog, iter_frames
+
+    frames = [(e, change.get(e, p)) for e, p in iter_frames(log_dir)]
+    for seg in log_dir.glob("segment-*.log"):
+        seg.unlink()
+    with CommandLog(log_dir, fsync=False) as log:
+        for e, p in frames:
+            log.append(e, p)
+
+
+def _doctor(batch: tuple) -> tuple[tuple, str]:
+    """Change one argument of one call so that it still validates (same footprint)."""
+    from sequencer import wire
+
+    txns = list(batch[wire.B_TXNS])
+    for i, t in enumerate(txns):
+        name, args = t[wire.T_PROC], t[wire.T_ARGS]
+        if name == "tpcc.new_order":
+            from tpcc.procedures import UNUSED_I_ID
+
+            if UNUSED_I_ID in args[3]:
+                continue  # a rollback (clause 2.4.1.4): changing it changes nothing
+            quantities = list(args[5])
+            quantities[0] = quantities[0] % 10 + 1
+            new_args = (*args[:5], tuple(quantities))
+        elif name == "bank.transfer" and args[0] != args[1]:
+            new_args = (args[0], args[1], args[2] + 1)
+        else:
+            continue
+        txns[i] = (name, new_args, *t[2:])
+        changed = list(batch)
+        changed[wire.B_TXNS] = tuple(txns)
+        what = f"txn {batch[wire.B_FIRST_TXN] + i} {name}{args!r} -> {new_args!r}"
+        return tuple(changed), what
+    raise ValueError("no call to doctor in this batch")
+
+
+def damage_check(cfg: ClusterConfig, work: Path) -> dict[str, Any]:
+    """Copy the history, damage it three ways, and check `replay verify` locates each."""
+    import shutil
+
+    from sequencer import wire
+    from sequencer.log import iter_frames
+
+    src_ckpt = cfg.checkpoint_dir(0)
+    epochs = [b.epoch for b in replay.scan_checkpoints(src_ckpt, cfg.partitions)]
+    if len(epochs) < 6:
+        raise ValueError("the damage check wants at least 6 checkpoints")
+    d = work / "damaged"
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(cfg.log_dir, d / "log")
+    shutil.copy(Path(cfg.data_dir) / "cluster.json", d / "cluster.json")
+    ckpt = d / "replica-0" / "checkpoints"
+    ckpt.mkdir(parents=True)
+    for f in src_ckpt.glob("*.ckpt"):
+        (ckpt / f.name).symlink_to(f.resolve())  # 80 MB each for TPC-C: link, copy the one we break
+    for r in range(1, cfg.replicas):
+        (d / f"replica-{r}").mkdir()
+        (d / f"replica-{r}" / "checkpoints").symlink_to(cfg.checkpoint_dir(r).resolve())
+    # 1. A doctored argument, re-encoded with a valid CRC, in interval (epochs[1], epochs[2]].
+    doctored_epoch = (epochs[1] + epochs[2]) // 2
+    batch = wire.unpack(
+        dict(iter_frames(d / "log", doctored_epoch, doctored_epoch))[doctored_epoch]
+    )
+    changed, what = _doctor(batch)
+    _rewrite_log(d / "log", {doctored_epoch: wire.pack(changed)})
+    # 2. A checkpoint whose rows are damaged (its header still reads).
+    bad = ckpt / checkpoint.checkpoint_name(epochs[3], 1)
+    raw = bytearray(bad.read_bytes())
+    bad.unlink()
+    raw[len(raw) // 2] ^= 0x04
+    bad.write_bytes(bytes(raw))
+    # 3. A flipped byte in the middle of the log (breaks the frame's CRC), last interval.
+    flipped_epoch = epochs[-1] - max(1, (epochs[-1] - epochs[-2]) // 2)
+    segment = max(
+        (s for s in (d / "log").glob("segment-*.log") if int(s.stem[8:]) <= flipped_epoch),
+        key=lambda s: int(s.stem[8:]),
+    )
+    data, offset = segment.read_bytes(), 0
+    for _ in range(flipped_epoch - int(segment.stem[8:])):
+        offset += 8 + int.from_bytes(data[offset : offset + 4], "little")
+    raw = bytearray(data)
+    raw[offset + 8 + 5] ^= 0x20
+    segment.write_bytes(bytes(raw))
+    summary, wall = ordo(
+        ["verify", str(d / "log"), str(ckpt), "--master", "local[2]", "--out", str(d / "verify")]
+    )
+    rows = {r["end_epoch"]: r for r in summary["rows"]}
+    keep = (
+        "start_epoch end_epoch verdict bad_epoch located_by suspect_first_epoch "
+        "suspect_last_epoch suspect_txns diff_rows replicas_agree replayed_from_epoch detail"
+    ).split()
+    doctored, corrupt, flipped = rows[epochs[2]], rows[epochs[3]], rows[epochs[-1]]
+    return {
+        "doctored": {"epoch": doctored_epoch, "what": what, **{k: doctored[k] for k in keep}},
+        "doctored_located": doctored["verdict"] == replay.DIVERGED
+        and doctored["suspect_first_epoch"] <= doctored_epoch <= doctored["suspect_last_epoch"],
+        "corrupt_checkpoint": {"epoch": epochs[3], **{k: corrupt[k] for k in keep}},
+        "corrupt_checkpoint_located": corrupt["verdict"] == replay.BAD_CHECKPOINT
+        and corrupt["bad_epoch"] == epochs[3],
+        "next_interval_after_fallback": {k: rows[epochs[4]][k] for k in keep},
+        "flipped_byte": {"epoch": flipped_epoch, **{k: flipped[k] for k in keep}},
+        "flipped_byte_located": flipped["verdict"] == replay.LOG_CORRUPT
+        and flipped["bad_epoch"] == flipped_epoch,
+        "verdicts": [r["verdict"] for r in summary["rows"]],
+        "wall_s": round(wall, 3),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--workload", choices=["bank", "tpcc"], default="bank")
+    ap.add_argument("--txns", type=int, default=100_000, help="bank: transfers")
+    ap.add_argument("--accounts", type=int, default=10_000)
+    ap.add_argument("--multi", type=float, default=0.1, help="bank: multi-partition share")
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--in-flight", type=int, default=200, help="bank: per client")
+    ap.add_argument("--warehouses", type=int, default=2, help="tpcc")
+    ap.add_argument("--duration", type=float, default=30.0, help="tpcc: seconds driven")
+    ap.add_argument("--remote-pct", type=float, default=1.0, help="tpcc: remote order lines")
+    ap.add_argument("--terminals", type=int, default=100, help="tpcc")
+    ap.add_argument("--replicas", type=int, default=2)
+    ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--checkpoint-every", type=int, default=20, help="epochs")
+    ap.add_argument("--masters", default="local[1],local[2]")
+    ap.add_argument("--data-dir", default=None, help="keep the run here (default: temporary)")
+    ap.add_argument("--out", default="results/bench_replay.json")
+    ap.add_argument("--no-damage", action="store_true", help="skip the damage check")
+    ap.add_argument(
+        "--damage-only",
+        metavar="DATA_DIR",
+        default=None,
+        help="only run the damage check on a finished run kept with --data-dir",
+    )
+    ap.add_argument(
+        "--reuse",
+        metavar="DATA_DIR",
+        default=None,
+        help="skip the live run: re-measure Spark replay of a run kept with --data-dir "
+        "(live and in-process numbers are kept from --out)",
+    )
+    ap.add_argument("--repeat", type=int, default=1, help="verify runs per master")
+    a = ap.parse_args()
+    if a.damage_only:
+        cfg = ClusterConfig.load(a.damage_only)
+        damage = damage_check(cfg, Path(a.damage_only))
+        print(json.dumps(damage, indent=2))
+        if Path(a.out).exists():
+            result = json.loads(Path(a.out).read_text())
+            result["damage"] = damage
+            Path(a.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
+        return
+    tmp = None
+    if a.reuse:
+        data = Path(a.reuse)
+        cfg = ClusterConfig.load(data)
+        result = json.loads(Path(a.out).read_text()) if Path(a.out).exists() else {}
+        result.setdefault("load", {})
+        live_hashes = result.get("live", {}).get("partition_hashes", {})
+        ckpt = cfg.checkpoint_dir(0)
+    else:
+        if a.data_dir is None:
+            tmp = tempfile.TemporaryDirectory(prefix="ordo-bench-replay-")
+            data = Path(tmp.name) / "data"
+        else:
+            data = Path(a.data_dir)
+        result = {"args": vars(a), "cpus": os.cpu_count(), "load": {}}
+        result["load"]["before_live"] = load()
+        cfg, status, live = (live_tpcc if a.workload == "tpcc" else live_bank)(a, data)
+        result["load"]["after_live"] = load()
+        result["live"] = {
+            **live,
+            "epochs": status["epoch"],
+            "txns_sequenced": status["txns_sequenced"],
+        }
+        live_hashes = {
+            f"r{p['replica']}p{p['partition']}": p["state_hash"] for p in status["partitions"]
+        }
+        result["live"]["partition_hashes"] = live_hashes
+        spec = replay.ReplaySpec.from_config(cfg, cfg.log_dir)
+        ckpt = cfg.checkpoint_dir(0)
+        result["checkpoints"] = len(replay.scan_checkpoints(ckpt, cfg.partitions))
+        print(f"live: {result['live']}", flush=True)
+        result["in_process"] = in_process(spec, ckpt, status["epoch"])
+        result["load"]["after_in_process"] = load()
+        print(f"in process: {result['in_process']}", flush=True)
+
+    # Masters alternate (A B A B ...) so that a change in the machine's load hits both.
+    masters = a.masters.split(",")
+    result["spark_verify"] = {m: [] for m in masters}
+    for _ in range(a.repeat):
+        for master in masters:
+            out = data / "replay" / f"verify-{master.replace('[', '').replace(']', '')}"
+            before = load()
+            summary, wall = ordo(
+                ["verify", str(cfg.log_dir), str(ckpt), "--master", master, "--out", str(out)]
+            )
+            summary.pop("rows", None)
+            summary["wall_s_incl_session"] = round(wall, 3)
+            summary["load_before"], summary["load_after"] = before, load()
+            result["spark_verify"][master].append(summary)
+            print(f"verify {master}: {summary}", flush=True)
+
+    state, wall = ordo(["state", str(cfg.log_dir), str(ckpt), "--master", "local[2]"])
+    state["wall_s_incl_session"] = round(wall, 3)
+    state["matches_live"] = all(
+        state["partition_hashes"][int(k.split("p")[-1])] == h for k, h in live_hashes.items()
+    )
+    result["spark_state"] = state
+    history, wall = ordo(["history", str(cfg.log_dir), "--master", "local[2]"])
+    history["wall_s_incl_session"] = round(wall, 3)
+    result["spark_history"] = history
+    if not a.no_damage:
+        result["damage"] = damage_check(cfg, data)
+        print(f"damage: {result['damage']}", flush=True)
+    result["load"]["after_all"] = load()
+    result["when"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(markdown(result))
+    if tmp is not None:
+        tmp.cleanup()
+
+
+def markdown(r: dict[str, Any]) -> str:
+    live, ip = r["live"], r["in_process"]
+    live_s = live.get("elapsed_s", live.get("measured_s"))
+    lines = [
+        f"### Replay ({live['workload']}, {live['txns_sequenced']:,} txns, "
+        f"{live['epochs']:,} epochs, {r['checkpoints']} checkpoints; "
+        f"{r['cpus']} cores, load {r['load']['before_live']})",
+        "",
+        "| what | txn/s | time |",
+        "|---|---:|---:|",
+        f"| live execution ({r['args']['replicas']} replicas x {r['args']['partitions']} "
+        f"partitions, fsync) | {live['txn_per_s']:,.0f} | {live_s} s |",
+        f"| replay whole log from genesis, one process | {ip['whole_log_txn_per_s']:,.0f} "
+        f"| {ip['whole_log_replay_s']} s |",
+        f"| verify all intervals, one process, no Spark | {ip['verify_sequential_txn_per_s']:,.0f} "
+        f"| {ip['verify_sequential_s']} s |",
+    ]
+    for master, runs in r["spark_verify"].items():
+        for s in runs:
+            lines.append(
+                f"| `ordo replay verify --master {master}` (job; load {s['load_before'][0]}) "
+                f"| {s['txns_per_s_job']:,.0f} | {s['job_s']} s (wall with session start: "
+                f"{s['wall_s_incl_session']} s) |"
+            )
+    st = r["spark_state"]
+    lines += [
+        "",
+        f"`replay state` at epoch {st['epoch']}: hash {st['state_hash']}, "
+        f"{'matches' if st['matches_live'] else 'DOES NOT MATCH'} the live replicas; "
+        f"load {st['load_s']} s + replay {st['replay_s']} s + write {st['write_s']} s.",
+        f"`replay history`: {r['spark_history']['txns']:,} rows in "
+        f"{r['spark_history']['job_s']} s.",
+        f"Load averages: {r['load']}",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,739 @@
+"""The seed paper's three experiments on Ordo, deterministic vs traditional (2PL+2PC).
+
+"The Case for Determinism in Database Systems" (Thomson & Abadi, VLDB 2010):
+
+  a  TPC-C New Order throughput, average latency and contention vs the share of
+     multi-partition New Orders (0..100%), 2 and 10 warehouses on 2 partitions
+     (the paper's Figures 3 and 7).
+  b  Clogging: 10-record updates over 1,000,000 records at pairwise conflict
+     probability 0.01%, 0.1%, 1%; at t=1 s one transaction takes its locks and stalls
+     for 1 s; throughput and the share of blocked transactions over time (Figure 1).
+  c  Dependent transactions: index lookup then update, 0/50/100% of them dependent,
+     while a background client re-points index entries at a given rate; throughput
+     and average restarts vs that rate (Figures 5-6).
+
+One command runs everything and writes results/paper/*.json, *.csv, *.png:
+
+    .venv/bin/python scripts/paper_experiments.py            # a, b and c
+    .venv/bin/python scripts/paper_experiments.py --quick a  # one experiment, shorter points
+
+Every cluster is real processes on 127.0.0.1, fsync on, one replica (the baseline is
+not replicated), 2 partitions. Per cluster the points run back to back; each point
+has a warm-up whose answers are not counted and a measurement window. The load
+generator is closed loop (a fixed number of calls in flight) except in b, where it is
+open loop at a fixed rate so that a stall shows up as a backlog, not as idle clients.
+
+Invariant: the script never decides an outcome: every count is a result returned by
+the cluster or read from its status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import zmq  # noqa: E402
+
+from cluster.config import ClusterConfig  # noqa: E402
+from cluster.launcher import LocalCluster, ProcessGroup, free_base_port  # noqa: E402
+from executor.traditional import TraditionalOptions  # noqa: E402
+from executor.traditional_server import RoutingClient, TraditionalCluster  # noqa: E402
+from txn_library import bench_procedures as bp  # noqa: E402
+from txn_library.client import Client, Result  # noqa: E402
+
+OUT_DIR = Path("results/paper")
+MODES = ("deterministic", "traditional")
+PARTITIONS = 2
+BENCH_MODULES = ("txn_library.builtin", "tpcc.procedures", "txn_library.bench_procedures")
+BUCKET_S = 0.1
+START_WAIT_S = 600.0
+DRAIN_S = 60.0
+
+Call = tuple[str, tuple, str]  # procedure, args, kind (for counting)
+
+
+# --- Clusters ----------------------------------------------------------------------------
+
+
+def start_cluster(
+    mode: str, tmp: str, genesis: str, genesis_args: dict, epoch_ms: int
+) -> tuple[ProcessGroup, Any]:
+    """Start a cluster of ``mode``; returns (process group, client with submit/status)."""
+    cfg = ClusterConfig(
+        replicas=1,
+        partitions=PARTITIONS,
+        base_port=free_base_port(),
+        data_dir=tmp,
+        epoch_duration_ms=epoch_ms,
+        procedure_modules=BENCH_MODULES,
+        genesis=genesis,
+        genesis_args=genesis_args,
+    )
+    group: ProcessGroup
+    if mode == "deterministic":
+        group = LocalCluster(cfg)
+    else:
+        group = TraditionalCluster(cfg, TraditionalOptions())
+    try:
+        group.start(wait_s=START_WAIT_S)
+        client = _open_client(mode, cfg, group)
+    except BaseException:
+        group.stop()
+        raise
+    return group, client
+
+
+def _open_client(mode: str, cfg: ClusterConfig, group: ProcessGroup) -> Any:
+    """A client for ``mode``. Retries: Client names its inproc wake-up socket after
+    id(self), and a just-closed Client (the launcher's readiness probe) may still hold
+    that name when the new object reuses its address (reported as a core bug)."""
+    for attempt in range(20):
+        try:
+            if mode == "deterministic":
+                return Client(cfg.client_addr, timeout_s=120)
+            return RoutingClient(group.client_addrs, timeout_s=120)  # type: ignore[attr-defined]
+        except zmq.ZMQError:
+            if attempt == 19:
+                raise
+            time.sleep(0.1)
+    raise AssertionError("unreachable")
+
+
+def restarts_of(client: Any) -> int:
+    """Deterministic: the sequencer's dependent restarts. Traditional: wait-die deaths
+    (the status field 'restarts' of that mode sums the partitions' deaths)."""
+    return int(client.status(timeout_s=10)["restarts"])
+
+
+def trad_counter(client: Any, name: str) -> int:
+    return sum(int(p.get(name, 0)) for p in client.status(timeout_s=10)["partitions"])
+
+
+# --- Load generator ----------------------------------------------------------------------
+
+
+@dataclass
+class Window:
+    """Answers of one point; counts only those answered inside the measurement window."""
+
+    started: float = 0.0
+    warmup_s: float = 0.0
+    duration_s: float = 0.0
+    ok: int = 0
+    aborted: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+    latencies_s: list[float] = field(default_factory=list)
+    kinds: dict[str, int] = field(default_factory=dict)
+    # per BUCKET_S since start: answers, and sampled (in flight, older than threshold)
+    buckets: list[int] = field(default_factory=list)
+    samples: list[tuple[float, int, int]] = field(default_factory=list)
+
+    @property
+    def answered(self) -> int:
+        return self.ok + self.aborted + self.failed
+
+    def summary(self) -> dict[str, Any]:
+        lat = sorted(self.latencies_s)
+
+        def q(x: float) -> float | None:
+            return round(1000 * lat[min(len(lat) - 1, int(x * len(lat)))], 2) if lat else None
+
+        return {
+            "measured_s": self.duration_s,
+            "answered": self.answered,
+            "ok": self.ok,
+            "aborted": self.aborted,
+            "failed": self.failed,
+            "errors": self.errors[:3],
+            "txn_per_s": round(self.answered / self.duration_s, 1),
+            "latency_avg_ms": round(1000 * sum(lat) / len(lat), 2) if lat else None,
+            "latency_p50_ms": q(0.5),
+            "latency_p99_ms": q(0.99),
+            "kinds": dict(self.kinds),
+        }
+
+
+def run_point(
+    client: Any,
+    next_call: Callable[[], Call],
+    warmup_s: float,
+    duration_s: float,
+    *,
+    in_flight: int = 256,
+    rate: float | None = None,
+    events: list[tuple[float, Callable[[], None]]] | None = None,
+    blocked_after_s: float = 0.2,
+) -> Window:
+    """Drive calls for warmup_s + duration_s. Closed loop (``in_flight`` outstanding)
+    or open loop at ``rate`` calls/s (still bounded by ``in_flight``). ``events`` run
+    at their offsets from the start (e.g. the stalling transaction)."""
+    w = Window(warmup_s=warmup_s, duration_s=duration_s)
+    total_s = warmup_s + duration_s
+    w.buckets = [0] * (int(total_s / BUCKET_S) + 2)
+    lock = threading.Lock()
+    sem = threading.BoundedSemaphore(in_flight)
+    outstanding: dict[int, float] = {}
+    ids = iter(range(1 << 62))
+    t0 = time.monotonic()
+    w.started = t0
+    stop = threading.Event()
+
+    def done(f: Future, cid: int, kind: str) -> None:
+        now = time.monotonic()
+        sem.release()
+        outstanding.pop(cid, None)
+        b = int((now - t0) / BUCKET_S)
+        measuring = warmup_s <= now - t0 <= total_s
+        with lock:
+            if b < len(w.buckets):
+                w.buckets[b] += 1
+            if not measuring:
+                return
+            try:
+                r: Result = f.result()
+                w.latencies_s.append(r.latency_s)
+                w.kinds[kind] = w.kinds.get(kind, 0) + 1
+                if r.ok:
+                    w.ok += 1
+                else:
+                    w.aborted += 1
+            except Exception as e:  # errors are counted, never hidden
+                w.failed += 1
+                if len(w.errors) < 10:
+                    w.errors.append(repr(e))
+
+    def monitor() -> None:
+        while not stop.wait(BUCKET_S):
+            now = time.monotonic()
+            starts = list(outstanding.values())
+            old = sum(1 for s in starts if now - s > blocked_after_s)
+            w.samples.append((round(now - t0, 3), len(starts), old))
+
+    def fire_events() -> None:
+        for at, fn in sorted(events or [], key=lambda e: e[0]):
+            delay = t0 + at - time.monotonic()
+            if delay > 0 and stop.wait(delay):
+                return
+            fn()
+
+    threads = [threading.Thread(target=monitor, daemon=True)]
+    threads.append(threading.Thread(target=fire_events, daemon=True))
+    for t in threads:
+        t.start()
+    futures: list[Future] = []
+    sent = 0
+    while True:
+        now = time.monotonic()
+        if now - t0 >= total_s:
+            break
+        if rate is not None:
+            due = int((now - t0) * rate)
+            if sent >= due:
+                time.sleep(0.002)
+                continue
+        if not sem.acquire(timeout=0.05):
+            continue
+        proc, args, kind = next_call()
+        cid = next(ids)
+        outstanding[cid] = time.monotonic()
+        f = client.submit(proc, *args)
+        f.add_done_callback(lambda f, cid=cid, kind=kind: done(f, cid, kind))
+        futures.append(f)
+        sent += 1
+    deadline = time.monotonic() + DRAIN_S
+    for f in futures:
+        try:
+            f.result(timeout=max(0.1, deadline - time.monotonic()))
+        except Exception:
+            pass
+    stop.set()
+    for t in threads:
+        t.join(timeout=5)
+    return w
+
+
+# --- a: TPC-C New Order vs multi-partition share -----------------------------------------
+
+
+def new_order_calls(warehouses: int, multi_share: float, seed: int) -> Callable[[], Call]:
+    """New Orders (clause 2.4.1 inputs, no remote lines) of which ``multi_share`` get one
+    line supplied by a warehouse on the other partition (so they are multi-partition)."""
+    from tpcc.inputs import Terminal, TpccInputs
+    from tpcc.schema import WAREHOUSE
+    from txn_library import catalog
+
+    inputs = TpccInputs(warehouses, PARTITIONS, seed, load_seed=1, remote_line_pct=0)
+    rng = random.Random(seed)
+    part = {w: catalog.partition_of(WAREHOUSE, (w,), PARTITIONS) for w in range(1, warehouses + 1)}
+
+    def nxt() -> Call:
+        w_id = rng.randint(1, warehouses)
+        call = inputs.new_order(Terminal(w_id, 1))
+        w, d, c, i_ids, supply, qty = call.args
+        kind = "single"
+        if rng.random() < multi_share:
+            others = [x for x in part if part[x] != part[w_id]]
+            supply = list(supply)
+            supply[rng.randrange(len(supply))] = rng.choice(others)
+            kind = "multi"
+        return ("tpcc.new_order", (w, d, c, list(i_ids), list(supply), list(qty)), kind)
+
+    return nxt
+
+
+def experiment_a(a: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    shares = [0.0, 0.1, 0.2, 0.5, 0.8, 1.0]
+    for warehouses in a.warehouses:
+        for mode in MODES:
+            with tempfile.TemporaryDirectory(prefix=f"ordo-paper-a-{mode}-") as tmp:
+                t_load = time.monotonic()
+                gargs = {"warehouses": warehouses, "seed": 1, "load_ts_ms": 1_700_000_000_000}
+                group, client = start_cluster(mode, tmp, "tpcc.loader:genesis", gargs, a.epoch_ms)
+                load_s = time.monotonic() - t_load
+                try:
+                    for share in shares:
+                        before = restarts_of(client)
+                        w = run_point(
+                            client,
+                            new_order_calls(warehouses, share, seed=int(share * 100) + 7),
+                            a.warmup_s,
+                            a.duration_s,
+                            in_flight=a.in_flight,
+                        )
+                        after = restarts_of(client)
+                        group.check_alive()
+                        row = {
+                            "experiment": "a",
+                            "mode": mode,
+                            "warehouses": warehouses,
+                            "multi_partition_share": share,
+                            "load_s": round(load_s, 1),
+                            **w.summary(),
+                        }
+                        # Counted over warm-up + window + drain (status is cumulative).
+                        attempts = w.answered or 1
+                        if mode == "traditional":
+                            row["wait_die_deaths"] = after - before
+                            row["contention_deaths_per_txn"] = round((after - before) / attempts, 4)
+                        else:
+                            row["contention_deaths_per_txn"] = None
+                        row["load_avg_1m"] = round(os.getloadavg()[0], 2)
+                        print(json.dumps(row), flush=True)
+                        rows.append(row)
+                finally:
+                    client.close()
+                    group.stop()
+    return rows
+
+
+# --- b: clogging ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HotSet:
+    """Where a txn's 10 records come from, for a target pairwise conflict probability.
+
+    A txn picks its partition uniformly (so it is single-partition), then either 10
+    records uniformly from that partition's N/2 (hot_size 0), or 9 such cold records
+    and 1 from a hot set of ``hot_size`` records of that partition. Two txns conflict
+    only on the same partition (prob. 1/2), then on a cold record (~81/(N/2)) or on the
+    hot record (1/hot_size): p = (1/2)(81/(N/2) + 1/hot_size), or (1/2)(100/(N/2))
+    without a hot set: exactly 0.01% for N = 1,000,000.
+    """
+
+    target: float
+    hot_size: int
+
+    def conflict_probability(self, records: int) -> float:
+        per_part = records / PARTITIONS
+        if self.hot_size == 0:
+            return 0.5 * 100 / per_part
+        return 0.5 * (81 / per_part + 1 / self.hot_size)
+
+
+def hot_set_for(target: float, records: int) -> HotSet:
+    per_part = records / PARTITIONS
+    base = 0.5 * 100 / per_part
+    if target <= base * 1.0001:
+        return HotSet(target, 0)
+    return HotSet(target, round(1 / (2 * target - 81 / per_part)))
+
+
+def clog_calls(records: int, hot: HotSet, seed: int) -> Callable[[], Call]:
+    rng = random.Random(seed)
+    per_part = records // PARTITIONS
+
+    def rid(p: int, j: int) -> int:
+        return p + PARTITIONS * j
+
+    def nxt() -> Call:
+        p = rng.randrange(PARTITIONS)
+        if hot.hot_size == 0:
+            js = rng.sample(range(per_part), 10)
+        else:
+            js = [rng.randrange(hot.hot_size)]
+            while len(js) < 10:
+                j = rng.randrange(hot.hot_size, per_part)
+                if j not in js:
+                    js.append(j)
+        return ("bench.update", ([rid(p, j) for j in js], 1), "update")
+
+    return nxt
+
+
+def experiment_b(a: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    records = a.records
+    for mode in MODES:
+        with tempfile.TemporaryDirectory(prefix=f"ordo-paper-b-{mode}-") as tmp:
+            t_load = time.monotonic()
+            gargs = {"records": records, "tags": 0}
+            genesis = "txn_library.bench_procedures:genesis"
+            group, client = start_cluster(mode, tmp, genesis, gargs, a.epoch_ms)
+            load_s = time.monotonic() - t_load
+            try:
+                for target in (0.0001, 0.001, 0.01):
+                    hot = hot_set_for(target, records)
+                    nxt = clog_calls(records, hot, seed=int(target * 1e6))
+                    stall_call = nxt()  # a regular txn of the workload, on some partition
+                    stall_rids = stall_call[1][0]
+                    stall_future: list[Future] = []
+
+                    def fire(
+                        rids: list = stall_rids, out: list = stall_future, c: Any = client
+                    ) -> None:
+                        out.append(c.submit("bench.stall", rids, 1, a.stall_ms))
+
+                    w = run_point(
+                        client,
+                        nxt,
+                        0.0,
+                        a.clog_total_s,
+                        in_flight=a.clog_in_flight,
+                        rate=a.clog_rate,
+                        events=[(a.stall_at_s, fire)],
+                    )
+                    group.check_alive()
+                    stall_latency = None
+                    if stall_future:
+                        try:
+                            stall_latency = round(stall_future[0].result(timeout=30).latency_s, 3)
+                        except Exception as e:
+                            stall_latency = repr(e)
+                    series = []
+                    for i, (t, n, old) in enumerate(w.samples):
+                        b = int(t / BUCKET_S) - 1
+                        tput = w.buckets[b] / BUCKET_S if 0 <= b < len(w.buckets) else 0.0
+                        series.append(
+                            {
+                                "t_s": t,
+                                "txn_per_s": tput,
+                                "in_flight": n,
+                                "blocked": old,
+                                "blocked_share": round(old / n, 4) if n else 0.0,
+                            }
+                        )
+                        del i
+                    row = {
+                        "experiment": "b",
+                        "mode": mode,
+                        "conflict_probability_target": target,
+                        "conflict_probability_model": round(hot.conflict_probability(records), 6),
+                        "hot_set_per_partition": hot.hot_size,
+                        "records": records,
+                        "rate_offered_per_s": a.clog_rate,
+                        "stall_ms": a.stall_ms,
+                        "stall_at_s": a.stall_at_s,
+                        "stall_txn_latency_s": stall_latency,
+                        "stall_txn_partition": stall_rids[0] % PARTITIONS,
+                        "load_s": round(load_s, 1),
+                        "load_avg_1m": round(os.getloadavg()[0], 2),
+                        **w.summary(),
+                        "series": series,
+                    }
+                    print(json.dumps({k: v for k, v in row.items() if k != "series"}), flush=True)
+                    rows.append(row)
+            finally:
+                client.close()
+                group.stop()
+    return rows
+
+
+# --- c: dependent transactions -----------------------------------------------------------
+
+
+def dependent_calls(
+    mode: str, tags: int, slots: int, share: float, seed: int
+) -> Callable[[], Call]:
+    rng = random.Random(seed)
+
+    def nxt() -> Call:
+        tag = rng.randrange(tags)
+        if rng.random() < share:
+            if mode == "deterministic":
+                return ("bench.tag_update", (tag, 1), "dependent")
+            return ("bench.tag_update_locking", (tag, 1, tags, slots), "dependent")
+        rid = rng.choice(bp.slot_rids(tag, tags, slots))
+        return ("bench.update", ([rid], 1), "known")
+
+    return nxt
+
+
+def index_mover(client: Any, tags: int, slots: int, rate: float, stop: threading.Event) -> None:
+    """Re-point random tags to random slots at ``rate`` per second (open loop)."""
+    if rate <= 0:
+        return
+    rng = random.Random(99)
+    t0 = time.monotonic()
+    sent = 0
+    while not stop.is_set():
+        due = int((time.monotonic() - t0) * rate)
+        while sent < due:
+            tag = rng.randrange(tags)
+            client.submit("bench.tag_move", tag, rng.choice(bp.slot_rids(tag, tags, slots)))
+            sent += 1
+        time.sleep(0.005)
+
+
+def experiment_c(a: argparse.Namespace) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    tags, slots = a.tags, a.slots
+    for mode in MODES:
+        with tempfile.TemporaryDirectory(prefix=f"ordo-paper-c-{mode}-") as tmp:
+            gargs = {"records": tags * slots, "tags": tags}
+            genesis = "txn_library.bench_procedures:genesis"
+            group, client = start_cluster(mode, tmp, genesis, gargs, a.epoch_ms)
+            try:
+                for share in a.dependent_shares:
+                    for rate in a.index_rates:
+                        stop = threading.Event()
+                        mover = threading.Thread(
+                            target=index_mover, args=(client, tags, slots, rate, stop)
+                        )
+                        before = restarts_of(client)
+                        mover.start()
+                        try:
+                            w = run_point(
+                                client,
+                                dependent_calls(mode, tags, slots, share, seed=int(rate) + 3),
+                                a.warmup_s,
+                                a.duration_s,
+                                in_flight=a.in_flight,
+                            )
+                        finally:
+                            stop.set()
+                            mover.join()
+                        time.sleep(0.3)
+                        after = restarts_of(client)
+                        group.check_alive()
+                        dependent = w.kinds.get("dependent", 0)
+                        row = {
+                            "experiment": "c",
+                            "mode": mode,
+                            "dependent_share": share,
+                            "index_updates_per_s": rate,
+                            "tags": tags,
+                            "slots": slots,
+                            **w.summary(),
+                            "restarts": after - before,
+                            "restart_kind": "dependent restarts"
+                            if mode == "deterministic"
+                            else "wait-die deaths",
+                            # over warm-up + window + drain, per dependent txn measured
+                            "restarts_per_dependent_txn": round((after - before) / dependent, 4)
+                            if dependent
+                            else None,
+                            "load_avg_1m": round(os.getloadavg()[0], 2),
+                        }
+                        print(json.dumps(row), flush=True)
+                        rows.append(row)
+            finally:
+                client.close()
+                group.stop()
+    return rows
+
+
+# --- Output -----------------------------------------------------------------------------
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    flat = [{k: v for k, v in r.items() if not isinstance(v, (list, dict))} for r in rows]
+    if not flat:
+        return
+    with path.open("w", newline="") as f:
+        names = list(dict.fromkeys(k for r in flat for k in r))
+        wr = csv.DictWriter(f, fieldnames=names, restval="")
+        wr.writeheader()
+        wr.writerows(flat)
+
+
+def plot_a(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    whs = sorted({r["warehouses"] for r in rows})
+    for wh in whs:
+        for mode, style in zip(MODES, ("-o", "--s"), strict=True):
+            pts = [r for r in rows if r["warehouses"] == wh and r["mode"] == mode]
+            xs = [100 * r["multi_partition_share"] for r in pts]
+            label = f"{mode}, {wh} warehouses"
+            axes[0].plot(xs, [r["txn_per_s"] for r in pts], style, label=label)
+            axes[1].plot(xs, [r["latency_avg_ms"] for r in pts], style, label=label)
+            if mode == "traditional":
+                axes[2].plot(xs, [r["contention_deaths_per_txn"] for r in pts], style, label=label)
+    axes[0].set_title("New Order throughput (Fig. 3)")
+    axes[0].set_ylabel("txn/s")
+    axes[1].set_title("average latency (Fig. 7)")
+    axes[1].set_ylabel("ms")
+    axes[2].set_title("traditional contention: wait-die deaths per txn")
+    for ax in axes:
+        ax.set_xlabel("% multi-partition New Orders")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_b(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    targets = sorted({r["conflict_probability_target"] for r in rows})
+    fig, axes = plt.subplots(2, len(targets), figsize=(5 * len(targets), 7), squeeze=False)
+    for j, tgt in enumerate(targets):
+        for mode, style in zip(MODES, ("-", "--"), strict=True):
+            for r in rows:
+                if r["mode"] != mode or r["conflict_probability_target"] != tgt:
+                    continue
+                ts = [s["t_s"] for s in r["series"]]
+                axes[0][j].plot(ts, [s["txn_per_s"] for s in r["series"]], style, label=mode)
+                axes[1][j].plot(ts, [s["blocked_share"] for s in r["series"]], style, label=mode)
+                at = r["stall_at_s"]
+                for ax in (axes[0][j], axes[1][j]):
+                    ax.axvspan(at, at + r["stall_ms"] / 1000, color="grey", alpha=0.12)
+        axes[0][j].set_title(f"conflict probability {100 * tgt:g}%")
+        axes[0][j].set_ylabel("txn/s (100 ms buckets)")
+        axes[1][j].set_ylabel("share of in-flight txns waiting > 200 ms")
+        axes[1][j].set_xlabel("time (s); grey: the stalled txn holds its locks")
+        for ax in (axes[0][j], axes[1][j]):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_c(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    shares = sorted({r["dependent_share"] for r in rows})
+    for mode, style in zip(MODES, ("-o", "--s"), strict=True):
+        for share in shares:
+            pts = [r for r in rows if r["mode"] == mode and r["dependent_share"] == share]
+            xs = [r["index_updates_per_s"] for r in pts]
+            label = f"{mode}, {100 * share:g}% dependent"
+            axes[0].plot(xs, [r["txn_per_s"] for r in pts], style, label=label)
+            if share > 0:
+                ys = [r["restarts_per_dependent_txn"] or 0 for r in pts]
+                axes[1].plot(xs, ys, style, label=label)
+    axes[0].set_title("throughput vs index volatility (Fig. 5)")
+    axes[0].set_ylabel("txn/s")
+    axes[1].set_title("restarts per dependent txn (Fig. 6)\n(traditional: wait-die deaths)")
+    for ax in axes:
+        ax.set_xlabel("index-entry updates per second")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def save(name: str, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    (OUT_DIR / f"{name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
+    write_csv(OUT_DIR / f"{name}.csv", rows)
+    {"a": plot_a, "b": plot_b, "c": plot_c}[name[0]](rows, OUT_DIR / f"{name}.png")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("experiments", nargs="*", default=["a", "b", "c"], help="any of a b c")
+    ap.add_argument("--quick", action="store_true", help="shorter points, smaller sizes")
+    ap.add_argument("--epoch-ms", type=int, default=10)
+    ap.add_argument("--warmup-s", type=float, default=1.5)
+    ap.add_argument("--duration-s", type=float, default=5.0)
+    ap.add_argument("--in-flight", type=int, default=256, help="closed loop, total")
+    ap.add_argument("--warehouses", type=int, nargs="+", default=[2, 10])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--clog-rate", type=float, default=1500.0, help="b: offered txn/s")
+    ap.add_argument("--clog-in-flight", type=int, default=4000)
+    ap.add_argument("--clog-total-s", type=float, default=4.0)
+    ap.add_argument("--stall-at-s", type=float, default=1.0)
+    ap.add_argument("--stall-ms", type=int, default=1000)
+    ap.add_argument("--tags", type=int, default=1000)
+    ap.add_argument("--slots", type=int, default=4)
+    ap.add_argument("--dependent-shares", type=float, nargs="+", default=[0.0, 0.5, 1.0])
+    ap.add_argument("--index-rates", type=float, nargs="+", default=[0, 200, 1000, 3000])
+    ap.add_argument(
+        "--replot", action="store_true", help="only re-render CSV/PNG from the saved JSON"
+    )
+    a = ap.parse_args()
+    if a.replot:
+        for name in a.experiments:
+            stem = name + ("_quick" if a.quick else "")
+            saved = json.loads((OUT_DIR / f"{stem}.json").read_text())
+            rows = saved.pop("rows")
+            save(stem, rows, saved)
+        return
+    if a.quick:
+        a.warmup_s, a.duration_s = 0.5, 2.0
+        a.records = min(a.records, 100_000)
+        a.index_rates = [0, 1000]
+        a.dependent_shares = [0.0, 1.0]
+        a.warehouses = [2]
+    t0 = time.monotonic()
+    meta = {
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "cpus": os.cpu_count(),
+        "load_avg_1m_start": round(os.getloadavg()[0], 2),
+        "args": vars(a),
+    }
+    runners = {"a": experiment_a, "b": experiment_b, "c": experiment_c}
+    for name in a.experiments:
+        t1 = time.monotonic()
+        rows = runners[name](a)
+        meta_x = {**meta, "wall_s": round(time.monotonic() - t1, 1)}
+        meta_x["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
+        save(name + ("_quick" if a.quick else ""), rows, meta_x)
+        print(f"experiment {name}: {time.monotonic() - t1:.0f} s", flush=True)
+    print(f"all done in {time.monotonic() - t0:.0f} s; results in {OUT_DIR}/", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""``ordo tpcc``: run the TPC-C driver, or check a running TPC-C cluster.
+
+  ordo tpcc up       start a TPC-C cluster (partitions load their warehouses), foreground
+  ordo tpcc run      embedded cluster (or --attach DATA_DIR), drive terminals, report,
+                     check consistency and replica hashes, write JSON
+  ordo tpcc check    consistency conditions 1-4 + replica hashes on a running cluster
+
+Registered on the ``ordo`` group by cluster/cli.py. Top-level imports stay light
+(click only) so that ``ordo --help`` does not pay for the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+@click.group()
+def tpcc() -> None:
+    """TPC-C on Ordo: driver and consistency checks."""
+
+
+@tpcc.command()
+@click.option("--warehouses", "-w", default=2, show_default=True)
+@click.option("--partitions", default=2, show_default=True)
+@click.option("--replicas", default=2, show_default=True)
+@click.option("--fsync/--no-fsync", default=True, show_default=True)
+@click.option("--epoch-ms", default=10, show_default=True)
+@click.option("--base-port", default=17100, show_default=True)
+@click.option("--load-seed", default=1, show_default=True, help="Database population seed.")
+@click.option("--fresh", is_flag=True, help="Delete the data directory first.")
+@click.option("--data-dir", default="ordo-data", show_default=True)
+def up(
+    warehouses: int,
+    partitions: int,
+    replicas: int,
+    fsync: bool,
+    epoch_ms: int,
+    base_port: int,
+    load_seed: int,
+    fresh: bool,
+    data_dir: str,
+) -> None:
+    """Start a TPC-C cluster on 127.0.0.1 and stay in the foreground until Ctrl-C.
+
+    Each partition generates and loads its own warehouses (clause 4.3.3.1) at startup;
+    drive it with `ordo tpcc run --attach DATA_DIR` or scripts/locustfile.py.
+    """
+    import shutil
+    import signal
+    import time
+    from pathlib import Path
+
+    from tpcc.driver import RunOptions, embedded_config, start_cluster
+
+    if Path(data_dir).exists():
+        if not fresh:
+            raise click.ClickException(
+                f"{data_dir} exists; pass --fresh to start a new TPC-C database there"
+            )
+        shutil.rmtree(data_dir)
+    opts = RunOptions(
+        warehouses=warehouses,
+        partitions=partitions,
+        replicas=replicas,
+        fsync=fsync,
+        epoch_ms=epoch_ms,
+        load_seed=load_seed,
+    )
+    cfg = embedded_config(opts, data_dir, base_port)
+    stopping = False
+
+    def on_signal(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    cluster = start_cluster(cfg, True, lambda line: click.echo(line, err=True))
+    try:
+        click.echo(
+            f"ordo tpcc up: W={warehouses} at {cfg.client_addr}, {replicas} replicas x "
+            f"{partitions} partitions, data in {data_dir} (Ctrl-C to stop)"
+        )
+        while not stopping:
+            cluster.check_alive()
+            time.sleep(0.2)
+    finally:
+        click.echo("ordo tpcc up: stopping")
+        cluster.stop()
+
+
+@tpcc.command()
+@click.option("--warehouses", "-w", default=2, show_default=True, help="W (embedded cluster).")
+@click.option("--partitions", default=2, show_default=True)
+@click.option("--replicas", default=1, show_default=True)
+@click.option(
+    "--fsync/--no-fsync",
+    default=True,
+    show_default=True,
+    help="Durable command log (fdatasync per epoch); --no-fsync for experiments only.",
+)
+@click.option("--epoch-ms", default=10, show_default=True)
+@click.option(
+    "--attach",
+    metavar="DATA_DIR",
+    default=None,
+    help="Drive a running cluster (started with genesis tpcc.loader:genesis) instead.",
+)
+@click.option(
+    "--data-dir",
+    default=None,
+    help="Embedded cluster directory (default: a temporary one, removed afterwards).",
+)
+@click.option("--keep-data", is_flag=True, help="Keep the temporary data directory.")
+@click.option(
+    "--mix",
+    type=click.Choice(["new-order", "standard"]),
+    default="new-order",
+    show_default=True,
+    help="new-order: 100% New-Order (the seed paper); standard: 45/43/4/4/4.",
+)
+@click.option("--duration", default=30.0, show_default=True, help="Measured seconds.")
+@click.option("--warmup", default=5.0, show_default=True, help="Seconds before measuring.")
+@click.option(
+    "--remote-pct",
+    default=1.0,
+    show_default=True,
+    help="Percent of New-Order lines supplied by a remote warehouse (spec: 1).",
+)
+@click.option(
+    "--terminals",
+    default=200,
+    show_default=True,
+    help="Concurrent terminals (calls in flight, closed loop).",
+)
+@click.option("--open-loop", is_flag=True, help="Submit at --rate txn/s regardless of answers.")
+@click.option("--rate", default=0.0, help="Open-loop rate (txn/s).")
+@click.option("--seed", default=1, show_default=True, help="Driver input seed.")
+@click.option("--load-seed", default=1, show_default=True, help="Database population seed.")
+@click.option(
+    "--payment-rc",
+    is_flag=True,
+    help="Payment by last name without the re-check (read-committed variant).",
+)
+@click.option("--check/--no-check", default=True, show_default=True)
+@click.option("--out", default="results/tpcc_run.json", show_default=True)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def run(
+    warehouses: int,
+    partitions: int,
+    replicas: int,
+    fsync: bool,
+    epoch_ms: int,
+    attach: str | None,
+    data_dir: str | None,
+    keep_data: bool,
+    mix: str,
+    duration: float,
+    warmup: float,
+    remote_pct: float,
+    terminals: int,
+    open_loop: bool,
+    rate: float,
+    seed: int,
+    load_seed: int,
+    payment_rc: bool,
+    check: bool,
+    out: str,
+    quiet: bool,
+) -> None:
+    """Drive TPC-C terminals against Ordo and report throughput, latency and checks.
+
+    Terminals run back to back (closed loop) or at a fixed rate (open loop): no keying
+    or think times, so the numbers are engine capacity, not a compliant tpmC.
+    """
+    from tpcc.driver import RunOptions
+    from tpcc.driver import run as run_driver
+
+    if open_loop and rate <= 0:
+        raise click.UsageError("--open-loop needs --rate > 0")
+    opts = RunOptions(
+        warehouses=warehouses,
+        partitions=partitions,
+        replicas=replicas,
+        fsync=fsync,
+        epoch_ms=epoch_ms,
+        mix=mix,
+        duration_s=duration,
+        warmup_s=warmup,
+        remote_pct=remote_pct,
+        terminals=terminals,
+        open_loop=open_loop,
+        rate=rate,
+        seed=seed,
+        load_seed=load_seed,
+        payment_rc=payment_rc,
+        check=check,
+        attach=attach,
+        data_dir=data_dir,
+        keep_data=keep_data,
+        out=out or None,
+        progress=not quiet,
+    )
+    try:
+        result = run_driver(opts)
+    except (ValueError, FileNotFoundError) as e:
+        raise click.ClickException(str(e)) from None
+    if check and not result.get("check", {}).get("ok", False):
+        sys.exit(1)
+
+
+@tpcc.command()
+@click.option("--data-dir", default="ordo-data", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--timeout", default=120.0, show_default=True)
+def check(data_dir: str, as_json: bool, timeout: float) -> None:
+    """Consistency conditions 1-4 on every warehouse of every replica, and equal replica
+    state hashes, on the running cluster in DATA_DIR."""
+    from cluster.config import ClusterConfig
+    from tpcc.driver import check_cluster, warehouses_of
+
+    try:
+        cfg = ClusterConfig.load(data_dir)
+        warehouses = warehouses_of(cfg)
+    except (ValueError, FileNotFoundError) as e:
+        raise click.ClickException(str(e)) from None
+    verdict = check_cluster(cfg, warehouses, lambda line: click.echo(line), timeout)
+    if as_json:
+        click.echo(json.dumps(verdict, indent=2))
+    if not verdict["ok"]:
+        sys.exit(1)
