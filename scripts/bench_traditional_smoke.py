@@ -18,9 +18,7 @@ import json
 import os
 import sys
 import tempfile
-import threading
 import time
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -30,58 +28,21 @@ from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import free_base_port  # noqa: E402
 from executor.traditional import TraditionalOptions  # noqa: E402
 from executor.traditional_server import RoutingClient, TraditionalCluster  # noqa: E402
-from txn_library.bank_workload import BankRun, make_transfers  # noqa: E402
-from txn_library.client import Result  # noqa: E402
+from txn_library.bank_workload import BankRun, make_transfers, run_transfers  # noqa: E402
 
 BALANCE = 1_000_000
 
 
 def run_routed(addrs: list[str], transfers: list, clients: int, in_flight: int) -> BankRun:
-    """Like bank_workload.run_transfers, but every call goes to its home partition."""
-    run = BankRun()
-    lock = threading.Lock()
-
-    def worker(shard: list[tuple[int, int, int]]) -> None:
-        sem = threading.BoundedSemaphore(in_flight)
-
-        def done(f: Future) -> None:
-            sem.release()
-            with lock:
-                try:
-                    r: Result = f.result()
-                    run.latencies_s.append(r.latency_s)
-                    if r.ok:
-                        run.ok += 1
-                    else:
-                        run.aborted += 1
-                except Exception as e:
-                    run.failed += 1
-                    if len(run.errors) < 20:
-                        run.errors.append(repr(e))
-
-        with RoutingClient(addrs, timeout_s=120) as rc:
-            futures = []
-            for t in shard:
-                sem.acquire()
-                f = rc.submit("bank.transfer", *t)
-                f.add_done_callback(done)
-                futures.append(f)
-            for f in futures:
-                try:
-                    f.result(timeout=180)
-                except Exception:
-                    pass
-
-    shards = [transfers[i::clients] for i in range(clients)]
-    threads = [threading.Thread(target=worker, args=(shard,)) for shard in shards]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    run.elapsed_s = time.perf_counter() - t0
-    run.submitted = len(transfers)
-    return run
+    """bank_workload.run_transfers with every call sent to its home partition."""
+    return run_transfers(
+        "",
+        transfers,
+        clients,
+        in_flight,
+        timeout_s=120,
+        make_client=lambda: RoutingClient(addrs, timeout_s=120),
+    )
 
 
 def one(a: argparse.Namespace, multi: float) -> dict[str, Any]:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 import txn_library.builtin  # noqa: F401  (registers the bank)
 from txn_library import catalog
@@ -77,8 +79,15 @@ def run_transfers(
     clients: int,
     in_flight_per_client: int = 500,
     timeout_s: float = 60.0,
+    make_client: Callable[[], Any] | None = None,
 ) -> BankRun:
-    """Submit ``transfers`` split over ``clients`` concurrent clients; wait for all."""
+    """Submit ``transfers`` split over ``clients`` concurrent clients; wait for all.
+
+    ``make_client`` builds each client (a context manager with ``submit``); default: a
+    Client of the sequencer at ``address``.
+    """
+    if make_client is None:
+        make_client = lambda: Client(address, timeout_s=timeout_s)  # noqa: E731
     run = BankRun()
     lock = threading.Lock()
     shards = [transfers[i::clients] for i in range(clients)]
@@ -102,7 +111,7 @@ def run_transfers(
                     if len(run.errors) < 20:
                         run.errors.append(repr(e))
 
-        with Client(address, timeout_s=timeout_s) as c:
+        with make_client() as c:
             for src, dst, amount in shard:
                 sem.acquire()
                 f = c.submit("bank.transfer", src, dst, amount)
