@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import sys
 import time
 from pathlib import Path
@@ -79,7 +78,7 @@ def up(
     """
     from dataclasses import replace
 
-    from cluster.launcher import LocalCluster, ProcessGroup
+    from cluster.launcher import LocalCluster, ProcessGroup, stop_requested_on_signals
 
     if fresh and Path(data_dir).exists():
         shutil.rmtree(data_dir)
@@ -98,18 +97,11 @@ def up(
     else:
         cluster = LocalCluster(cfg)
         banner = f"sequencer at {cfg.client_addr}, {replicas} replicas x {partitions} partitions"
-    stopping = False
-
-    def on_signal(*_: Any) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    stopping = stop_requested_on_signals()
     try:
         cluster.start()
         click.echo(f"ordo up: {banner}, data in {data_dir} (Ctrl-C to stop)")
-        cluster.run_foreground(lambda: stopping)
+        cluster.run_foreground(stopping)
     finally:
         click.echo("ordo up: stopping")
         cluster.stop()

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -237,3 +238,15 @@ def wait_live_again(
             return p
         time.sleep(0.02)
     raise TimeoutError(f"r{replica}p{partition} not live again within {timeout_s}s")
+
+
+def stop_requested_on_signals() -> Callable[[], bool]:
+    """Install SIGINT/SIGTERM handlers; the returned callable says whether one arrived."""
+    flag = threading.Event()
+
+    def on_signal(*_: object) -> None:
+        flag.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    return flag.is_set

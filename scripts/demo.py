@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import signal
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cluster.config import ClusterConfig  # noqa: E402
-from cluster.launcher import (
-    LocalCluster,  # noqa: E402
-    wait_quiescent,  # noqa: E402
+from cluster.launcher import (  # noqa: E402
+    LocalCluster,
+    stop_requested_on_signals,
+    wait_quiescent,
 )
 from txn_library.bank_workload import make_transfers, open_accounts, run_transfers  # noqa: E402
 from txn_library.client import Client  # noqa: E402
@@ -70,15 +70,7 @@ def main() -> None:
             f"cluster stays up; try: .venv/bin/ordo call bank.balance account=1 "
             f"--data-dir {a.data_dir}   (Ctrl-C to stop)"
         )
-        stop = False
-
-        def on_sig(*_: object) -> None:
-            nonlocal stop
-            stop = True
-
-        signal.signal(signal.SIGINT, on_sig)
-        signal.signal(signal.SIGTERM, on_sig)
-        lc.run_foreground(lambda: stop)
+        lc.run_foreground(stop_requested_on_signals())
 
 
 if __name__ == "__main__":

@@ -49,10 +49,9 @@ def up(
     drive it with `ordo tpcc run --attach DATA_DIR` or scripts/locustfile.py.
     """
     import shutil
-    import signal
-    import time
     from pathlib import Path
 
+    from cluster.launcher import stop_requested_on_signals
     from tpcc.driver import RunOptions, embedded_config, start_cluster
 
     if Path(data_dir).exists():
@@ -70,23 +69,14 @@ def up(
         load_seed=load_seed,
     )
     cfg = embedded_config(opts, data_dir, base_port)
-    stopping = False
-
-    def on_signal(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    stopping = stop_requested_on_signals()
     cluster = start_cluster(cfg, True, lambda line: click.echo(line, err=True))
     try:
         click.echo(
             f"ordo tpcc up: W={warehouses} at {cfg.client_addr}, {replicas} replicas x "
             f"{partitions} partitions, data in {data_dir} (Ctrl-C to stop)"
         )
-        while not stopping:
-            cluster.check_alive()
-            time.sleep(0.2)
+        cluster.run_foreground(stopping)
     finally:
         click.echo("ordo tpcc up: stopping")
         cluster.stop()
