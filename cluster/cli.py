@@ -275,7 +275,8 @@ def _jsonable(v: Any) -> Any:
 @click.option("--json", "as_json", is_flag=True)
 @data_dir_option
 def status(as_json: bool, data_dir: str) -> None:
-    """Per partition of every replica: last applied epoch, txns applied, state hash."""
+    """Per partition of every replica: last applied epoch, txns applied, transactions
+    active and blocked on locks now, lock requests that had to queue so far, state hash."""
     from txn_library.client import Client
     from txn_library.errors import OrdoError
 
@@ -295,13 +296,15 @@ def status(as_json: bool, data_dir: str) -> None:
     )
     click.echo(
         f"{'replica':>7} {'partition':>9} {'last_epoch':>10} {'txns_applied':>12} "
-        f"{'active':>6} {'checkpoint':>10}  {'state_hash':<16}  state"
+        f"{'active':>6} {'blocked':>7} {'lock_waits':>10} {'checkpoint':>10}  "
+        f"{'state_hash':<16}  state"
     )
     for p in st["partitions"]:
         state = "DOWN" if p["down"] else ("catching up" if p["catching_up"] else "live")
         click.echo(
             f"{p['replica']:>7} {p['partition']:>9} {p['last_epoch']:>10} "
-            f"{p['txns_applied']:>12} {p['active']:>6} {p['newest_checkpoint_epoch']:>10}  "
+            f"{p['txns_applied']:>12} {p['active']:>6} {p.get('blocked', 0):>7} "
+            f"{p.get('lock_waits', 0):>10} {p['newest_checkpoint_epoch']:>10}  "
             f"{p['state_hash']:<16}  {state}"
         )
 

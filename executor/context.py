@@ -9,6 +9,8 @@ Invariants:
   applies them (only the local ones) after the body returns a non-abort result.
 - Time and randomness come only from the batch: ``timestamp_ms`` and ``rng`` (seeded
   from the batch seed and the txn id).
+- ``hold_locks`` (a benchmark hook) only asks the live engine to keep the
+  transaction's locks longer; it changes no value, so outcomes stay deterministic.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class TxnContext:
         "_get",
         "_scan",
         "writes",
+        "hold_ms",
     )
 
     def __init__(
@@ -74,6 +77,7 @@ class TxnContext:
         self._get = get
         self._scan = scan
         self.writes: dict[tuple[str, tuple], tuple | None] = {}
+        self.hold_ms = 0
 
     @property
     def rng(self) -> random.Random:
@@ -114,3 +118,13 @@ class TxnContext:
         if not covered(self._writes, table, key):
             raise FootprintViolation(f"delete of {table}{key!r} outside the footprint")
         self.writes[(table, key)] = None
+
+    def hold_locks(self, ms: int) -> None:
+        """BENCHMARK HOOK: ask the engine to keep this transaction's locks (and its
+        result) for ``ms`` more milliseconds after the body returns, as if it were
+        stalled on slow I/O, without blocking anything else. Changes no value, so
+        every replica computes the same outcome; replay and in-process engines ignore
+        it. Used by the clogging experiment (scripts/paper_experiments.py b)."""
+        if type(ms) is not int or ms < 0:
+            raise ValueError(f"hold_locks needs a non-negative int, got {ms!r}")
+        self.hold_ms = max(self.hold_ms, ms)

@@ -26,12 +26,18 @@ Invariants:
   transactions is always closed under conflict order, so the partition's state is
   the state after a serial prefix, and the query is serializable (and sees every
   write acknowledged before it was sent).
+- A body that called ``ctx.hold_locks(ms)`` (benchmark hook) keeps its locks and its
+  result for ms after it ran, when ``hold_clock`` is set (the live server); the loop
+  goes on meanwhile and its owner calls ``release_holds``. Without a clock (replay,
+  in-process engines) holds end at once. A hold changes only timing, never a value.
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from typing import Any
 
 from cluster import limits
@@ -111,6 +117,9 @@ class Partition:
         self._sent: OrderedDict[int, tuple[tuple[int, ...], tuple]] = OrderedDict()
         self._sent_complete_from = 0  # every read of txns >= this is retained
         self._boundary_txn_ids: deque[int] = deque(maxlen=max(1, retain_checkpoints))
+        # Held transactions (ctx.hold_locks): heap of (due, txn id, txn, status, value).
+        self.hold_clock: Callable[[], float] | None = None
+        self._holds: list[tuple[float, int, _Txn, int, Any]] = []
 
     def restore(self, epoch: int, next_txn_id: int, txns_applied: int) -> None:
         """Resume from a checkpoint taken at the end of ``epoch`` (storage already loaded)."""
@@ -331,6 +340,13 @@ class Partition:
                 for (t, key), row in ctx.writes.items():
                     if catalog.partition_of(t, key, n) == me:
                         storage.put(t, key, row)
+        if ctx.hold_ms and self.hold_clock is not None:
+            due = self.hold_clock() + ctx.hold_ms / 1000.0
+            heapq.heappush(self._holds, (due, st.txn_id, st, status, value))
+            return
+        self._complete(st, status, value)
+
+    def _complete(self, st: _Txn, status: int, value: Any) -> None:
         if st.reporter:
             self.results_out.append((st.txn_id, status, value))
             cache = self._result_cache
@@ -338,6 +354,20 @@ class Partition:
             if len(cache) > limits.result_cache_txns_max:
                 cache.popitem(last=False)
         self._finish(st)
+
+    def next_hold_due(self) -> float | None:
+        """When the earliest held transaction may release its locks (hold_clock time)."""
+        return self._holds[0][0] if self._holds else None
+
+    def release_holds(self, now: float) -> None:
+        """Finish every held transaction whose hold is over at ``now``."""
+        holds = self._holds
+        if not holds or holds[0][0] > now:
+            return
+        while holds and holds[0][0] <= now:
+            _, _, st, status, value = heapq.heappop(holds)
+            self._complete(st, status, value)
+        self._run()
 
     def _remote_view(self, st: _Txn) -> tuple:
         storage, me, n = self.storage, self.partition, self.partitions
@@ -429,6 +459,9 @@ class Partition:
             self.boundary[1],
             catching_up,
             os.getpid(),
+            self.locks.lock_waits,
+            self.locks.txn_waits,
+            self.locks.blocked,
         )
 
     def idle(self) -> bool:

@@ -93,6 +93,7 @@ class PartitionServer:
             storage,
             retain_checkpoints=max(2, config.checkpoint_keep),
         )
+        self.part.hold_clock = time.monotonic  # honour ctx.hold_locks (benchmarks)
         if restored is not None:
             info = restored[0]
             self.part.restore(info.epoch, info.next_txn_id, info.txns_applied)
@@ -339,8 +340,15 @@ class PartitionServer:
         self.logsvc.send(swire.pack((swire.LOG_FETCH, self.part.last_epoch + 1, 1 << 62)))
         self._repair_sent_at = time.monotonic()
         next_status = 0.0
+        part = self.part
         while not self._stop:
-            events = dict(poller.poll(50))
+            timeout_ms = 50.0
+            due = part.next_hold_due()
+            if due is not None:
+                timeout_ms = min(timeout_ms, max(0.0, 1000.0 * (due - time.monotonic())))
+            events = dict(poller.poll(timeout_ms))
+            if due is not None:
+                part.release_holds(time.monotonic())
             for _ in range(512):
                 progressed = False
                 if self.inbox.poll(0):

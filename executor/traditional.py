@@ -19,7 +19,9 @@ turn (early lock release): any output that depends on it waits for the same sync
 
 Deadlocks: wait-die (scheduler.twopl), with the priority fixed at the first attempt
 and kept across restarts. A transaction can only die while it waits for a lock, so
-never after its body finished: prepare, commit and abort never wait.
+never after its body finished: prepare, commit and abort never wait. A body that
+called ``ctx.hold_locks(ms)`` (benchmark hook) stays suspended for ms after it
+returns, holding its locks, while the partition serves everything else.
 
 Wire contract (peer messages; a turn's messages to one partition travel as one
 batch ``[from_partition, [msg, ...]]``, positional msgpack, decoded with use_list=False):
@@ -499,7 +501,11 @@ class TraditionalPartition:
             on_write=lambda t, k: self._on_write(att, t, k),
         )
         try:
-            return run_body(att.proc, att.args, ctx), ctx.writes
+            out = run_body(att.proc, att.args, ctx)
+            if ctx.hold_ms:  # benchmark hook: keep every lock taken so far, loop goes on
+                self._add_timer(self._clock() + 1000 * ctx.hold_ms, T_HOLD, (att, att.wake + 1))
+                self._suspend(att, HOLD)
+            return out, ctx.writes
         except _Killed:
             return None
 
@@ -959,6 +965,11 @@ class TraditionalPartition:
             self._timer_handlers[kind](self, obj, now)
         self._run_ready()
 
+    def _on_hold_timer(self, obj: tuple, now: int) -> None:
+        att, wake = obj
+        if att.suspended and att.wake == wake and att.waiting_on == HOLD:
+            self._ready.append((att, wake, None))
+
     def _on_restart_timer(self, call: _Call, now: int) -> None:
         self._restarting -= 1
         self._start(call)
@@ -1070,6 +1081,8 @@ class TraditionalPartition:
             s.deaths,
             len(self._in_doubt),
             self.pid,
+            self.locks.waits,
+            self.locks.blocked,
         )
 
     def status_report(self) -> dict:
@@ -1080,7 +1093,9 @@ class TraditionalPartition:
         silent_us = 5 * 1000 * max(self.options.status_every_ms, 200)
         parts = []
         for p in sorted(rows):
-            _, committed, h, active, branches, aborted, failed, deaths, in_doubt, pid = rows[p]
+            row = rows[p]
+            _, committed, h, active, branches, aborted, failed, deaths, in_doubt, pid = row[:10]
+            waits, blocked = row[10:12] if len(row) >= 12 else (0, 0)
             heard = self._peer_heard_us.get(p, now)
             parts.append(
                 {
@@ -1098,6 +1113,8 @@ class TraditionalPartition:
                     "failed": failed,
                     "deaths": deaths,
                     "in_doubt": in_doubt,
+                    "lock_waits": waits,  # lock requests queued (local and for branches)
+                    "blocked": blocked,  # owners waiting for a lock now
                 }
             )
         s = self.stats
@@ -1138,7 +1155,8 @@ class TraditionalPartition:
     _timer_handlers: dict[int, Callable[[TraditionalPartition, Any, int], None]] = {}
 
 
-T_RESTART, T_DEADLINE, T_QUERY, T_SWEEP, T_STATUS, T_RESEND = range(6)
+T_RESTART, T_DEADLINE, T_QUERY, T_SWEEP, T_STATUS, T_RESEND, T_HOLD = range(7)
+HOLD = ("hold",)  # what a body suspended by ctx.hold_locks waits on
 TraditionalPartition._handlers = {
     K_LOCK: TraditionalPartition._on_lock,
     K_LOCK_REPLY: TraditionalPartition._on_lock_reply,
@@ -1157,6 +1175,7 @@ TraditionalPartition._timer_handlers = {
     T_SWEEP: TraditionalPartition._on_sweep,
     T_STATUS: TraditionalPartition._on_status_timer,
     T_RESEND: TraditionalPartition._on_resend_timer,
+    T_HOLD: TraditionalPartition._on_hold_timer,
 }
 
 

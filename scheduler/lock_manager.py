@@ -42,6 +42,10 @@ class LockManager:
         self._waiting: dict[int, int] = {}  # txn id -> locks not yet granted
         self._held: dict[int, list[Hashable]] = {}  # txn id -> lock names requested
         self._last_txn = -1
+        # Contention counters (monotonic): requests not granted when made, and
+        # transactions that had at least one such request.
+        self.lock_waits = 0
+        self.txn_waits = 0
 
     def __len__(self) -> int:
         """Transactions that hold or wait for locks here."""
@@ -75,6 +79,8 @@ class LockManager:
         self._held[txn_id] = names
         if waiting:
             self._waiting[txn_id] = waiting
+            self.lock_waits += waiting
+            self.txn_waits += 1
             return False
         return True
 
@@ -124,6 +130,11 @@ class LockManager:
         else:
             del waiting[txn_id]
             ready.append(txn_id)
+
+    @property
+    def blocked(self) -> int:
+        """Transactions waiting for at least one lock right now."""
+        return len(self._waiting)
 
     def is_ready(self, txn_id: int) -> bool:
         return txn_id in self._held and txn_id not in self._waiting

@@ -90,6 +90,7 @@ class LockTable:
         self._waiting: dict[Owner, Hashable] = {}
         self._events: list[tuple[str, Owner, Hashable, int]] = []
         self.deaths = 0  # requests answered DIE plus waiters killed
+        self.waits = 0  # requests answered WAIT (queued)
 
     # Queries ------------------------------------------------------------------
     def __len__(self) -> int:
@@ -102,6 +103,11 @@ class LockTable:
 
     def held_by(self, owner: Owner) -> dict[Hashable, int]:
         return dict(self._held.get(owner, {}))
+
+    @property
+    def blocked(self) -> int:
+        """Owners waiting for a lock right now."""
+        return len(self._waiting)
 
     def waiting_on(self, owner: Owner) -> Hashable | None:
         return self._waiting.get(owner)
@@ -139,6 +145,7 @@ class LockTable:
         if not verdict:
             self.deaths += 1
             return DIE
+        self.waits += 1
         self._prio[owner] = prio
         self._held.setdefault(owner, {})
         lock.waiters.insert(pos, _Request(owner, prio, mode, upgrade))

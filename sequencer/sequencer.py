@@ -576,6 +576,10 @@ class Sequencer:
                     "txns_applied": applied,
                     "state_hash": f"{h:016x}",
                     "active": active,
+                    # contention: lock requests that waited, txns that waited, blocked now
+                    "lock_waits": st[10] if len(st) > 12 else 0,
+                    "txn_waits": st[11] if len(st) > 12 else 0,
+                    "blocked": st[12] if len(st) > 12 else 0,
                 }
             )
         return {

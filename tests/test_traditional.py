@@ -550,6 +550,7 @@ def test_transfers_through_real_processes_conserve_money(tmp_path) -> None:  # t
         ]
         tc.check_alive()
     assert sum(r["failed"] for r in own) == 0
+    assert all(r["blocked"] == 0 and r["lock_waits"] >= 0 for r in own)  # gauges reported
     # Every call was coordinated somewhere and finished: 3,000 transfers, open, total.
     assert sum(r["txns_applied"] + r["aborted"] for r in own) == 3_002
 

@@ -15,7 +15,7 @@ index lookup plus its update is a single-partition transaction in both modes.
 
 Procedures:
   bench.update(rids, delta)                 add delta to each record (known keys)
-  bench.stall(rids, delta, stall_ms)        bench.update, then sleep stall_ms
+  bench.stall(rids, delta, stall_ms)        bench.update, then hold its locks stall_ms
   bench.tag_recon(tag, delta)               read-only recon: the rid tag points to
   bench.tag_update(tag, delta) + predicted  dependent (recon above): re-check, Restart
   bench.tag_update_locking(tag, delta, tags, slots)
@@ -23,12 +23,11 @@ Procedures:
                                             tag; a 2PL engine locks only what it touches
   bench.tag_move(tag, rid)                  re-point tag to rid (the index "volatility")
 
-``bench.stall`` IS A TEST FIXTURE, NOT LEGAL PROCEDURE BEHAVIOUR: it emulates a
-transaction that holds its locks while stalled on slow I/O (the paper's Figure 1).
-Sleeping reads no clock and changes no value, so results and state stay a pure
-function of (args, reads): every replica still computes the same thing, only later.
-Because a partition is one single-threaded process, the sleep stalls the whole
-partition, not just the transaction (see docs/PAPER_EXPERIMENTS.md).
+``bench.stall`` emulates a transaction that holds its locks while stalled on slow
+I/O (the paper's Figure 1) with the engine hook ``ctx.hold_locks(ms)``: the live
+engine (either mode) keeps that transaction's locks for ms after its body ran while
+the partition goes on serving everything else. The hold reads no clock in the body
+and changes no value, so results and state stay a pure function of (args, reads).
 
 Invariants: the genesis is a pure function of its arguments; a partition yields only
 the rows placed on it; every record starts at value 0 and every tag at slot 0.
@@ -36,7 +35,6 @@ the rows placed on it; every record starts at value 0 and every tag at slot 0.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -117,9 +115,9 @@ def update(ctx: Any, rids: Sequence[int], delta: int) -> Any:
     _update_footprint,
 )
 def stall(ctx: Any, rids: Sequence[int], delta: int, stall_ms: int) -> Any:
-    """TEST FIXTURE: bench.update, then hold the locks for stall_ms (emulated I/O stall)."""
+    """bench.update, then keep the locks for stall_ms (an emulated I/O stall)."""
     out = _add(ctx, rids, delta)
-    time.sleep(stall_ms / 1000.0)  # the emulated stall; values do not depend on it
+    ctx.hold_locks(stall_ms)
     return out
 
 
