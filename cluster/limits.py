@@ -35,6 +35,10 @@ sent_reads_txns_max = 1_000_000  # reads a partition keeps to resend to a restar
 # Dependent transactions
 dependent_restarts_max = 5
 
+# Traditional (2PL + 2PC baseline) mode, per coordinator partition
+traditional_calls_max = pending_calls_max  # accepted, not yet answered; above: ERR_OVERLOADED
+traditional_dedup_entries_max = pending_calls_max  # (client, request) -> answer, for retries
+
 # Client
 client_timeout_s_default = 30.0
 client_in_flight_max = 50_000

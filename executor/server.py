@@ -38,7 +38,7 @@ from executor import checkpoint
 from executor import wire as ewire
 from executor.engine import genesis_storage
 from executor.partition import Partition
-from executor.storage import Storage
+from executor.storage import Storage, settle_heap
 from sequencer import wire as swire
 from txn_library.procedure import load_modules
 
@@ -86,6 +86,8 @@ class PartitionServer:
                 storage.row_count(),
                 time.monotonic() - t0,
             )
+        if storage is not None:
+            settle_heap()  # genesis or checkpoint: both are long-lived
         self.part = Partition(
             replica,
             partition,

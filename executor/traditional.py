@@ -112,10 +112,7 @@ FAULT_VOTE_NO = "vote_no"
 FAULT_SILENT = "silent"  # never answers (a hang or a crash before voting)
 FAULT_CRASH = "crash"  # the process exits before voting (server only)
 
-# Bounds of this mode (the lead may move them to cluster.limits).
-active_calls_max = limits.pending_calls_max
-dedup_entries_max = limits.pending_calls_max
-dependent_restarts_max = limits.dependent_restarts_max
+# Bounds of this mode: cluster/limits.py (traditional_*, dependent_restarts_max).
 
 Aid = tuple  # (coordinator, seq)
 Prio = tuple  # (start_us, coordinator, seq of the first attempt)
@@ -158,8 +155,8 @@ class TraditionalOptions:
             raise ValueError("timeouts must be >= 1 ms")
         if self.restart_delay_cap_us < self.restart_delay_base_us or self.fault_every < 1:
             raise ValueError("bad restart delay or fault_every")
-        if not 1 <= self.active_max <= active_calls_max:
-            raise ValueError(f"active_max must be in 1..{active_calls_max}")
+        if not 1 <= self.active_max <= limits.traditional_calls_max:
+            raise ValueError(f"active_max must be in 1..{limits.traditional_calls_max}")
 
     FILE = "traditional.json"
 
@@ -391,7 +388,7 @@ class TraditionalPartition:
         key = (client_id, req_id)
         self._dedup[key] = what
         self._dedup.move_to_end(key)
-        while len(self._dedup) > dedup_entries_max:
+        while len(self._dedup) > limits.traditional_dedup_entries_max:
             self._dedup.popitem(last=False)
 
     # Inputs: clients ---------------------------------------------------------------
@@ -431,7 +428,7 @@ class TraditionalPartition:
             return
         proc = lookup(name)
         proc.validate(args)
-        if self._in_system + len(self._admission) >= active_calls_max:
+        if self._in_system + len(self._admission) >= limits.traditional_calls_max:
             raise BadRequest(ERR_OVERLOADED, "too many calls in flight; retry later")
         call = _Call()
         call.identity, call.client_id, call.req_id = identity, client_id, req_id
@@ -657,7 +654,7 @@ class TraditionalPartition:
             self._release_everywhere(att, "failed")
             self.stats.dependent_restarts += 1
             call.dep_restarts += 1
-            if call.dep_restarts > dependent_restarts_max:
+            if call.dep_restarts > limits.dependent_restarts_max:
                 msg = f"{call.proc.name} restarted {call.dep_restarts - 1} times"
                 self._reply(call, ERROR, (ERR_RESTARTS_EXHAUSTED, msg))
             else:

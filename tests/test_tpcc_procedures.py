@@ -24,14 +24,14 @@ import pytest
 import tpcc.procedures as tp
 from executor import wire as ewire
 from executor.engine import LocalReplica, SerialExecutor
-from executor.storage import Storage
+from executor.storage import GC_THRESHOLDS, Storage
 from sequencer import wire
 from sequencer.log import CommandLog
 from sequencer.sequencer import Sequencer, make_batch
 from tpcc import schema as s
 from tpcc.consistency import check_consistency
 from tpcc.inputs import TpccInputs, terminals_for
-from tpcc.loader import GC_THRESHOLDS, generate_items, generate_warehouse, genesis
+from tpcc.loader import generate_items, generate_warehouse, genesis
 from tpcc.tpcc_random import LAST_NAMES
 from txn_library import catalog
 from txn_library.client import ClientProtocol

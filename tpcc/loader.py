@@ -18,7 +18,6 @@ Units follow ``tpcc.schema``: cents, basis points, milliseconds, None for null.
 
 from __future__ import annotations
 
-import gc
 import os
 import time
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from executor.storage import settle_heap
 from tpcc.schema import (
     CUSTOMER,
     CUSTOMER_BY_NAME,
@@ -50,7 +50,6 @@ from txn_library import catalog
 
 LoadRow = tuple[str, tuple, tuple]
 
-GC_THRESHOLDS = (50_000, 20, 100)  # gen0 allocations, gen1 and gen2 collection ratios
 PROFILE_ENV = "ORDO_PROFILE_DIR"
 PROFILE_CLOCK_ENV = "ORDO_PROFILE_CLOCK"
 
@@ -112,21 +111,6 @@ def genesis(
             yield from generate_warehouse(w_id, seed, load_ts_ms)
     settle_heap()
     maybe_profile(f"partition-{partition}")
-
-
-def settle_heap() -> None:
-    """Keep the collector off the loaded database (called when a load completes).
-
-    A warehouse is ~560,000 rows that live as long as the process. With CPython's
-    default thresholds the cyclic collector walks the big table dicts and index lists
-    over and over (they are re-tracked on the first insert after every full
-    collection), which cost about half of a partition's CPU under New-Order. So:
-    collect once, freeze the survivors (gc.freeze: never scanned again) and make young
-    collections rare. Rows are tuples without cycles; collections still run.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def maybe_profile(role: str) -> None:
