@@ -422,7 +422,7 @@ def experiment_b(a: argparse.Namespace) -> list[dict[str, Any]]:
             group, client = start_cluster(mode, tmp, genesis, gargs, a.epoch_ms)
             load_s = time.monotonic() - t_load
             try:
-                for target in (0.0001, 0.001, 0.01):
+                for target in a.conflict_probs:
                     ws = working_set_for(target, records)
                     nxt = clog_calls(ws, seed=int(target * 1e6))
                     stall_call = nxt()  # a regular txn of the workload, on some partition
@@ -699,16 +699,16 @@ def plot_c(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def save(name: str, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    (OUT_DIR / f"{name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
-    write_csv(OUT_DIR / f"{name}.csv", rows)
-    {"a": plot_a, "b": plot_b, "c": plot_c}[name[0]](rows, OUT_DIR / f"{name}.png")
+def save(out_dir: Path, name: str, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{name}.json").write_text(json.dumps({**meta, "rows": rows}, indent=1))
+    write_csv(out_dir / f"{name}.csv", rows)
+    {"a": plot_a, "b": plot_b, "c": plot_c}[name[0]](rows, out_dir / f"{name}.png")
 
 
 # --- Report ------------------------------------------------------------------------------
 
-REPORT = Path("docs/PAPER_REPORT.md")
+REPORT = Path("docs/PAPER_REPORT.md")  # its image links assume OUT_DIR
 
 
 def _fmt(x: Any, digits: int = 0) -> str:
@@ -752,12 +752,12 @@ def _clog_summary(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def write_report(stems: dict[str, str]) -> None:
+def write_report(out_dir: Path, report: Path) -> None:
     """docs/PAPER_REPORT.md from the saved JSON of each experiment (numbers only; the
     analysis is docs/PAPER_EXPERIMENTS.md)."""
     saved = {}
-    for name, stem in stems.items():
-        path = OUT_DIR / f"{stem}.json"
+    for name in ("a", "b", "c"):
+        path = out_dir / f"{name}.json"
         if path.exists():
             saved[name] = json.loads(path.read_text())
     if not saved:
@@ -835,14 +835,14 @@ def write_report(stems: dict[str, str]) -> None:
                 f"| {_fmt(r['restarts_per_dependent_txn'], 4)} |"
             )
         lines += ["", "Traditional restarts are wait-die deaths (it has no dependent restarts)."]
-    REPORT.parent.mkdir(parents=True, exist_ok=True)
-    REPORT.write_text("\n".join(lines) + "\n")
-    print(f"report: {REPORT}", flush=True)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text("\n".join(lines) + "\n")
+    print(f"report: {report}", flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("experiments", nargs="*", default=["a", "b", "c"], help="any of a b c")
+    ap.add_argument("experiments", nargs="*", help="any of a b c (default: all three)")
     ap.add_argument("--quick", action="store_true", help="shorter points, smaller sizes")
     ap.add_argument("--epoch-ms", type=int, default=10)
     ap.add_argument("--warmup-s", type=float, default=1.5)
@@ -860,17 +860,27 @@ def main() -> None:
     ap.add_argument("--dependent-shares", type=float, nargs="+", default=[0.0, 0.5, 1.0])
     ap.add_argument("--index-rates", type=float, nargs="+", default=[0, 200, 1000, 3000])
     ap.add_argument(
+        "--conflict-probs", type=float, nargs="+", default=[0.0001, 0.001, 0.01], help="b"
+    )
+    ap.add_argument(
         "--replot", action="store_true", help="only re-render CSV/PNG from the saved JSON"
     )
+    ap.add_argument("--out-dir", type=Path, default=OUT_DIR, help="JSON, CSV and PNG go here")
+    ap.add_argument("--no-report", action="store_true", help=f"do not rewrite {REPORT}")
     a = ap.parse_args()
+    a.experiments = a.experiments or ["a", "b", "c"]
+    unknown = sorted(set(a.experiments) - {"a", "b", "c"})
+    if unknown:
+        ap.error(f"unknown experiment(s) {unknown}: choose from a b c")
+    report = not (a.quick or a.no_report or a.out_dir != OUT_DIR)
     if a.replot:
         for name in a.experiments:
             stem = name + ("_quick" if a.quick else "")
-            saved = json.loads((OUT_DIR / f"{stem}.json").read_text())
+            saved = json.loads((a.out_dir / f"{stem}.json").read_text())
             rows = saved.pop("rows")
-            save(stem, rows, saved)
-        if not a.quick:
-            write_report({x: x for x in ("a", "b", "c")})
+            save(a.out_dir, stem, rows, saved)
+        if report:
+            write_report(a.out_dir, REPORT)
         return
     if a.quick:
         a.warmup_s, a.duration_s = 0.5, 2.0
@@ -883,7 +893,7 @@ def main() -> None:
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
         "cpus": os.cpu_count(),
         "load_avg_1m_start": round(os.getloadavg()[0], 2),
-        "args": vars(a),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
     }
     runners = {"a": experiment_a, "b": experiment_b, "c": experiment_c}
     for name in a.experiments:
@@ -891,11 +901,11 @@ def main() -> None:
         rows = runners[name](a)
         meta_x = {**meta, "wall_s": round(time.monotonic() - t1, 1)}
         meta_x["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
-        save(name + ("_quick" if a.quick else ""), rows, meta_x)
+        save(a.out_dir, name + ("_quick" if a.quick else ""), rows, meta_x)
         print(f"experiment {name}: {time.monotonic() - t1:.0f} s", flush=True)
-    print(f"all done in {time.monotonic() - t0:.0f} s; results in {OUT_DIR}/", flush=True)
-    if not a.quick:  # quick runs are smoke tests: they do not replace the report
-        write_report({x: x for x in ("a", "b", "c")})
+    print(f"all done in {time.monotonic() - t0:.0f} s; results in {a.out_dir}/", flush=True)
+    if report:  # quick runs and runs elsewhere are smoke tests: they keep the report
+        write_report(a.out_dir, REPORT)
 
 
 if __name__ == "__main__":
