@@ -87,7 +87,7 @@ class TxnContext:
         return self._rng
 
     def get(self, table: str, key: tuple) -> tuple | None:
-        if not covered(self._reads, table, key):
+        if (table, key) not in self._reads and not covered(self._reads, table, key):
             raise FootprintViolation(f"read of {table}{key!r} outside the footprint")
         w = self.writes
         if w and (table, key) in w:
@@ -108,7 +108,7 @@ class TxnContext:
         return sorted((k, v) for k, v in merged.items() if v is not None)
 
     def put(self, table: str, key: tuple, row: tuple) -> None:
-        if not covered(self._writes, table, key):
+        if (table, key) not in self._writes and not covered(self._writes, table, key):
             raise FootprintViolation(f"write of {table}{key!r} outside the footprint")
         if not isinstance(row, tuple):
             raise TypeError(f"rows are tuples, got {type(row).__name__}")

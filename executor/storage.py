@@ -41,6 +41,9 @@ class Storage:
         self.state_hash = 0
         self.static_hash = 0
         self._replicated: dict[str, bool] = {}
+        # One Packer per Storage (a Storage is single-threaded): the same bytes as
+        # msgpack.packb, without building a Packer per row.
+        self._pack = msgpack.Packer(autoreset=True).pack
 
     def _table(self, name: str) -> dict[tuple, tuple]:
         t = self.tables.get(name)
@@ -63,8 +66,9 @@ class Storage:
         if old is None and row is None:
             return
         delta = 0
+        pack = self._pack
         if old is not None:
-            delta -= _digest(_packb((table, key, old)))
+            delta -= _digest(pack((table, key, old)))
         if row is None:
             del t[key]
             idx = self.indexes.get(table)
@@ -72,7 +76,7 @@ class Storage:
                 idx.remove(key)
         else:
             t[key] = row
-            delta += _digest(_packb((table, key, row)))
+            delta += _digest(pack((table, key, row)))
             if old is None:
                 idx = self.indexes.get(table)
                 if idx is not None:
@@ -86,12 +90,13 @@ class Storage:
         """Bulk insert (loader, checkpoint restore). Returns rows loaded."""
         n = 0
         pending_idx: dict[str, list[tuple]] = {}
+        pack = self._pack
         for table, key, row in rows:
             t = self._table(table)
             old = t.get(key)
-            d = _digest(_packb((table, key, row)))
+            d = _digest(pack((table, key, row)))
             if old is not None:
-                d -= _digest(_packb((table, key, old)))
+                d -= _digest(pack((table, key, old)))
             elif table in self.indexes:
                 pending_idx.setdefault(table, []).append(key)
             t[key] = row
