@@ -100,6 +100,7 @@ UNCHECKED = frozenset({TAIL, PRUNED})
 # How a bad epoch was located (IntervalResult.located_by).
 BY_LOG = "log-frame"
 BY_BATCH = "batch-check"
+BY_DIGEST = "batch-digest"  # the successor's prev_digest does not match the bytes
 BY_SERIAL = "serial-oracle"
 BY_DEPENDENCY = "dependency"
 BY_CHECKPOINT = "checkpoint"
@@ -332,6 +333,13 @@ class BatchInvalid(ReplayFailure):
     kind = BATCH_INVALID
 
 
+class BatchAltered(BatchInvalid):
+    """A well-formed batch whose bytes are not those its successor vouches for
+    (``prev_digest``): it was changed after it was logged."""
+
+    located_by = BY_DIGEST
+
+
 class LogGap(ReplayFailure):
     """The log does not hold ``epoch`` (pruned before it, or it ends earlier)."""
 
@@ -349,15 +357,23 @@ def iter_batches(
 ) -> Iterator[tuple[int, tuple, int]]:
     """(epoch, batch, frame bytes) for first..last (None: to the end), structure-checked.
 
-    Streams through iter_frames; stops after ``last`` without reading further. Raises
-    LogGap if an epoch in the range is absent, LogCorruption / BatchInvalid otherwise.
+    Streams through iter_frames. Every batch's bytes are checked against the digest its
+    successor records (``prev_digest``), so the frame after ``last`` is read too, only
+    for that (its own problems are left to whoever reads it as part of its range). The
+    newest batch of the log has no successor yet and cannot be checked. Raises LogGap
+    if an epoch in the range is absent, BatchAltered for a batch changed after it was
+    logged, LogCorruption / BatchInvalid otherwise.
     """
     if last is not None and last < first:
         return
     expected = first
-    frames = iter_frames(log_dir, first, last)
+    prev: bytes | None = None
+    frames = iter_frames(log_dir, first, None if last is None else last + 1)
     try:
         for epoch, payload in frames:
+            if last is not None and epoch > last:
+                _vouch(prev, epoch, payload)
+                return
             if epoch != expected:
                 raise LogGap(expected, f"the log holds no epochs {expected}..{epoch - 1}")
             try:
@@ -365,14 +381,45 @@ def iter_batches(
             except Exception as e:
                 raise BatchInvalid(epoch, f"undecodable batch: {e}") from None
             _check_batch_shape(epoch, batch)
+            if prev is not None and len(batch) > wire.B_PREV_DIGEST:
+                _check_digest(epoch, batch[wire.B_PREV_DIGEST], prev)
             yield epoch, batch, len(payload)
-            if epoch == last:
-                return
+            prev = payload
             expected += 1
+    except LogCorruption as e:
+        if last is None or e.epoch <= last:
+            raise  # (a bad frame after ``last`` is the next reader's to report)
     finally:
         frames.close()
-    if last is not None:
+    if last is not None and expected <= last:
         raise LogGap(expected, f"the log ends at epoch {expected - 1} (torn tail or truncated)")
+
+
+def _check_digest(epoch: int, recorded: Any, prev: bytes) -> None:
+    if type(recorded) is not int:
+        raise BatchInvalid(epoch, f"prev_digest must be an int, got {recorded!r}")
+    actual = wire.batch_digest(prev)
+    if recorded != actual:
+        raise BatchAltered(
+            epoch - 1,
+            f"batch {epoch - 1} is not the batch the sequencer logged: batch {epoch} "
+            f"records digest {recorded:016x} of it, its bytes hash to {actual:016x} "
+            f"(changed after it was written, e.g. re-encoded with a valid frame CRC)",
+        )
+
+
+def _vouch(prev: bytes | None, epoch: int, payload: bytes) -> None:
+    """Check the batch before ``epoch`` against ``epoch``'s digest of it, if readable."""
+    if prev is None:
+        return
+    try:
+        batch = wire.unpack(payload)
+    except Exception:
+        return  # malformed: reported by the reader whose range holds it
+    if isinstance(batch, tuple) and len(batch) > wire.B_PREV_DIGEST:
+        recorded = batch[wire.B_PREV_DIGEST]
+        if type(recorded) is int:  # anything else is the next reader's to report
+            _check_digest(epoch, recorded, prev)
 
 
 def _check_batch_shape(epoch: int, batch: Any) -> None:
@@ -702,7 +749,7 @@ def _run_replay(
     except ReplayFailure as e:
         res.verdict = e.kind
         res.bad_epoch = e.epoch
-        res.located_by = BY_BATCH if e.kind != LOG_MISSING else BY_LOG
+        res.located_by = getattr(e, "located_by", BY_BATCH if e.kind != LOG_MISSING else BY_LOG)
         res.detail = _join(res.detail, str(e))
         return True
     except Exception as e:  # anything else is still this epoch's failure, reported as such

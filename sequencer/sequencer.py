@@ -44,6 +44,7 @@ from sequencer.wire import (
     T_PARTS,
     T_PROC,
     T_REQ,
+    batch_digest,
     pack,
     unpack,
 )
@@ -157,6 +158,8 @@ class Sequencer:
         self._heard_at: dict[tuple[int, int], float] = {}  # monotonic time of last status
         self.epoch = command_log.last_epoch
         self.next_txn_id = self._next_txn_id_from_log()
+        # batch_digest of the last logged batch: the next batch records it (wire doc)
+        self._prev_digest = batch_digest(self.log.read(self.epoch)) if self.epoch else 0
         self.stats = SequencerStats()
         self._pending: list[_Call] = []
         self._inflight: OrderedDict[int, _InFlight] = OrderedDict()
@@ -381,7 +384,7 @@ class Sequencer:
             txns.append((c.proc.name, c.args, c.participants, c.client_id, c.req_id))
             self._inflight[first + i] = _InFlight(c)
         flags = self._checkpoint_flag(self.epoch + 1, now_ms)
-        batch = (self.epoch + 1, self.epoch, first, now_ms, seed, txns, flags)
+        batch = (self.epoch + 1, self.epoch, first, now_ms, seed, txns, flags, self._prev_digest)
         data = pack(batch)
         try:
             self.log.append(self.epoch + 1, data)
@@ -390,6 +393,7 @@ class Sequencer:
             self._fail(f"command log write/sync failed at epoch {self.epoch + 1}: {e}", first)
             return None
         self.epoch += 1
+        self._prev_digest = batch_digest(data)
         self.next_txn_id = first + len(calls)
         self.stats.epochs += 1
         self.stats.txns_sequenced += len(calls)

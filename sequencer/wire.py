@@ -19,8 +19,14 @@ Sequencer -> client:
                        reply [REP_OK, [paths]] or an error
 
 Batch (= one command-log frame = one PUB message body):
-  [epoch, prev_epoch, first_txn_id, timestamp_ms, seed, txns, flags]
+  [epoch, prev_epoch, first_txn_id, timestamp_ms, seed, txns, flags, prev_digest]
   flags: FLAG_CHECKPOINT = partitions checkpoint at the end of this epoch
+  prev_digest: batch_digest() of the previous batch's bytes as logged (0 for epoch
+      1), so every logged batch's bytes are vouched for by its successor: a batch
+      changed after the fact, even with a valid frame CRC, is found at its exact
+      epoch (executor.replay). Not cryptographic: it catches accidents and careless
+      edits, not an adversary who rewrites the successors too. Absent in logs
+      written before it existed (readers treat a 7-field batch as unchained).
   txn = [proc_name, args, participants, client_id, req_id]
   txn ids are consecutive from first_txn_id; epochs are consecutive from 1.
 
@@ -37,6 +43,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgpack
+import xxhash
 
 REQ_CALLS = 1
 REQ_STATUS = 2
@@ -56,7 +63,7 @@ LOG_FETCH = 21
 LOG_BATCHES = 22
 
 # Batch field positions
-B_EPOCH, B_PREV, B_FIRST_TXN, B_TS, B_SEED, B_TXNS, B_FLAGS = range(7)
+B_EPOCH, B_PREV, B_FIRST_TXN, B_TS, B_SEED, B_TXNS, B_FLAGS, B_PREV_DIGEST = range(8)
 # Txn field positions
 T_PROC, T_ARGS, T_PARTS, T_CLIENT, T_REQ = range(5)
 
@@ -67,3 +74,8 @@ def pack(msg: Any) -> bytes:
 
 def unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, use_list=False)
+
+
+def batch_digest(payload: bytes) -> int:
+    """The digest a batch's successor records of the batch's logged bytes."""
+    return xxhash.xxh3_64_intdigest(payload)

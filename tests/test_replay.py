@@ -56,8 +56,10 @@ def build_history(
     per_epoch: int = 40,
     replicas: int = 1,
     seed: int = 1,
+    chained: bool = False,
 ) -> Built:
-    """A log of bank transfers and every replica's checkpoints every ``every`` epochs."""
+    """A log of bank transfers and every replica's checkpoints every ``every`` epochs;
+    ``chained``: each batch records its predecessor's digest, as the sequencer does."""
     cfg = ClusterConfig(
         replicas=replicas,
         partitions=partitions,
@@ -69,7 +71,7 @@ def build_history(
     log = CommandLog(cfg.log_dir, fsync=False)
     reps = [LocalReplica(partitions, replica=r, shuffle_seed=r) for r in range(replicas)]
     serial = SerialExecutor()
-    hashes, txn_epochs, txn_id = {}, {}, 0
+    hashes, txn_epochs, txn_id, prev_digest = {}, {}, 0, 0
     for e in range(1, epochs + 1):
         if e == 1:
             calls = [("bank.open", (0, ACCOUNTS, START))]
@@ -83,8 +85,10 @@ def build_history(
             ]
         flags = wire.FLAG_CHECKPOINT if e % every == 0 else 0
         batch = make_batch(e, txn_id, TS0 + 10 * e, rng.getrandbits(63), calls, partitions)
-        batch = (*batch, flags)
-        log.append(e, wire.pack(batch))
+        batch = (*batch, flags, prev_digest) if chained else (*batch, flags)
+        payload = wire.pack(batch)
+        prev_digest = wire.batch_digest(payload)
+        log.append(e, payload)
         for r, rep in enumerate(reps):
             rep.apply(batch, _writer(cfg, r, partitions))
         serial.apply(batch)
@@ -193,6 +197,35 @@ def test_doctored_argument_with_valid_crc_is_located(tmp_path: Path) -> None:
     assert bad["replicas_agree"] is None  # only one replica here
     others = [r for r in rows if r is not bad]
     assert set(verdicts(others)) == {"ok", replay.TAIL}  # later intervals start from checkpoints
+
+
+@pytest.mark.parametrize("target_epoch", [37, 40])  # inside an interval, and at its end
+def test_doctored_chained_batch_is_located_at_its_exact_epoch(
+    tmp_path: Path, target_epoch: int
+) -> None:
+    """With prev_digest (the sequencer's format) a batch changed after it was logged is
+    found exactly, even when its frame CRC is valid: its successor vouches for it."""
+    b = build_history(tmp_path, chained=True)
+    assert set(verdicts(replay.verify_local(b.spec, b.ckpt))) == {"ok", replay.TAIL}
+    batch = wire.unpack(dict(iter_frames(b.cfg.log_dir, target_epoch, target_epoch))[target_epoch])
+    txns = list(batch[wire.B_TXNS])
+    name, (src, dst, amount), *rest = txns[-1]
+    txns[-1] = (name, (src, dst, amount + 1), *rest)
+    doctored = list(batch)
+    doctored[wire.B_TXNS] = txns  # its own prev_digest is untouched, and still right
+    rewrite_log(b.cfg.log_dir, {target_epoch: wire.pack(doctored)})
+
+    rows = replay.verify_local(b.spec, b.ckpt)
+    bad = by_end(rows, 40)
+    assert bad["verdict"] == replay.BATCH_INVALID
+    assert bad["located_by"] == replay.BY_DIGEST
+    assert bad["bad_epoch"] == target_epoch
+    assert f"batch {target_epoch} is not the batch the sequencer logged" in bad["detail"]
+    others = [r for r in rows if r is not bad]
+    assert set(verdicts(others)) == {"ok", replay.TAIL}  # reported once, by its interval
+    if target_epoch % 10:  # (a rebuild from checkpoint 40 on trusts that checkpoint)
+        with pytest.raises(replay.BatchAltered, match=f"epoch {target_epoch}:"):
+            replay.reconstruct(b.spec, replay.scan_checkpoints(b.ckpt, 2), target_epoch)
 
 
 def test_doctored_routing_is_located_at_its_exact_epoch(tmp_path: Path) -> None:

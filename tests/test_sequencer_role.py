@@ -10,7 +10,7 @@ import pytest
 
 import txn_library.builtin  # noqa: F401
 from sequencer import wire
-from sequencer.log import CommandLog, LogCorruption
+from sequencer.log import CommandLog, LogCorruption, iter_frames
 from sequencer.sequencer import Sequencer
 from txn_library.errors import ERROR, OK, RESTART
 
@@ -42,6 +42,26 @@ def test_numbering_continues_after_restart_and_after_a_torn_tail(tmp_path: Path)
     _submit(s, (99, "kv.put", ("again", 1)))
     batch = wire.unpack(s.tick(2000))  # type: ignore[arg-type]
     assert (batch[wire.B_EPOCH], batch[wire.B_PREV], batch[wire.B_FIRST_TXN]) == (5, 4, 4)
+
+
+def test_each_batch_records_the_digest_of_the_previous_one_across_restarts(
+    tmp_path: Path,
+) -> None:
+    s = _seq(tmp_path)
+    for i in range(3):
+        _submit(s, (i, "kv.put", (f"k{i}", i)))
+        s.tick(1000 + i)
+    s.log.close()
+    s = _seq(tmp_path)  # the digest of epoch 3 is recovered from the log
+    _submit(s, (9, "kv.put", ("k9", 9)))
+    s.tick(2000)
+    s.log.close()
+    payloads = [p for _e, p in iter_frames(tmp_path)]
+    batches = [wire.unpack(p) for p in payloads]
+    assert [b[wire.B_EPOCH] for b in batches] == [1, 2, 3, 4]
+    assert batches[0][wire.B_PREV_DIGEST] == 0
+    for prev, batch in zip(payloads, batches[1:], strict=False):
+        assert batch[wire.B_PREV_DIGEST] == wire.batch_digest(prev)
 
 
 def test_flipped_byte_in_the_middle_is_corruption_not_skipped(tmp_path: Path) -> None:
