@@ -231,6 +231,9 @@ class Partition:
         me = self.partition
         shared: list = []
         exclusive: list = []
+        table = catalog.table
+        # Lock names are catalog.lock_name(t, key) = (t, key[:lock_prefix]), inlined:
+        # this loop runs for every footprint entry of every transaction.
         if len(participants) == 1:
             st.single = True
             st.local_reads = ()
@@ -238,10 +241,11 @@ class Partition:
             st.need = set()
             st.executor = st.reporter = True
             for t, key in fp.reads:
-                if not catalog.table(t).replicated:
-                    shared.append(catalog.lock_name(t, key))
+                spec = table(t)
+                if not spec.replicated:
+                    shared.append((t, key[: spec.lock_prefix]))
             for t, key in fp.writes:
-                exclusive.append(catalog.lock_name(t, key))
+                exclusive.append((t, key[: table(t).lock_prefix]))
         else:
             st.single = False
             n = self.partitions
@@ -249,18 +253,20 @@ class Partition:
             writes_at: set[int] = set()
             local_reads = []
             for t, key in fp.reads:
-                p = catalog.partition_of(t, key, n)
-                if p == REPLICATED:
+                spec = table(t)
+                if spec.replicated:
                     continue
+                p = spec.placement(key[: spec.place_prefix], n)
                 reads_at.add(p)
                 if p == me:
                     local_reads.append((t, key))
-                    shared.append(catalog.lock_name(t, key))
+                    shared.append((t, key[: spec.lock_prefix]))
             for t, key in fp.writes:
-                p = catalog.partition_of(t, key, n)
+                spec = table(t)
+                p = spec.placement(key[: spec.place_prefix], n)
                 writes_at.add(p)
                 if p == me:
-                    exclusive.append(catalog.lock_name(t, key))
+                    exclusive.append((t, key[: spec.lock_prefix]))
             executors = sorted(writes_at) if writes_at else [min(participants)]
             st.executor = me in executors
             st.reporter = executors[0] == me

@@ -72,12 +72,16 @@ PARTITION_SILENT_S = 1.5
 def participants(proc: Procedure, args: tuple, partitions: int) -> tuple[int, ...]:
     """Partitions a call touches (sorted); replicated-only calls go to partition 0."""
     try:
-        fp = proc.footprint_of(args)
+        fp = proc.footprint_of(args)  # checked: every key is at least its placement prefix
+        if partitions == 1:
+            return (0,)
         parts = set()
-        for t, key in fp.reads + fp.writes:
-            p = catalog.partition_of(t, key, partitions)
-            if p != catalog.REPLICATED:
-                parts.add(p)
+        table = catalog.table
+        for entries in (fp.reads, fp.writes):
+            for t, key in entries:
+                spec = table(t)
+                if not spec.replicated:
+                    parts.add(spec.placement(key[: spec.place_prefix], partitions))
     except BadRequest:
         raise
     except Exception as e:

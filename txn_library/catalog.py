@@ -15,7 +15,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import google_crc32c
 import msgpack
@@ -47,14 +47,9 @@ class Table:
     ordered: bool = False  # keeps a sorted key index for prefix scans
     columns: tuple[str, ...] = ()  # row layout, for dumps and Parquet
     key_columns: tuple[str, ...] = ()  # names of the key's parts (default key_0, key_1, ...)
-
-    @property
-    def lock_prefix(self) -> int:
-        return self.key_len if self.lock_len is None else self.lock_len
-
-    @property
-    def place_prefix(self) -> int:
-        return self.lock_prefix if self.place_len is None else self.place_len
+    # Derived in __post_init__ (plain attributes: read on every access of every txn).
+    lock_prefix: int = field(init=False, repr=False, compare=False)
+    place_prefix: int = field(init=False, repr=False, compare=False)
 
     def output_columns(self) -> tuple[list[str], list[int], int]:
         """(column names, key positions to emit, row width) for exports.
@@ -66,6 +61,9 @@ class Table:
         return [names[i] for i in key_pos] + list(self.columns), key_pos, len(self.columns)
 
     def __post_init__(self) -> None:
+        lock = self.key_len if self.lock_len is None else self.lock_len
+        object.__setattr__(self, "lock_prefix", lock)
+        object.__setattr__(self, "place_prefix", lock if self.place_len is None else self.place_len)
         if not (1 <= self.place_prefix <= self.lock_prefix <= self.key_len):
             raise ValueError(f"table {self.name}: need 1 <= place_len <= lock_len <= key_len")
 

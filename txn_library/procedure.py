@@ -146,28 +146,27 @@ class Procedure:
     def footprint_of(self, args: Sequence[Any]) -> Footprint:
         """The declared footprint, with every entry checked against the catalog."""
         fp = self.footprint(*args)
-        for entries in (fp.reads, fp.writes):
+        read_only = self.read_only
+        table = catalog.table
+        for is_read, entries in ((True, fp.reads), (False, fp.writes)):
             for t, key in entries:
-                spec = catalog.table(t)
-                n = spec.place_prefix if self.read_only else spec.lock_prefix
-                if not isinstance(key, tuple) or not n <= len(key) <= spec.key_len:
+                spec = table(t)
+                n = spec.place_prefix if read_only else spec.lock_prefix
+                k = len(key) if isinstance(key, tuple) else -1
+                if not n <= k <= spec.key_len:
                     raise BadRequest(
                         ERR_BAD_ARGUMENTS,
                         f"{self.name}: footprint entry {t}{key!r} must be a tuple of "
                         f"length {n}..{spec.key_len}",
                     )
-                if (
-                    entries is fp.reads
-                    and len(key) < spec.key_len
-                    and not spec.ordered
-                    and not self.read_only
-                ):
-                    raise BadRequest(
-                        ERR_BAD_ARGUMENTS,
-                        f"{self.name}: prefix read of unordered table {t}{key!r} "
-                        f"(only ordered tables can be read by prefix in a sequenced call)",
-                    )
-                if spec.replicated and entries is fp.writes:
+                if is_read:
+                    if k < spec.key_len and not spec.ordered and not read_only:
+                        raise BadRequest(
+                            ERR_BAD_ARGUMENTS,
+                            f"{self.name}: prefix read of unordered table {t}{key!r} "
+                            f"(only ordered tables can be read by prefix in a sequenced call)",
+                        )
+                elif spec.replicated:
                     raise BadRequest(ERR_BAD_ARGUMENTS, f"{self.name}: writes replicated {t}")
         return fp
 
