@@ -87,9 +87,10 @@ class _TableWriter:
             self._pq = pq.ParquetWriter(self.path, self._schema)
         arrays = []
         for f, col in zip(self._schema, cols, strict=True):
+            values: Any = col
             if pa.types.is_string(f.type):
-                col = [None if v is None else str(v) for v in col]
-            arrays.append(pa.array(col, type=f.type))
+                values = [None if v is None else str(v) for v in col]
+            arrays.append(pa.array(values, type=f.type))
         self._pq.write_table(pa.Table.from_arrays(arrays, schema=self._schema))
 
     def close(self) -> None:

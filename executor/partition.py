@@ -81,6 +81,22 @@ class _Txn:
         "prefixes",
         "single",
     )
+    txn_id: int
+    proc: Procedure
+    args: tuple
+    ts: int
+    seed: int
+    reads: frozenset
+    writes: frozenset
+    local_reads: tuple
+    send_to: tuple[int, ...]
+    need: set[int]
+    executor: bool
+    reporter: bool
+    locked: bool
+    exact: dict[tuple[str, tuple], Any]
+    prefixes: dict[tuple[str, tuple], Any]
+    single: bool
 
 
 class Partition:
@@ -309,7 +325,7 @@ class Partition:
 
     def _send_reads(self, st: _Txn) -> None:
         storage = self.storage
-        key_len = {}
+        key_len: dict[str, int] = {}
         exact = []
         prefixes = []
         for t, key in st.local_reads:

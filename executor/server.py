@@ -26,6 +26,7 @@ replicas.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import time
@@ -348,7 +349,7 @@ class PartitionServer:
             due = part.next_hold_due()
             if due is not None:
                 timeout_ms = min(timeout_ms, max(0.0, 1000.0 * (due - time.monotonic())))
-            events = dict(poller.poll(timeout_ms))
+            events = dict(poller.poll(math.ceil(timeout_ms)))
             if due is not None:
                 part.release_holds(time.monotonic())
             for _ in range(512):

@@ -226,6 +226,17 @@ class _Call:
         "recon",
         "dep_restarts",
     )
+    identity: bytes
+    client_id: bytes
+    req_id: int
+    proc: Procedure
+    args: tuple
+    prio: Prio
+    seed: int
+    ts_ms: int
+    restarts: int
+    recon: bool
+    dep_restarts: int
 
 
 class _Attempt:
@@ -255,6 +266,30 @@ class _Attempt:
         "local_writes",
         "hist",
     )
+    aid: Aid
+    call: _Call
+    proc: Procedure
+    args: tuple
+    reads: frozenset
+    writes: frozenset
+    glet: greenlet.greenlet | None
+    suspended: bool
+    wake: int
+    waiting_on: Any
+    doomed: bool
+    kill_reason: tuple | None
+    parts: dict[int, int]  # participant -> lock requests sent to it
+    remote_locks: dict[tuple, int]  # lock name -> strongest mode asked for
+    rows: dict[tuple, Any]
+    scans: dict[tuple, Any]
+    acks_pending: int
+    outcome: tuple | None
+    state: int
+    deadline_us: int
+    votes: set[int]
+    yes: list[int]
+    local_writes: tuple
+    hist: HistoryEntry | None
 
 
 # Attempt states
@@ -516,6 +551,7 @@ class TraditionalPartition:
             att.suspended = False
             att.waiting_on = None
             g = att.glet
+            assert g is not None  # suspended bodies have a live greenlet
             g.parent = greenlet.getcurrent()
             out = g.throw(_Killed()) if att.doomed else g.switch(value)
             if g.dead:
@@ -636,6 +672,7 @@ class TraditionalPartition:
     # Coordinator: commit and abort --------------------------------------------------
     def _lock_point(self, att: _Attempt) -> None:
         """Every lock is held and the body is done: decide how to finish."""
+        assert att.outcome is not None  # set when the body exited
         status, value, writes = att.outcome
         call = att.call
         att.deadline_us = 0
@@ -694,6 +731,7 @@ class TraditionalPartition:
 
     def _commit(self, att: _Attempt, participants: tuple[int, ...]) -> None:
         call = att.call
+        assert att.outcome is not None
         status, value, _ = att.outcome
         cid, rid = call.client_id, call.req_id
         if participants:
@@ -925,14 +963,14 @@ class TraditionalPartition:
         try:
             while self.locks.has_events():
                 for kind, owner, _name, _mode in self.locks.take_events():
-                    att = self._attempts.get(owner)
+                    att = self._attempts.get(owner)  # type: ignore[call-overload]
                     if att is not None:
                         if kind == EV_GRANTED:
                             self._ready.append((att, att.wake, None))
                         else:
                             self._doom(att, None)
                         continue
-                    br = self._branches.get(owner)
+                    br = self._branches.get(owner)  # type: ignore[call-overload]
                     if br is None or br.state != B_ACTIVE:
                         self.locks.release_all(owner)  # it ended meanwhile: give it back
                         continue
@@ -1039,6 +1077,7 @@ class TraditionalPartition:
                 elif kind == R_OUTCOME:
                     rec = prepared.pop(r[1], None)
                     invariant(rec is not None, f"outcome of {r[1]} without its prepare record")
+                    assert rec is not None
                     if r[2]:
                         self._apply(rec[4])
                 else:

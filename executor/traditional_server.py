@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import time
@@ -235,7 +236,7 @@ class TraditionalServer:
         poller.register(self.client, zmq.POLLIN)
         self._flush()  # recovery's resends and queries
         while not self._stop:
-            events = dict(poller.poll(self._poll_ms()))
+            events = dict(poller.poll(math.ceil(self._poll_ms())))
             peer_ready, client_ready = self.inbox in events, self.client in events
             # Alternate between the sockets so neither starves; one zmq.Again per socket
             # per turn at most (an exception per message would cost more than the work).

@@ -68,7 +68,7 @@ class TpccTerminal(User):
             warehouses, cfg.partitions, seed=SEED * 1_000_003 + n, load_seed=load_seed, mix=MIX
         )
         self.proto = ClientProtocol()
-        self.ctx = zmq.Context.instance()
+        self.ctx: zmq.Context = zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.connect(cfg.client_addr)

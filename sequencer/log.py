@@ -64,7 +64,7 @@ import os
 import re
 import struct
 from array import array
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,7 +246,7 @@ def _scan_segment(
 
 def iter_frames(
     log_dir: str | Path, first_epoch: int = 1, last_epoch: int | None = None
-) -> Iterator[tuple[int, bytes]]:
+) -> Generator[tuple[int, bytes], None, None]:
     """Yield (epoch, payload) for first_epoch..last_epoch (inclusive, clipped), in order.
 
     Reads segment files sequentially, one frame in memory at a time, with no index. Stops

@@ -14,8 +14,10 @@ and answered with an error.
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import time
+from typing import Any
 
 import zmq
 
@@ -107,6 +109,7 @@ class SequencerServer:
                 epoch = self.seq.request_checkpoint()
                 self.client.send_multipart([identity, wire.pack((wire.REP_OK, epoch))])
             elif kind == wire.REQ_PRUNE and len(msg) == 2:
+                reply: tuple[int, Any]
                 try:
                     removed = self.seq.prune_log(msg[1])
                     reply = (wire.REP_OK, removed)
@@ -183,7 +186,7 @@ class SequencerServer:
         next_heartbeat = time.monotonic()
         while not self._stop:
             timeout_ms = max(0.0, (next_tick - time.monotonic()) * 1000.0)
-            events = dict(poller.poll(timeout_ms))
+            events = dict(poller.poll(math.ceil(timeout_ms)))
             # Drain a bounded number of messages per socket per turn, fairly.
             for _ in range(256):
                 progressed = False

@@ -56,12 +56,13 @@ def condition_1(tables: Tables, wanted: frozenset[int]) -> list[str]:
             d_ytd_sum[w_id] += row[D_YTD]
     violations = []
     for w_id in sorted(wanted):
-        row = warehouse.get((w_id,))
-        if row is None:
+        w_row = warehouse.get((w_id,))
+        if w_row is None:
             violations.append(f"condition 1: warehouse {w_id} is missing")
-        elif row[W_YTD] != d_ytd_sum[w_id]:
+        elif w_row[W_YTD] != d_ytd_sum[w_id]:
             violations.append(
-                f"condition 1: warehouse {w_id}: w_ytd {row[W_YTD]} != sum(d_ytd) {d_ytd_sum[w_id]}"
+                f"condition 1: warehouse {w_id}: w_ytd {w_row[W_YTD]} != sum(d_ytd) "
+                f"{d_ytd_sum[w_id]}"
             )
     return violations
 

@@ -187,7 +187,7 @@ class LoadLoop:
         self.terminals = terminals
         self.log = log
         self.proto = ClientProtocol()
-        self.ctx = zmq.Context.instance()
+        self.ctx: zmq.Context = zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.SNDHWM, 0)

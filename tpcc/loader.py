@@ -129,7 +129,12 @@ def maybe_profile(role: str) -> None:
     profiler = cProfile.Profile(time.process_time) if cpu else cProfile.Profile()
     path = Path(out_dir) / f"{role}-{os.getpid()}.prof"
     path.parent.mkdir(parents=True, exist_ok=True)
-    atexit.register(lambda: (profiler.disable(), profiler.dump_stats(str(path))))
+
+    def dump() -> None:
+        profiler.disable()
+        profiler.dump_stats(str(path))
+
+    atexit.register(dump)
     profiler.enable()
 
 

@@ -628,6 +628,8 @@ def delivery(ctx: TxnContext, w_id: int, o_carrier_id: int, prediction: Any) -> 
         o_id, c_id = pick
         ctx.delete(NEW_ORDER, (w_id, d_id, o_id))
         o = get(ORDERS, (w_id, d_id, o_id))
+        if o is None:  # a NEW-ORDER row without its ORDER: the database is inconsistent
+            raise LookupError(f"order {(w_id, d_id, o_id)} of a new-order row is missing")
         put(ORDERS, (w_id, d_id, o_id), o[:O_CARRIER_ID] + (o_carrier_id,) + o[O_CARRIER_ID + 1 :])
         amount = 0
         for key, ol in ctx.scan(ORDER_LINE, (w_id, d_id, o_id)):
@@ -635,6 +637,8 @@ def delivery(ctx: TxnContext, w_id: int, o_carrier_id: int, prediction: Any) -> 
             put(ORDER_LINE, key, ol[:OL_DELIVERY_D] + (ts,) + ol[OL_DELIVERY_D + 1 :])
         c_key = (w_id, d_id, c_id)
         c = get(CUSTOMER, c_key)
+        if c is None:
+            raise LookupError(f"customer {c_key} of order {o_id} is missing")
         put(
             CUSTOMER,
             c_key,
@@ -745,12 +749,12 @@ def check_warehouse(ctx: TxnContext, w_id: int) -> list[str]:
     """Consistency conditions 1-4 (clauses 3.3.2.1-3.3.2.4) on one warehouse's rows at
     the replica that runs it; returns the violations (empty: consistent)."""
     w = ctx.get(WAREHOUSE, (w_id,))
-    districts = {}
+    districts: dict[tuple, tuple] = {}
     for d_id in _WAREHOUSE_DISTRICTS:
         d = ctx.get(DISTRICT, (w_id, d_id))
         if d is not None:
             districts[(w_id, d_id)] = d
-    tables = {
+    tables: dict[str, dict[tuple, tuple]] = {
         WAREHOUSE: {} if w is None else {(w_id,): w},
         DISTRICT: districts,
         ORDERS: dict(ctx.scan(ORDERS, (w_id,))),

@@ -116,7 +116,7 @@ class Client:
         self.timeout_s = timeout_s
         self.retry_s = retry_s
         self.proto = ClientProtocol(client_id)
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context = zmq.Context.instance()
         self._submit_q: queue.SimpleQueue = queue.SimpleQueue()
         self._wake_addr = f"inproc://ordo-client-{os.urandom(8).hex()}"
         self._wake_recv = self._ctx.socket(zmq.PULL)
