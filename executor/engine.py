@@ -38,6 +38,7 @@ class LocalReplica:
             for p in range(partitions)
         ]
         self.results: dict[int, tuple[int, Any]] = {}
+        self.query_results: list[tuple] = []  # (query id, tag, status, value) of on_query
         # A seeded shuffle of message delivery order exercises arrival-order independence.
         self._rng = random.Random(shuffle_seed) if shuffle_seed is not None else None
 
@@ -68,9 +69,10 @@ class LocalReplica:
         while True:
             msgs = []
             for p in self.parts:
-                peer_out, results, _queries = p.take_outputs()
+                peer_out, results, queries = p.take_outputs()
                 for txn_id, status, value in results:
                     self.results[txn_id] = (status, value)
+                self.query_results.extend(queries)
                 for q, entries in peer_out.items():
                     msgs.append((q, p.partition, entries))
             if not msgs:
