@@ -602,12 +602,26 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         wr.writerows(flat)
 
 
-def plot_a(rows: list[dict[str, Any]], path: Path) -> None:
+def _pyplot() -> Any:
     import matplotlib
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save_figure(plt: Any, fig: Any, axes: Any, path: Path) -> None:
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_a(rows: list[dict[str, Any]], path: Path) -> None:
+    plt = _pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     whs = sorted({r["warehouses"] for r in rows})
     for wh in whs:
@@ -629,19 +643,11 @@ def plot_a(rows: list[dict[str, Any]], path: Path) -> None:
     axes[2].set_ylabel("per transaction")
     for ax in axes:
         ax.set_xlabel("% multi-partition New Orders")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save_figure(plt, fig, axes, path)
 
 
 def plot_b(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     targets = sorted({r["conflict_probability_target"] for r in rows})
     fig, axes = plt.subplots(2, len(targets), figsize=(5 * len(targets), 7), squeeze=False)
     for j, tgt in enumerate(targets):
@@ -662,20 +668,11 @@ def plot_b(rows: list[dict[str, Any]], path: Path) -> None:
         axes[1][j].set_ylabel("blocked share: txns submitted\nthen, answered after > 200 ms")
         axes[1][j].set_ylim(-0.02, 1.02)
         axes[1][j].set_xlabel("time (s); grey: the stalled txn holds its locks")
-        for ax in (axes[0][j], axes[1][j]):
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save_figure(plt, fig, axes.flat, path)
 
 
 def plot_c(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     shares = sorted({r["dependent_share"] for r in rows})
     for mode, style in zip(MODES, ("-o", "--s"), strict=True):
@@ -692,11 +689,7 @@ def plot_c(rows: list[dict[str, Any]], path: Path) -> None:
     axes[1].set_title("restarts per dependent txn (Fig. 6)\n(traditional: wait-die deaths)")
     for ax in axes:
         ax.set_xlabel("index-entry updates per second")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save_figure(plt, fig, axes, path)
 
 
 def save(out_dir: Path, name: str, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
