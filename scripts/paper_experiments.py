@@ -109,10 +109,6 @@ def restarts_of(client: Any) -> int:
     return int(client.status(timeout_s=10)["restarts"])
 
 
-def trad_counter(client: Any, name: str) -> int:
-    return sum(int(p.get(name, 0)) for p in client.status(timeout_s=10)["partitions"])
-
-
 def contention_counters(client: Any) -> dict[str, int]:
     """Cumulative contention counters of the cluster (both modes report them in status):
     lock requests that had to queue, (det) admissions with any such request, restarts
