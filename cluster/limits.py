@@ -12,11 +12,28 @@ frame_bytes_hard_max = 16 << 20  # zmq MAXMSGSIZE: above this zmq drops the peer
 calls_per_frame_max = 10_000  # calls a client may pack in one frame
 args_per_call_max = 64
 pending_calls_max = 200_000  # accepted but not yet answered; above: ERR_OVERLOADED
+req_id_max = (1 << 63) - 1  # request ids are non-negative int64
+client_id_bytes_max = 64
+
+# Fair intake (sequencer): work per loop turn is bounded, and shared round robin
+intake_turn_s_max = 0.004  # validating queued calls, per turn
+receive_turn_s_max = 0.004  # reading and decoding client frames, per turn
+receive_bytes_per_turn_max = 8 << 20  # and at most this many frame bytes per turn
+intake_quantum_calls = 64  # calls of one client per round robin round
+intake_client_bytes_max = 16 << 20  # frames of one client awaiting validation; above:
+# ERR_OVERLOADED for that client's further calls
+intake_bytes_max = 32 << 20  # ... of all clients; above: frames wait unread in ZeroMQ
+client_pending_calls_max = 50_000  # accepted, unsequenced calls of one client
+client_pending_bytes_max = 32 << 20  # their encoded bytes; above either: ERR_OVERLOADED
+pending_bytes_max = 256 << 20  # encoded bytes of all accepted, unsequenced calls
 
 # Epochs and batches
 epoch_duration_ms_default = 10
 batch_txns_max = 20_000  # a batch is cut early when it reaches this many txns
-batch_bytes_max = 8 << 20
+batch_bytes_max = 8 << 20  # an epoch's batch is cut when the next call would not fit
+batch_overhead_bytes_max = 128  # a batch's fields other than its txns, encoded
+txn_bytes_max = request_bytes_max + 256  # one encoded txn (a call plus participants, ids)
+batch_quantum_calls = 256  # calls of one client per round when a batch is cut
 
 # Command log
 segment_bytes_max = 64 << 20  # roll to a new segment file past this size
@@ -24,12 +41,20 @@ log_frame_bytes_max = 32 << 20  # a frame header claiming more is corruption
 
 # Log service
 log_service_epochs_per_reply_max = 256
+log_service_reply_bytes_max = 64 << 20  # a reply holds at least one batch, then up to this
+log_service_request_bytes_max = 1024  # a LOG_FETCH frame is three ints
 
 # Replicas
 peer_message_bytes_max = 32 << 20
 result_backlog_txns_max = 1_000_000  # results awaiting other replicas' comparison
 
 result_cache_txns_max = 200_000  # per reporting partition, for retries after a crash
+
+# Exactly-once retries at the sequencer (sequencer/retry_cache.py)
+retry_cache_entries_max = 200_000  # answered calls remembered for retries
+retry_cache_bytes_max = 64 << 20  # bytes of the answers kept; oldest evicted first
+retry_watermark_clients_max = 65_536  # clients whose evicted request ids are remembered
+retry_rebuild_epochs_max = 2_000  # log epochs scanned for logged calls at restart
 sent_reads_txns_max = 1_000_000  # reads a partition keeps to resend to a restarted peer
 
 # Dependent transactions
@@ -55,3 +80,32 @@ _check(batch_bytes_max <= peer_message_bytes_max, "a batch must fit in one peer 
 _check(log_frame_bytes_max <= segment_bytes_max, "a frame must fit in a segment")
 _check(client_in_flight_max <= pending_calls_max, "one client cannot exceed the global bound")
 _check(batch_txns_max <= pending_calls_max, "a batch is drawn from pending calls")
+_check(
+    txn_bytes_max + batch_overhead_bytes_max <= batch_bytes_max,
+    "any one accepted call fits in a batch",
+)
+_check(request_bytes_max <= intake_client_bytes_max, "a client can queue a whole frame")
+_check(intake_client_bytes_max <= intake_bytes_max, "one client within the intake bound")
+_check(txn_bytes_max <= client_pending_bytes_max, "a client can have one call pending")
+_check(client_pending_bytes_max <= pending_bytes_max, "one client within the pending bound")
+_check(client_pending_calls_max <= pending_calls_max, "one client within the pending bound")
+_check(client_in_flight_max <= client_pending_calls_max, "a client's own bound fits the server's")
+_check(batch_bytes_max <= log_service_reply_bytes_max, "a log service reply holds a batch")
+_check(request_bytes_max <= receive_bytes_per_turn_max, "a turn can receive a whole frame")
+_check(retry_cache_bytes_max >= 16 * txn_bytes_max, "the retry cache keeps several answers")
+
+
+# Executor (write validation, inbox)
+row_bytes_max = 1 << 21  # one written row, encoded with its table and key; larger: ERROR
+result_bytes_max = 1 << 20  # one procedure result (or abort reason), encoded; larger: ERROR
+early_reads_txns_max = sent_reads_txns_max  # txns whose peer reads arrived before the txn
+queries_pending_max = pending_calls_max  # unsequenced queries waiting at one partition
+checkpoint_frame_bytes_max = 4 << 20  # rows per checkpoint frame are cut at this size
+
+_check(row_bytes_max < peer_message_bytes_max, "a row must fit in a peer read message")
+_check(result_bytes_max < frame_bytes_hard_max, "a result must fit in a frame zmq accepts")
+_check(
+    checkpoint_frame_bytes_max + row_bytes_max + 16 <= log_frame_bytes_max,
+    "a checkpoint frame (cut after the row that crosses its budget) fits in a log frame",
+)
+_check(queries_pending_max <= pending_calls_max, "queries are drawn from pending calls")

@@ -1,15 +1,26 @@
 """The sequencer role: validate calls, fix their order in epochs, log, hand out batches.
 
-No sockets here: ``on_client`` / ``on_results`` take decoded inputs, ``tick`` cuts a
-batch, and replies/queries accumulate in outboxes that the process loop sends.
+No sockets, clock or entropy of its own: ``on_frame`` takes one raw client frame,
+``run_intake`` validates queued calls, ``on_results_message`` takes a partition's
+report, ``tick`` cuts a batch; replies and queries accumulate in outboxes that the
+process loop sends. The clock and the seed source are parameters.
 
 Invariants:
-- A call is validated (procedure exists, arguments match its schema, footprint is
-  well formed, size bounds) before it is accepted; a rejected call gets an ERROR
-  reply and never reaches the log.
+- A call is validated (request shape, procedure exists, arguments match its schema
+  and encode, footprint well formed, size bounds) before it is accepted; a rejected
+  call gets an ERROR reply and never reaches the log. Nothing a client sends raises
+  out of ``on_frame`` / ``run_intake``.
+- Work is shared fairly: decoded calls wait in per-connection queues and are
+  validated round robin, a bounded amount per turn; accepted calls wait in
+  per-connection queues and each batch takes from them round robin, so one client's
+  flood delays another's calls by at most a quantum per round (sequencer.fair).
 - Epochs are consecutive; each batch carries (epoch, prev_epoch) and consecutive txn
-  ids. A batch is appended to the command log and synced *before* ``tick`` returns
-  it, so nothing is published (hence executed or acknowledged) before it is durable.
+  ids, and is at most ``batch_bytes_max`` bytes (calls that do not fit wait for the
+  next epoch, in order). A batch is appended to the command log and synced *before*
+  ``tick`` returns it, so nothing is published (hence executed or acknowledged)
+  before it is durable.
+- Each call is encoded once, when it is accepted; a batch is those bytes joined
+  under a batch header (byte-identical to packing the batch as a whole).
 - The batch fixes every source of nondeterminism: one timestamp and one seed per
   batch (a txn's own seed is derived from the batch seed and its txn id).
 - The first replica's result for a txn goes to the client; every later replica's
@@ -19,7 +30,12 @@ Invariants:
   one replica; the prediction becomes the call's last argument. A RESTART result
   re-sequences the call with the fresh prediction, at most ``dependent_restarts_max``
   times.
-- Bounded: pending + in-flight calls never exceed ``pending_calls_max``.
+- Exactly once: a (client_id, req_id) is sequenced at most once; a retry gets the
+  original answer, and a different call reusing the ids gets ERR_REQUEST_ID_REUSED
+  (sequencer.retry_cache).
+- Bounded: queued, pending and in-flight calls and their bytes stay under the bounds
+  in cluster/limits.py, per client and in total; above them a call gets
+  ERR_OVERLOADED.
 """
 
 from __future__ import annotations
@@ -28,13 +44,21 @@ import logging
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import msgpack
+import xxhash
 
 from cluster import limits
 from executor.partition import reporter_of
-from executor.wire import RESULT_LOOKUP
+from executor.wire import MSG_RESULTS, RESULT_LOOKUP
+from sequencer import wire
+from sequencer.fair import FairQueues
 from sequencer.log import CommandLog
+from sequencer.retry_cache import Done, Logged, RetryCache
 from sequencer.wire import (
     B_FIRST_TXN,
     B_TXNS,
@@ -45,7 +69,6 @@ from sequencer.wire import (
     T_PROC,
     T_REQ,
     batch_digest,
-    pack,
     unpack,
 )
 from txn_library import catalog
@@ -53,13 +76,18 @@ from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_MALFORMED,
     ERR_OVERLOADED,
+    ERR_REQUEST_ID_REUSED,
     ERR_RESTARTS_EXHAUSTED,
+    ERR_RETRY_EXPIRED,
     ERR_TOO_LARGE,
     ERR_UNAVAILABLE,
     ERROR,
     OK,
     RESTART,
+    STATUS_NAMES,
     BadRequest,
+    brief,
+    invariant,
 )
 from txn_library.procedure import Procedure, lookup
 
@@ -67,6 +95,11 @@ log = logging.getLogger("ordo.sequencer")
 
 # A partition reports at least every 0.2 s; silent this long, it is shown as down.
 PARTITION_SILENT_S = 1.5
+# What msgpack raises for a value it cannot encode (type, int range, nesting depth).
+ENCODE_ERRORS = (TypeError, ValueError, OverflowError)
+_TXN_HEADER = msgpack.packb([None] * 5)[:1]  # fixarray of the txn's 5 fields
+_STATUS_FIELDS = 13  # executor.wire: the partition status record
+_ARCHIVE_PATH_MAX = 4096
 
 
 def participants(proc: Procedure, args: tuple, partitions: int) -> tuple[int, ...]:
@@ -84,7 +117,7 @@ def participants(proc: Procedure, args: tuple, partitions: int) -> tuple[int, ..
                     parts.add(spec.placement(key[: spec.place_prefix], partitions))
     except BadRequest:
         raise
-    except Exception as e:
+    except Exception as e:  # the procedure's footprint function raised on these args
         raise BadRequest(ERR_BAD_ARGUMENTS, f"footprint of {proc.name} failed: {e}") from None
     return tuple(sorted(parts)) if parts else (0,)
 
@@ -105,7 +138,21 @@ def make_batch(
     return (epoch, epoch - 1, first_txn_id, timestamp_ms, seed, txns)
 
 
-@dataclass
+def call_body(name: str, args: tuple) -> bytes:
+    """The encoded (procedure, arguments) of a call: its digest and its txn's start."""
+    return msgpack.packb(name) + msgpack.packb(args)
+
+
+def call_digest(body: bytes) -> int:
+    """What identifies a call across retries, besides its ids (retry_cache)."""
+    return xxhash.xxh3_64_intdigest(body)
+
+
+def os_seed() -> int:
+    return int.from_bytes(os.urandom(8), "little")
+
+
+@dataclass(eq=False)
 class _Call:
     identity: bytes  # ROUTER identity to answer on
     client_id: bytes
@@ -113,7 +160,10 @@ class _Call:
     proc: Procedure
     args: tuple
     participants: tuple
+    digest: int = 0
     restarts: int = 0
+    encoded: bytes = b""  # the txn as logged, once it is pending
+    lookup: bool = False  # fetching a logged call's result after a restart
 
 
 @dataclass
@@ -127,12 +177,14 @@ class _InFlight:
 class SequencerStats:
     calls_accepted: int = 0
     calls_rejected: int = 0
+    calls_overloaded: int = 0
     txns_sequenced: int = 0
     epochs: int = 0
     restarts: int = 0
     queries: int = 0
     determinism_violations: int = 0
     duplicate_calls: int = 0
+    bad_partition_messages: int = 0
     partitions: dict = field(default_factory=dict)
 
 
@@ -145,12 +197,16 @@ class Sequencer:
         *,
         checkpoint_every_epochs: int = 0,
         checkpoint_every_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+        seed_source: Callable[[], int] = os_seed,
     ) -> None:
         self.log = command_log
         self.replicas = replicas
         self.partitions = partitions
         self.checkpoint_every_epochs = checkpoint_every_epochs
         self.checkpoint_every_s = checkpoint_every_s
+        self.clock = clock
+        self.seed_source = seed_source
         self._checkpoint_requested = False
         self._last_checkpoint_ms: int | None = None
         # Fail-stop: once the log cannot be written or synced, nothing is accepted.
@@ -159,22 +215,24 @@ class Sequencer:
         # across replicas.
         self._boundaries: OrderedDict[tuple[int, int], tuple[int, int]] = OrderedDict()
         self._logged_txns: dict[int, tuple[bytes, Any]] = {}  # txn id -> (client, req)
-        self._heard_at: dict[tuple[int, int], float] = {}  # monotonic time of last status
+        self._heard_at: dict[tuple[int, int], float] = {}  # clock time of last status
         self.epoch = command_log.last_epoch
         self.next_txn_id = self._next_txn_id_from_log()
         # batch_digest of the last logged batch: the next batch records it (wire doc)
         self._prev_digest = batch_digest(self.log.read(self.epoch)) if self.epoch else 0
         self.stats = SequencerStats()
-        self._pending: list[_Call] = []
+        self._intake: FairQueues[tuple[bytes, bytes, Any]] = FairQueues()
+        self._pending: FairQueues[_Call] = FairQueues()
         self._inflight: OrderedDict[int, _InFlight] = OrderedDict()
         self._queries: dict[int, tuple[_Call, bool]] = {}  # query id -> (call, is_recon)
         self._next_query_id = 0
         self._query_rr = 0
-        # (client_id, req_id) -> txn id (in flight) or ("done", status, value)
-        self._dedup: OrderedDict[tuple[bytes, Any], Any] = OrderedDict()
+        self.retries = RetryCache()
+        self._packer = msgpack.Packer(autoreset=True)
         self.client_out: dict[bytes, list] = {}
+        self.control_out: list[tuple[bytes, tuple]] = []
         self.query_out: dict[tuple[int, int], list] = {}
-        self._rebuild_dedup()
+        self._rebuild_retries()
 
     # Startup ------------------------------------------------------------------
     def _next_txn_id_from_log(self) -> int:
@@ -183,7 +241,7 @@ class Sequencer:
         batch = unpack(self.log.read(self.log.last_epoch))
         return batch[B_FIRST_TXN] + len(batch[B_TXNS])
 
-    def _rebuild_dedup(self) -> None:
+    def _rebuild_retries(self) -> None:
         """Remember which (client, request) pairs the log already holds.
 
         After a restart, a retried call that was logged before the crash must not run
@@ -193,62 +251,174 @@ class Sequencer:
         last = self.log.last_epoch
         if not last:
             return
-        first = max(self.log.first_epoch, last - 2000)
+        first = max(self.log.first_epoch, last - limits.retry_rebuild_epochs_max)
         for _epoch, data in self.log.read_range(first, last):
             batch = unpack(data)
             txn_id = batch[B_FIRST_TXN]
             for txn in batch[B_TXNS]:
                 if txn[T_CLIENT]:
                     key = (txn[T_CLIENT], txn[T_REQ])
-                    self._remember(key[0], key[1], ("logged", txn_id, txn))
+                    args = txn[T_ARGS]
+                    try:
+                        if lookup(txn[T_PROC]).dependent:
+                            args = args[:-1]  # the prediction is not part of the call
+                    except BadRequest:
+                        pass  # a procedure no longer registered: its digest is as logged
+                    digest = call_digest(call_body(txn[T_PROC], args))
+                    self.retries.log(key, Logged(txn_id, digest, _epoch))
                     self._logged_txns[txn_id] = key
                 txn_id += 1
         while len(self._logged_txns) > limits.pending_calls_max:
             self._logged_txns.pop(next(iter(self._logged_txns)))
 
-    def _remember(self, client_id: bytes, req_id: Any, what: Any) -> None:
-        key = (client_id, req_id)
-        self._dedup[key] = what
-        self._dedup.move_to_end(key)
-        while len(self._dedup) > limits.pending_calls_max:
-            self._dedup.popitem(last=False)
-
-    # Client intake ------------------------------------------------------------
+    # Client frames ------------------------------------------------------------
     def reply(self, identity: bytes, req_id: Any, status: int, value: Any) -> None:
         self.client_out.setdefault(identity, []).append((req_id, status, value))
 
     def _error(self, identity: bytes, req_id: Any, code: str, message: str) -> None:
         self.stats.calls_rejected += 1
+        if code == ERR_OVERLOADED:
+            self.stats.calls_overloaded += 1
         self.reply(identity, req_id, ERROR, (code, message))
 
+    def on_frame(self, identity: bytes, frame: bytes) -> None:
+        """One raw client frame: decode, check its shape, queue its calls or answer it.
+
+        Never raises for anything a client can send; every problem is an ERROR reply.
+        """
+        if len(frame) > limits.request_bytes_max:
+            self._error(
+                identity,
+                None,
+                ERR_TOO_LARGE,
+                f"frame of {len(frame)} bytes exceeds {limits.request_bytes_max}",
+            )
+            return
+        try:
+            msg = unpack(frame)
+        except (ValueError, TypeError) as e:  # msgpack's errors (format, depth, extra
+            # data, non-string map keys) are ValueErrors; an unhashable key a TypeError
+            self._error(identity, None, ERR_MALFORMED, f"not msgpack: {type(e).__name__}")
+            return
+        if not isinstance(msg, tuple) or not msg or type(msg[0]) is not int:
+            self._error(identity, None, ERR_MALFORMED, "a request is [kind:int, ...]")
+            return
+        kind = msg[0]
+        if kind == wire.REQ_CALLS:
+            if len(msg) != 3:
+                self._error(
+                    identity, None, ERR_MALFORMED, "REQ_CALLS is [kind, client_id, [calls]]"
+                )
+                return
+            self._queue_calls(identity, msg[1], msg[2], len(frame))
+        elif kind == wire.REQ_STATUS:
+            self.control_out.append((identity, (wire.REP_STATUS, self.status_report())))
+        elif kind == wire.REQ_CHECKPOINT:
+            self.control_out.append((identity, (wire.REP_OK, self.request_checkpoint())))
+        elif kind == wire.REQ_PRUNE:
+            self.control_out.append((identity, self._prune_request(msg)))
+        else:
+            self._error(identity, None, ERR_MALFORMED, f"unknown request kind {kind}")
+
+    def _prune_request(self, msg: tuple) -> tuple:
+        if len(msg) != 2:
+            return (wire.REP_ERROR, "REQ_PRUNE is [kind, archive_dir or None]")
+        archive = msg[1]
+        if archive is not None and (
+            not isinstance(archive, str) or not archive or len(archive) > _ARCHIVE_PATH_MAX
+        ):
+            return (wire.REP_ERROR, "archive must be a directory path (a string) or None")
+        try:
+            return (wire.REP_OK, self.prune_log(archive))
+        except BadRequest as e:
+            return (wire.REP_ERROR, e.message)
+        except OSError as e:
+            return (wire.REP_ERROR, f"pruning failed: {e.strerror or e}")
+
+    def _queue_calls(self, identity: bytes, client_id: Any, calls: Any, nbytes: int) -> None:
+        if not isinstance(client_id, bytes) or len(client_id) > limits.client_id_bytes_max:
+            self._error(
+                identity,
+                None,
+                ERR_MALFORMED,
+                f"client_id must be bytes (<= {limits.client_id_bytes_max})",
+            )
+            return
+        if not isinstance(calls, tuple) or len(calls) > limits.calls_per_frame_max:
+            self._error(
+                identity,
+                None,
+                ERR_MALFORMED,
+                f"calls must be an array of at most {limits.calls_per_frame_max} calls",
+            )
+            return
+        if not calls:
+            return
+        intake = self._intake
+        if intake.bytes_of(identity) + nbytes > limits.intake_client_bytes_max:
+            for call in calls:
+                req_id = call[0] if isinstance(call, tuple) and call else None
+                self._error(
+                    identity,
+                    req_id if _is_req_id(req_id) else None,
+                    ERR_OVERLOADED,
+                    "too many calls waiting for validation; retry later",
+                )
+            return
+        share = max(1, nbytes // len(calls))
+        for call in calls:
+            intake.push(identity, (identity, client_id, call), share)
+
+    def has_intake(self) -> bool:
+        return bool(self._intake)
+
+    def intake_room(self) -> bool:
+        """Whether another client frame may be read now (else it waits in ZeroMQ)."""
+        return self._intake.total_bytes + limits.request_bytes_max <= limits.intake_bytes_max
+
+    def run_intake(self, deadline: float | None = None) -> int:
+        """Validate queued calls round robin between connections until ``deadline``
+        (clock time; None: all of them). Returns how many were handled."""
+        done = 0
+        intake = self._intake
+        while intake:
+            chunk = intake.take(limits.intake_quantum_calls, 4 * limits.intake_quantum_calls)
+            for identity, client_id, call in chunk:
+                self._on_call(identity, client_id, call)
+            done += len(chunk)
+            if deadline is not None and self.clock() >= deadline:
+                break
+        return done
+
     def on_calls(self, identity: bytes, client_id: Any, calls: Any) -> None:
-        """Validate and accept a client's calls (already decoded from one frame)."""
-        if not isinstance(client_id, bytes) or len(client_id) > 64:
+        """Validate and accept a client's calls at once (in-process callers, tests)."""
+        if not isinstance(client_id, bytes) or len(client_id) > limits.client_id_bytes_max:
             self._error(identity, None, ERR_MALFORMED, "client_id must be bytes (<= 64)")
             return
         if not isinstance(calls, tuple) or len(calls) > limits.calls_per_frame_max:
             self._error(identity, None, ERR_MALFORMED, "calls must be an array of calls")
             return
         for call in calls:
-            if not isinstance(call, tuple) or len(call) not in (3, 4):
-                self._error(
-                    identity, None, ERR_MALFORMED, "a call is [req_id, procedure, args(, replica)]"
-                )
-                continue
-            req_id, name, args = call[:3]
-            replica = call[3] if len(call) == 4 else None
-            if replica is not None and (
-                not isinstance(replica, int) or not 0 <= replica < self.replicas
-            ):
-                self._error(identity, req_id, ERR_BAD_ARGUMENTS, f"no replica {replica!r}")
-                continue
-            if not isinstance(req_id, int) or isinstance(req_id, bool):
-                self._error(identity, None, ERR_MALFORMED, "req_id must be an integer")
-                continue
-            try:
-                self._accept(identity, client_id, req_id, name, args, replica)
-            except BadRequest as e:
-                self._error(identity, req_id, e.code, e.message)
+            self._on_call(identity, client_id, call)
+
+    def _on_call(self, identity: bytes, client_id: bytes, call: Any) -> None:
+        if not isinstance(call, tuple) or len(call) not in (3, 4):
+            self._error(
+                identity, None, ERR_MALFORMED, "a call is [req_id, procedure, args(, replica)]"
+            )
+            return
+        req_id, name, args = call[:3]
+        if not _is_req_id(req_id):
+            self._error(identity, None, ERR_MALFORMED, "req_id must be an int64 >= 0")
+            return
+        replica = call[3] if len(call) == 4 else None
+        if replica is not None and (type(replica) is not int or not 0 <= replica < self.replicas):
+            self._error(identity, req_id, ERR_BAD_ARGUMENTS, f"no replica {brief(replica)}")
+            return
+        try:
+            self._accept(identity, client_id, req_id, name, args, replica)
+        except BadRequest as e:
+            self._error(identity, req_id, e.code, e.message)
 
     def _accept(
         self,
@@ -259,28 +429,30 @@ class Sequencer:
         args: Any,
         replica: int | None = None,
     ) -> None:
-        seen = self._dedup.get((client_id, req_id)) if client_id else None
-        if seen is not None:
-            self.stats.duplicate_calls += 1
-            if seen[0] == "done":
-                self.reply(identity, req_id, seen[1], seen[2])
-                return
-            if seen[0] == "inflight":
-                seen[1].identity = identity  # answer the retry's connection
-                return
-            # Logged before a restart: fetch the original result, never re-execute.
-            self._lookup_logged(identity, client_id, req_id, seen[1], seen[2])
-            return
-        if self.failed is not None:
-            raise BadRequest(ERR_UNAVAILABLE, f"sequencer stopped: {self.failed}")
         proc = lookup(name)
         proc.validate(args)
-        if (
-            len(self._pending) + len(self._inflight) + len(self._queries)
-            >= limits.pending_calls_max
-        ):
-            raise BadRequest(ERR_OVERLOADED, "too many calls in flight; retry later")
-        call = _Call(identity, client_id, req_id, proc, tuple(args), ())
+        args = tuple(args)
+        try:
+            body = call_body(proc.name, args)
+        except ENCODE_ERRORS as e:
+            raise BadRequest(ERR_BAD_ARGUMENTS, f"arguments do not encode: {e}") from None
+        digest = call_digest(body)
+        key = (client_id, req_id)
+        if client_id:
+            seen = self.retries.get(key)
+            if seen is not None:
+                self._on_retry(identity, key, digest, seen)
+                return
+            if self.retries.expired(key):
+                raise BadRequest(
+                    ERR_RETRY_EXPIRED,
+                    f"request {req_id} is older than this client's retry window; its "
+                    f"outcome is unknown and it is not executed again",
+                )
+        if self.failed is not None:
+            raise BadRequest(ERR_UNAVAILABLE, f"sequencer stopped: {self.failed}")
+        self._check_load(identity, len(body))
+        call = _Call(identity, client_id, req_id, proc, args, (), digest)
         if proc.dependent:
             self._send_query(call, lookup(proc.recon), call.args, recon=True)
         elif proc.read_only:
@@ -291,16 +463,59 @@ class Sequencer:
                 )
             else:
                 call.participants = parts
-                self._pending.append(call)
+                self._enqueue(call, body)
         else:
             call.participants = self._participants(proc, call.args)
-            self._pending.append(call)
+            self._enqueue(call, body)
         if client_id:
-            self._remember(client_id, req_id, ("inflight", call))
+            self.retries.start(key, call)
         self.stats.calls_accepted += 1
+
+    def _on_retry(self, identity: bytes, key: tuple[bytes, int], digest: int, seen: Any) -> None:
+        self.stats.duplicate_calls += 1
+        if seen.digest != digest:
+            raise BadRequest(
+                ERR_REQUEST_ID_REUSED,
+                f"request {key[1]} of this client_id was a different call; client ids "
+                f"must be unique (one per client) and request ids never reused",
+            )
+        if isinstance(seen, Done):
+            self.reply(identity, key[1], seen.status, seen.value)
+        elif isinstance(seen, Logged):
+            # Logged before a restart: fetch the original result, never re-execute.
+            self._lookup_logged(identity, key, seen)
+        else:
+            seen.identity = identity  # in flight: answer the retry's connection
+
+    def _check_load(self, identity: bytes, nbytes: int) -> None:
+        pending = self._pending
+        if (
+            len(pending) + len(self._inflight) + len(self._queries) >= limits.pending_calls_max
+            or pending.total_bytes + nbytes > limits.pending_bytes_max
+        ):
+            raise BadRequest(ERR_OVERLOADED, "too many calls in flight; retry later")
+        if (
+            pending.count_of(identity) >= limits.client_pending_calls_max
+            or pending.bytes_of(identity) + nbytes > limits.client_pending_bytes_max
+        ):
+            raise BadRequest(ERR_OVERLOADED, "this client has too many calls waiting; retry later")
 
     def _participants(self, proc: Procedure, args: tuple) -> tuple:
         return participants(proc, args, self.partitions)
+
+    def _enqueue(self, call: _Call, body: bytes | None = None) -> None:
+        """Encode the call as the txn the log will hold and queue it for a batch."""
+        if body is None:
+            body = call_body(call.proc.name, call.args)
+        p = self._packer
+        parts, client, req = call.participants, call.client_id, call.req_id
+        encoded = b"".join((_TXN_HEADER, body, p.pack(parts), p.pack(client), p.pack(req)))
+        if len(encoded) > limits.txn_bytes_max:
+            raise BadRequest(
+                ERR_TOO_LARGE, f"call encodes to {len(encoded)} bytes > {limits.txn_bytes_max}"
+            )
+        call.encoded = encoded
+        self._pending.push(call.identity, call, len(encoded))
 
     def _send_query(
         self,
@@ -328,27 +543,42 @@ class Sequencer:
             (qid, replica, proc.name, args, self.next_txn_id - 1)
         )
 
-    def _lookup_logged(
-        self, identity: bytes, client_id: bytes, req_id: Any, txn_id: int, txn: tuple
-    ) -> None:
+    def _lookup_logged(self, identity: bytes, key: tuple[bytes, int], entry: Logged) -> None:
+        txn = self._logged_txn(entry)
         proc = lookup(txn[T_PROC])
         args = txn[T_ARGS]
         fp = proc.footprint(*args)
         reporter = reporter_of(fp.reads, fp.writes, txn[T_PARTS], self.partitions)
-        call = _Call(identity, client_id, req_id, proc, args, txn[T_PARTS])
-        self._remember(client_id, req_id, ("inflight", call))
+        call = _Call(identity, key[0], key[1], proc, args, txn[T_PARTS], entry.digest)
+        call.lookup = True
+        self.retries.start(key, call)
         qid = self._next_query_id
         self._next_query_id += 1
         replica = self._query_rr % self.replicas
         self._query_rr += 1
         self._queries[qid] = (call, False)
         self.query_out.setdefault((replica, reporter), []).append(
-            (qid, replica, RESULT_LOOKUP, (txn_id,), txn_id)
+            (qid, replica, RESULT_LOOKUP, (entry.txn_id,), entry.txn_id)
         )
+
+    def _logged_txn(self, entry: Logged) -> tuple:
+        batch = unpack(self.log.read(entry.epoch))
+        txn = batch[B_TXNS][entry.txn_id - batch[B_FIRST_TXN]]
+        invariant(
+            call_digest(call_body(txn[T_PROC], txn[T_ARGS])) == entry.digest
+            or lookup(txn[T_PROC]).dependent,
+            f"logged txn {entry.txn_id} is not the call the retry cache remembered",
+        )
+        return tuple(txn)
 
     # Epochs -------------------------------------------------------------------
     def has_pending(self) -> bool:
         return bool(self._pending)
+
+    def batch_full(self) -> bool:
+        """A whole batch is waiting: cut it now rather than at the end of the epoch."""
+        p = self._pending
+        return len(p) >= limits.batch_txns_max or p.total_bytes >= limits.batch_bytes_max
 
     def request_checkpoint(self) -> int:
         """Flag the next batch (sent even if empty); returns the epoch it will carry."""
@@ -373,30 +603,47 @@ class Sequencer:
     def tick(self, now_ms: int) -> bytes | None:
         """Cut one batch from the pending calls, make it durable, return its bytes.
 
-        Returns None when there is nothing to send or the log has failed (fail-stop:
-        the calls of a batch that could not be made durable are answered
+        The batch takes calls round robin between clients, up to ``batch_txns_max``
+        calls and ``batch_bytes_max`` bytes; the rest wait for the next epoch, in
+        order. Returns None when there is nothing to send or the log has failed
+        (fail-stop: the calls of a batch that could not be made durable are answered
         ``unavailable``, outcome unknown, and nothing more is accepted).
         """
         if self.failed is not None or not (self._pending or self._checkpoint_requested):
             return None
-        calls = self._pending[: limits.batch_txns_max]
-        del self._pending[: len(calls)]
+        calls = self._pending.take(
+            limits.batch_quantum_calls,
+            limits.batch_txns_max,
+            limits.batch_bytes_max - limits.batch_overhead_bytes_max,
+        )
         first = self.next_txn_id
-        seed = int.from_bytes(os.urandom(8), "little")  # logged: replay sees the same
-        txns = []
+        epoch = self.epoch + 1
         for i, c in enumerate(calls):
-            txns.append((c.proc.name, c.args, c.participants, c.client_id, c.req_id))
             self._inflight[first + i] = _InFlight(c)
-        flags = self._checkpoint_flag(self.epoch + 1, now_ms)
-        batch = (self.epoch + 1, self.epoch, first, now_ms, seed, txns, flags, self._prev_digest)
-        data = pack(batch)
+        flags = self._checkpoint_flag(epoch, now_ms)
+        p = self._packer
+        data = b"".join(
+            [
+                p.pack_array_header(8),
+                p.pack(epoch),
+                p.pack(self.epoch),
+                p.pack(first),
+                p.pack(now_ms),
+                p.pack(self.seed_source()),  # logged: replay sees the same
+                p.pack_array_header(len(calls)),
+                *[c.encoded for c in calls],
+                p.pack(flags),
+                p.pack(self._prev_digest),
+            ]
+        )
+        invariant(len(data) <= limits.batch_bytes_max, f"batch of {len(data)} bytes over bound")
         try:
-            self.log.append(self.epoch + 1, data)
+            self.log.append(epoch, data)
             self.log.sync()
-        except Exception as e:
-            self._fail(f"command log write/sync failed at epoch {self.epoch + 1}: {e}", first)
+        except OSError as e:
+            self._fail(f"command log write/sync failed at epoch {epoch}: {e}", first)
             return None
-        self.epoch += 1
+        self.epoch = epoch
         self._prev_digest = batch_digest(data)
         self.next_txn_id = first + len(calls)
         self.stats.epochs += 1
@@ -410,8 +657,7 @@ class Sequencer:
         self.failed = reason
         log.critical("FAIL-STOP: %s; refusing all calls until restarted", reason)
         doomed = [f.call for t, f in self._inflight.items() if t >= first_txn_id]
-        doomed += self._pending
-        self._pending = []
+        doomed += self._pending.drain()
         for t in [t for t in self._inflight if t >= first_txn_id]:
             del self._inflight[t]
         for call in doomed:
@@ -420,11 +666,49 @@ class Sequencer:
             )
 
     # Results ------------------------------------------------------------------
+    def on_results_message(self, msg: Any) -> bool:
+        """A decoded MSG_RESULTS from a partition, checked field by field first.
+
+        Returns False (and changes nothing) for anything malformed: the results socket
+        must not be a way to crash or confuse the sequencer.
+        """
+        problem = self._results_problem(msg)
+        if problem is not None:
+            self.stats.bad_partition_messages += 1
+            return False
+        _, replica, partition, results, qresults, status = msg
+        self.on_results(replica, partition, results, qresults, status)
+        return True
+
+    def _results_problem(self, msg: Any) -> str | None:
+        if not isinstance(msg, tuple) or len(msg) != 6 or msg[0] != MSG_RESULTS:
+            return "not a results message"
+        _, replica, partition, results, qresults, status = msg
+        if not (_is_index(replica, self.replicas) and _is_index(partition, self.partitions)):
+            return "no such replica or partition"
+        if not isinstance(results, tuple) or not all(
+            isinstance(r, tuple) and len(r) == 3 and _is_int(r[0]) and _is_status(r[1])
+            for r in results
+        ):
+            return "bad results"
+        if not isinstance(qresults, tuple) or not all(
+            isinstance(r, tuple) and len(r) == 4 and _is_int(r[0]) and _is_status(r[2])
+            for r in qresults
+        ):
+            return "bad query results"
+        if not (
+            isinstance(status, tuple)
+            and len(status) == _STATUS_FIELDS
+            and all(_is_int(v) or isinstance(v, bool) for v in status)
+        ):
+            return "bad status"
+        return None
+
     def on_results(
         self, replica: int, partition: int, results: tuple, query_results: tuple, status: tuple
     ) -> None:
         self.stats.partitions[(replica, partition)] = status
-        self._heard_at[(replica, partition)] = time.monotonic()
+        self._heard_at[(replica, partition)] = self.clock()
         if len(status) > 7 and status[6]:
             self._check_boundary(replica, partition, status[6], status[7])
         for txn_id, st, value in results:
@@ -458,11 +742,11 @@ class Sequencer:
         if f is None:
             key = self._logged_txns.pop(txn_id, None)
             if key is not None and status != RESTART:  # logged before our restart
-                seen = self._dedup.get(key)
-                if seen is not None and seen[0] == "inflight":
-                    self._deliver(seen[1], status, value)
-                else:
-                    self._remember(key[0], key[1], ("done", status, value))
+                seen = self.retries.get(key)
+                if isinstance(seen, _Call):
+                    self._deliver(seen, status, value)
+                elif isinstance(seen, Logged):
+                    self.retries.finish(key, status, value, seen.digest)
             return  # all replicas answered long ago, or evicted from the backlog
         bit = 1 << replica
         if f.answered & bit:
@@ -471,7 +755,7 @@ class Sequencer:
         if f.first is None:
             f.first = (status, value, replica)
             self._deliver(f.call, status, value)
-        elif (status, value) != f.first[:2]:
+        elif not _same_result((status, value), f.first[:2]):
             self.stats.determinism_violations += 1
             log.error(
                 "DETERMINISM VIOLATION: txn %d (%s) replica %d answered %r, replica %d %r",
@@ -486,6 +770,8 @@ class Sequencer:
             del self._inflight[txn_id]
 
     def _deliver(self, call: _Call, status: int, value: Any) -> None:
+        if status == RESTART and call.lookup:
+            status, value = ERROR, (ERR_RETRY_EXPIRED, "outcome unknown: the call was restarted")
         if status == RESTART:
             self.stats.restarts += 1
             call.restarts += 1
@@ -503,14 +789,16 @@ class Sequencer:
                     if call.proc.dependent:
                         call.proc.validate(call.args[:-1])
                     call.participants = self._participants(call.proc, call.args)
-                except Exception as e:  # a bad prediction is the procedure's bug, not ours
-                    status, value = ERROR, (ERR_BAD_ARGUMENTS, f"restart prediction invalid: {e}")
+                    self._enqueue(call)
+                except BadRequest as e:  # a bad prediction is the procedure's bug, not ours
+                    status, value = ERROR, (e.code, f"restart prediction invalid: {e.message}")
+                except ENCODE_ERRORS as e:
+                    status, value = ERROR, (ERR_BAD_ARGUMENTS, f"prediction does not encode: {e}")
                 else:
-                    self._pending.append(call)
                     return
         self.reply(call.identity, call.req_id, status, value)
         if call.client_id:
-            self._remember(call.client_id, call.req_id, ("done", status, value))
+            self.retries.finish((call.client_id, call.req_id), status, value, call.digest)
 
     def _on_query_result(self, qid: int, status: int, value: Any) -> None:
         entry = self._queries.pop(qid, None)
@@ -524,15 +812,14 @@ class Sequencer:
         try:
             call.proc.validate(call.args[:-1])
             call.participants = self._participants(call.proc, call.args)
+            self._enqueue(call)
         except BadRequest as e:
             self._deliver(call, ERROR, (e.code, e.message))
-            return
-        self._pending.append(call)
+        except ENCODE_ERRORS as e:
+            self._deliver(call, ERROR, (ERR_BAD_ARGUMENTS, f"prediction does not encode: {e}"))
 
     def prune_log(self, archive_dir: str | None) -> list[str]:
         """Drop log segments older than every partition's newest checkpoint."""
-        from pathlib import Path
-
         want = self.replicas * self.partitions
         parts = self.stats.partitions
         if len(parts) < want:
@@ -543,20 +830,13 @@ class Sequencer:
         archive = Path(archive_dir) if archive_dir else None
         return [str(p) for p in self.log.delete_segments_before(bound + 1, archive)]
 
-    # Frames -------------------------------------------------------------------
-    def check_frame_size(self, identity: bytes, frame: bytes) -> bool:
-        if len(frame) > limits.request_bytes_max:
-            self._error(
-                identity,
-                None,
-                ERR_TOO_LARGE,
-                f"frame of {len(frame)} bytes exceeds {limits.request_bytes_max}",
-            )
-            return False
-        return True
-
+    # Outboxes -----------------------------------------------------------------
     def take_client_out(self) -> dict[bytes, list]:
         out, self.client_out = self.client_out, {}
+        return out
+
+    def take_control_out(self) -> list[tuple[bytes, tuple]]:
+        out, self.control_out = self.control_out, []
         return out
 
     def take_query_out(self) -> dict[tuple[int, int], list]:
@@ -565,7 +845,7 @@ class Sequencer:
 
     def status_report(self, now: float | None = None) -> dict:
         """Counters and every partition's last status; ``down`` if it went quiet."""
-        now = time.monotonic() if now is None else now
+        now = self.clock() if now is None else now
         s = self.stats
         parts = []
         for (r, p), st in sorted(s.partitions.items()):
@@ -595,14 +875,45 @@ class Sequencer:
             "next_txn_id": self.next_txn_id,
             "calls_accepted": s.calls_accepted,
             "calls_rejected": s.calls_rejected,
+            "calls_overloaded": s.calls_overloaded,
             "txns_sequenced": s.txns_sequenced,
             "restarts": s.restarts,
             "queries": s.queries,
             "duplicate_calls": s.duplicate_calls,
             "determinism_violations": s.determinism_violations,
+            "bad_partition_messages": s.bad_partition_messages,
             "failed": self.failed,
             "log_first_epoch": self.log.first_epoch,
+            "intake_queued": len(self._intake),
             "pending": len(self._pending),
+            "pending_bytes": self._pending.total_bytes,
             "in_flight": len(self._inflight),
+            "retry_cache_entries": len(self.retries),
+            "retry_cache_bytes": self.retries.answered_bytes,
             "partitions": parts,
         }
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int
+
+
+def _same_result(a: tuple, b: tuple) -> bool:
+    """Equal answers; deeply nested values are compared by their encoding (== would
+    recurse past Python's limit)."""
+    try:
+        return a == b
+    except RecursionError:
+        return wire.pack(a) == wire.pack(b)
+
+
+def _is_status(v: Any) -> bool:
+    return type(v) is int and v in STATUS_NAMES
+
+
+def _is_index(v: Any, n: int) -> bool:
+    return type(v) is int and 0 <= v < n
+
+
+def _is_req_id(v: Any) -> bool:
+    return type(v) is int and 0 <= v <= limits.req_id_max

@@ -17,7 +17,6 @@ import logging
 import math
 import signal
 import time
-from typing import Any
 
 import zmq
 
@@ -27,7 +26,7 @@ from executor import wire as ewire
 from sequencer import wire
 from sequencer.log import CommandLog, LogCorruption
 from sequencer.sequencer import Sequencer
-from txn_library.errors import ERR_MALFORMED, ERROR, BadRequest
+from txn_library.errors import ERR_MALFORMED, ERROR
 from txn_library.procedure import load_modules
 
 log = logging.getLogger("ordo.sequencer")
@@ -63,6 +62,7 @@ class SequencerServer:
         self.pub.setsockopt(zmq.SNDHWM, 0)
         self.pub.bind(config.publish_addr)
         self.logsvc = c.socket(zmq.ROUTER)
+        self.logsvc.setsockopt(zmq.MAXMSGSIZE, limits.log_service_request_bytes_max)
         self.logsvc.bind(config.log_service_addr)
         self.results = c.socket(zmq.PULL)
         self.results.setsockopt(zmq.RCVHWM, 0)
@@ -75,6 +75,7 @@ class SequencerServer:
                 s.setsockopt(zmq.IMMEDIATE, 1)
                 s.connect(config.partition_addr(r, p))
                 self.query_socks[(r, p)] = s
+        self._junk = JunkLog(log)
         self._stop = False
         log.info(
             "sequencer up: epoch %d, next txn %d, client %s",
@@ -87,71 +88,64 @@ class SequencerServer:
         self._stop = True
 
     # Handlers -----------------------------------------------------------------
-    def _on_client(self) -> None:
-        frames = self.client.recv_multipart(copy=True)
-        identity = frames[0]
-        if len(frames) != 2:
-            self.seq._error(identity, None, ERR_MALFORMED, "expected exactly one frame")
-            return
-        frame = frames[1]
-        if not self.seq.check_frame_size(identity, frame):
-            return
-        try:
-            msg = wire.unpack(frame)
-            kind = msg[0]
-        except Exception as e:
-            self.seq._error(identity, None, ERR_MALFORMED, f"not a msgpack array: {e}")
-            return
-        try:
-            if kind == wire.REQ_CALLS and len(msg) == 3:
-                self.seq.on_calls(identity, msg[1], msg[2])
-            elif kind == wire.REQ_CHECKPOINT:
-                epoch = self.seq.request_checkpoint()
-                self.client.send_multipart([identity, wire.pack((wire.REP_OK, epoch))])
-            elif kind == wire.REQ_PRUNE and len(msg) == 2:
-                reply: tuple[int, Any]
-                try:
-                    removed = self.seq.prune_log(msg[1])
-                    reply = (wire.REP_OK, removed)
-                except BadRequest as e:
-                    reply = (wire.REP_ERROR, e.message)
-                self.client.send_multipart([identity, wire.pack(reply)])
-            elif kind == wire.REQ_STATUS:
-                self.client.send_multipart(
-                    [identity, wire.pack((wire.REP_STATUS, self.seq.status_report()))]
-                )
+    def _receive_clients(self) -> None:
+        """Read client frames for at most a bounded time and number of bytes.
+
+        ZeroMQ's ROUTER reads its connections fairly and stops reading one whose
+        queue is full, so a flooding client is throttled at its own socket while this
+        turn's budget leaves room to serve everyone else.
+        """
+        deadline = time.monotonic() + limits.receive_turn_s_max
+        received = 0
+        while received < limits.receive_bytes_per_turn_max and self.seq.intake_room():
+            try:
+                frames = self.client.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            identity = frames[0]
+            if len(frames) != 2:
+                self.seq._error(identity, None, ERR_MALFORMED, "expected exactly one frame")
+                received += sum(len(f) for f in frames)
             else:
-                self.seq._error(identity, None, ERR_MALFORMED, f"unknown request kind {kind!r}")
-        except Exception as e:  # never die of a client's frame
-            log.exception("error handling a client frame")
-            self.seq._error(identity, None, ERR_MALFORMED, f"{type(e).__name__}: {e}")
+                self.seq.on_frame(identity, frames[1])
+                received += len(frames[1])
+            if time.monotonic() >= deadline:
+                return
 
     def _on_results(self) -> None:
         data = self.results.recv()
         try:
             msg = ewire.unpack(data)
-            if msg[0] != ewire.MSG_RESULTS or len(msg) != 6:
-                raise ValueError("not a results message")
-        except Exception as e:
-            log.warning("dropped malformed results message (%d bytes): %s", len(data), e)
-            return
-        _, replica, partition, results, qresults, status = msg
-        self.seq.on_results(replica, partition, results, qresults, status)
+        except (ValueError, TypeError):
+            msg = None
+        if msg is None or not self.seq.on_results_message(msg):
+            self._junk.note(f"malformed results message ({len(data)} bytes)")
 
     def _on_log_fetch(self) -> None:
-        identity, frame = self.logsvc.recv_multipart()
-        try:
-            kind, first, last = wire.unpack(frame)
-            assert kind == wire.LOG_FETCH
-        except Exception:
+        frames = self.logsvc.recv_multipart()
+        request = _log_fetch_request(frames)
+        if request is None:
+            self._junk.note("malformed log service request")
             return
+        identity, first, last = request
         last = min(last, first + limits.log_service_epochs_per_reply_max - 1)
-        batches = [data for _e, data in self.log.read_range(first, last)]
+        batches: list[bytes] = []
+        size = 0
+        for _e, data in self.log.read_range(first, last):
+            if batches and size + len(data) > limits.log_service_reply_bytes_max:
+                break  # the partition asks again for the rest
+            batches.append(data)
+            size += len(data)
         self.logsvc.send_multipart(
             [identity, wire.pack((wire.LOG_BATCHES, batches, self.log.last_epoch))]
         )
 
     def _flush(self) -> None:
+        for identity, body in self.seq.take_control_out():
+            try:
+                self.client.send_multipart([identity, wire.pack(body)], flags=zmq.NOBLOCK)
+            except zmq.ZMQError:
+                log.warning("client gone; dropped a control reply")
         for identity, replies in self.seq.take_client_out().items():
             try:
                 self.client.send_multipart(
@@ -184,40 +178,86 @@ class SequencerServer:
         epoch_s = self.config.epoch_duration_ms / 1000.0
         next_tick = time.monotonic() + epoch_s
         next_heartbeat = time.monotonic()
+        seq = self.seq
         while not self._stop:
             timeout_ms = max(0.0, (next_tick - time.monotonic()) * 1000.0)
+            if seq.has_intake():
+                timeout_ms = 0.0  # calls still wait for validation: no sleeping
             events = dict(poller.poll(math.ceil(timeout_ms)))
-            # Drain a bounded number of messages per socket per turn, fairly.
+            if events.get(self.client):
+                self._receive_clients()
+            seq.run_intake(time.monotonic() + limits.intake_turn_s_max)
             for _ in range(256):
-                progressed = False
-                if events.get(self.client) and self.client.poll(0):
-                    self._on_client()
-                    progressed = True
-                if events.get(self.results) and self.results.poll(0):
-                    self._on_results()
-                    progressed = True
-                if not progressed:
+                if not self.results.poll(0):
                     break
+                self._on_results()
             if events.get(self.logsvc):
-                while self.logsvc.poll(0):
+                for _ in range(64):
+                    if not self.logsvc.poll(0):
+                        break
                     self._on_log_fetch()
             now = time.monotonic()
-            if now >= next_tick:
-                data = self.seq.tick(int(time.time() * 1000))
+            if now >= next_tick or seq.batch_full():
+                data = seq.tick(int(time.time() * 1000))
                 if data is not None:
                     self.pub.send_multipart([wire.TOPIC_BATCH, data])
                     next_heartbeat = now + HEARTBEAT_MS / 1000.0
-                next_tick = max(next_tick + epoch_s, now)
+                if now >= next_tick:
+                    next_tick = max(next_tick + epoch_s, now)
             if now >= next_heartbeat:
-                self.pub.send_multipart([wire.TOPIC_HEARTBEAT, wire.pack((self.seq.epoch,))])
+                self.pub.send_multipart([wire.TOPIC_HEARTBEAT, wire.pack((seq.epoch,))])
                 next_heartbeat = now + HEARTBEAT_MS / 1000.0
             self._flush()
+            self._junk.flush()
         self.close()
 
     def close(self) -> None:
         for s in [self.client, self.pub, self.logsvc, self.results, *self.query_socks.values()]:
             s.close(linger=0)
         self.log.close()
+
+
+def _log_fetch_request(frames: list[bytes]) -> tuple[bytes, int, int] | None:
+    """(identity, first, last) of a well-formed LOG_FETCH, else None."""
+    if len(frames) != 2 or len(frames[1]) > limits.log_service_request_bytes_max:
+        return None
+    try:
+        msg = wire.unpack(frames[1])
+    except (ValueError, TypeError):
+        return None
+    if not (isinstance(msg, tuple) and len(msg) == 3 and msg[0] == wire.LOG_FETCH):
+        return None
+    _, first, last = msg
+    if type(first) is not int or type(last) is not int or not 1 <= first <= last:
+        return None
+    return frames[0], first, last
+
+
+class JunkLog:
+    """Counts malformed internal messages; logs at most one line per interval."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 1.0) -> None:
+        self.logger = logger
+        self.interval_s = interval_s
+        self.count = 0
+        self.last_what = ""
+        self._next = 0.0
+
+    def note(self, what: str) -> None:
+        self.count += 1
+        self.last_what = what
+
+    def flush(self) -> None:
+        if not self.count:
+            return
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self.logger.warning(
+            "dropped %d malformed internal message(s), e.g. %s", self.count, self.last_what
+        )
+        self.count = 0
+        self._next = now + self.interval_s
 
 
 def main(config: ClusterConfig) -> None:

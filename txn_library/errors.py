@@ -25,6 +25,8 @@ ERR_NOT_READY = "not_ready"
 ERR_PROCEDURE_FAILED = "procedure_failed"
 ERR_RESTARTS_EXHAUSTED = "restarts_exhausted"
 ERR_UNAVAILABLE = "unavailable"
+ERR_REQUEST_ID_REUSED = "request_id_reused"  # same (client_id, req_id), different call
+ERR_RETRY_EXPIRED = "retry_expired"  # a retry older than the retry cache: outcome unknown
 
 
 class OrdoError(Exception):
@@ -67,6 +69,16 @@ class FootprintViolation(OrdoError):
 
 class InvariantViolation(OrdoError):
     """An internal invariant does not hold: a bug in Ordo, never the client's fault."""
+
+
+def brief(value: object, limit: int = 80) -> str:
+    """A short, safe rendering of a client-supplied value for an error message: never
+    longer than ``limit`` and never recursing without bound (deeply nested input)."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"<{type(value).__name__} nested too deep>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def invariant(cond: bool, message: str) -> None:

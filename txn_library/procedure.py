@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from txn_library import catalog
-from txn_library.errors import ERR_BAD_ARGUMENTS, ERR_UNKNOWN_PROCEDURE, BadRequest
+from txn_library.errors import ERR_BAD_ARGUMENTS, ERR_UNKNOWN_PROCEDURE, BadRequest, brief
 
 FootprintEntry = tuple[str, tuple]
 
@@ -156,14 +156,14 @@ class Procedure:
                 if not n <= k <= spec.key_len:
                     raise BadRequest(
                         ERR_BAD_ARGUMENTS,
-                        f"{self.name}: footprint entry {t}{key!r} must be a tuple of "
+                        f"{self.name}: footprint entry {t}{brief(key)} must be a tuple of "
                         f"length {n}..{spec.key_len}",
                     )
                 if is_read:
                     if k < spec.key_len and not spec.ordered and not read_only:
                         raise BadRequest(
                             ERR_BAD_ARGUMENTS,
-                            f"{self.name}: prefix read of unordered table {t}{key!r} "
+                            f"{self.name}: prefix read of unordered table {t}{brief(key)} "
                             f"(only ordered tables can be read by prefix in a sequenced call)",
                         )
                 elif spec.replicated:
@@ -210,11 +210,13 @@ def procedure(
 
 def lookup(name: Any) -> Procedure:
     if not isinstance(name, str):
-        raise BadRequest(ERR_UNKNOWN_PROCEDURE, f"procedure name must be a string: {name!r}")
+        raise BadRequest(
+            ERR_UNKNOWN_PROCEDURE, f"procedure name must be a string, got {type(name).__name__}"
+        )
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise BadRequest(ERR_UNKNOWN_PROCEDURE, f"no procedure named {name!r}") from None
+        raise BadRequest(ERR_UNKNOWN_PROCEDURE, f"no procedure named {brief(name)}") from None
 
 
 def procedures() -> dict[str, Procedure]:

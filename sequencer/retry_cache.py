@@ -1,0 +1,130 @@
+"""Exactly-once retries: what the sequencer remembers of each (client_id, req_id).
+
+A client resends an unanswered call with the same (client_id, req_id). The sequencer
+must then never sequence it twice, and never answer it with another call's result.
+
+Entries, by what a retry gets:
+  in flight  the call object: the retry is attached to it (answered once it finishes)
+  done       (status, value): the same answer again
+  logged     in the command log before a sequencer restart: the original result is
+             fetched from the reporting partition's result cache
+Every entry keeps the *call digest* (procedure and arguments): a retry whose digest
+differs is another call reusing the ids, and gets ERR_REQUEST_ID_REUSED, never the
+first call's result.
+
+Bounds (cluster/limits.py): in-flight entries are bounded by the calls in flight
+(they are never evicted: evicting one would let its retry run again). Answered and
+logged entries form an LRU bounded by count (``retry_cache_entries_max``) and by the
+bytes of the values kept (``retry_cache_bytes_max``). When an entry is evicted, its
+client's *expiry watermark* rises to that req_id: a later call of that client with a
+req_id at or below the watermark that is not in the cache gets ERR_RETRY_EXPIRED
+("outcome unknown, not executed again") instead of running a second time. Clients
+number their calls upwards, so only retries ever fall below the watermark.
+Watermarks themselves are bounded (``retry_watermark_clients_max``, oldest dropped).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from cluster import limits
+from txn_library.errors import invariant
+
+Key = tuple[bytes, int]
+
+
+@dataclass(frozen=True)
+class Done:
+    status: int
+    value: Any
+    digest: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Logged:
+    txn_id: int
+    digest: int
+    epoch: int  # the batch that holds it (the txn is read back from the log if retried)
+
+
+def value_bytes(value: Any) -> int:
+    """Bytes a kept value costs, as encoded (scalars at a flat rate)."""
+    if value is None or isinstance(value, (int, float, bool)):
+        return 9
+    if isinstance(value, (str, bytes)):
+        return len(value) + 5
+    return len(msgpack.packb(value))
+
+
+class RetryCache:
+    def __init__(self) -> None:
+        self._inflight: dict[Key, Any] = {}
+        self._answered: OrderedDict[Key, Done | Logged] = OrderedDict()
+        self._bytes = 0
+        self._watermark: OrderedDict[bytes, int] = OrderedDict()
+        self.evictions = 0
+
+    @property
+    def answered_bytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._inflight) + len(self._answered)
+
+    def get(self, key: Key) -> Any:
+        """The call in flight, a Done, a Logged, or None."""
+        call = self._inflight.get(key)
+        if call is not None:
+            return call
+        return self._answered.get(key)
+
+    def expired(self, key: Key) -> bool:
+        """True if an entry for this key may have existed and been evicted."""
+        mark = self._watermark.get(key[0])
+        return mark is not None and key[1] <= mark
+
+    def start(self, key: Key, call: Any) -> None:
+        self._drop_answered(key)
+        self._inflight[key] = call
+
+    def finish(self, key: Key, status: int, value: Any, digest: int) -> None:
+        self._inflight.pop(key, None)
+        self._put(key, Done(status, value, digest, value_bytes(value) + 64))
+
+    def log(self, key: Key, entry: Logged) -> None:
+        self._put(key, entry)
+
+    def _put(self, key: Key, entry: Done | Logged) -> None:
+        self._drop_answered(key)
+        self._answered[key] = entry
+        if isinstance(entry, Done):
+            self._bytes += entry.nbytes
+        while self._answered and (
+            len(self._answered) > limits.retry_cache_entries_max
+            or self._bytes > limits.retry_cache_bytes_max
+        ):
+            old_key, old = self._answered.popitem(last=False)
+            if isinstance(old, Done):
+                self._bytes -= old.nbytes
+            self._expire(old_key)
+        invariant(self._bytes >= 0, "retry cache byte accounting")
+
+    def _drop_answered(self, key: Key) -> None:
+        old = self._answered.pop(key, None)
+        if isinstance(old, Done):
+            self._bytes -= old.nbytes
+
+    def _expire(self, key: Key) -> None:
+        self.evictions += 1
+        client, req = key
+        marks = self._watermark
+        if req > marks.get(client, -1):
+            marks[client] = req
+        marks.move_to_end(client)
+        while len(marks) > limits.retry_watermark_clients_max:
+            marks.popitem(last=False)
