@@ -5,9 +5,15 @@
   ordo replica      run one partition (or all partitions) of one replica
   ordo call         submit one stored-procedure call and print the result
   ordo status       per partition of every replica: last epoch, txns applied, hash
+  ordo checkpoint   checkpoint every partition after the next epoch; wait until durable
+  ordo dump         export one replica's tables as of a fresh checkpoint
+  ordo log prune    remove log segments every partition's checkpoint has made unneeded
   ordo procedures   list the registered procedures and their arguments
 
-Every command finds the cluster through ``--data-dir`` (its cluster.json).
+Every command finds the cluster through ``--data-dir`` (its cluster.json), read by
+``load_config``: a missing or unreadable config is a one-line error, never a
+traceback. Bad input (arity, types, values too large to send) is reported before
+anything reaches the cluster; an answer the cluster gives is printed as it is.
 """
 
 from __future__ import annotations
@@ -16,12 +22,19 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from cluster.config import DEFAULT_BASE_PORT, DEFAULT_DATA_DIR, ClusterConfig
+from cluster.config import CONFIG_FILE, DEFAULT_BASE_PORT, DEFAULT_DATA_DIR, ClusterConfig
+
+if TYPE_CHECKING:
+    from txn_library.client import Client
+
+# A checkpoint file its partition reported durable must exist within this (dump).
+CHECKPOINT_FILE_WAIT_S = 10.0
 
 data_dir_option = click.option(
     "--data-dir",
@@ -29,6 +42,20 @@ data_dir_option = click.option(
     show_default=True,
     help="Cluster directory (holds cluster.json, the command log, checkpoints).",
 )
+
+
+def load_config(data_dir: str) -> ClusterConfig:
+    """The cluster described by DATA_DIR/cluster.json, or a one-line ClickException.
+
+    Every command that needs a cluster reads it here (also ``ordo tpcc``).
+    """
+    try:
+        return ClusterConfig.load(data_dir)
+    except FileNotFoundError as e:
+        raise click.ClickException(str(e)) from None
+    except (OSError, ValueError, TypeError) as e:  # unreadable, not JSON, wrong fields
+        path = Path(data_dir) / CONFIG_FILE
+        raise click.ClickException(f"{path}: not a valid cluster config ({e})") from None
 
 
 @click.group()
@@ -119,9 +146,9 @@ def _config_for_up(
 ) -> ClusterConfig:
     base = ClusterConfig()
     mods = tuple(dict.fromkeys(base.procedure_modules + modules))
-    existing = Path(data_dir) / "cluster.json"
+    existing = Path(data_dir) / CONFIG_FILE
     if existing.exists():
-        old = ClusterConfig.load(data_dir)
+        old = load_config(data_dir)
         if (old.replicas, old.partitions) != (replicas, partitions):
             raise click.ClickException(
                 f"{data_dir} holds a {old.replicas}x{old.partitions} cluster; use --fresh "
@@ -146,7 +173,7 @@ def sequencer(data_dir: str) -> None:
     """Run the sequencer of the cluster in DATA_DIR."""
     from sequencer.server import main as run
 
-    run(ClusterConfig.load(data_dir))
+    run(load_config(data_dir))
 
 
 @main.command()
@@ -167,7 +194,7 @@ def sequencer(data_dir: str) -> None:
 @data_dir_option
 def replica(replica: int, partition: int | None, copy_from: int | None, data_dir: str) -> None:
     """Run partition processes of one replica."""
-    cfg = ClusterConfig.load(data_dir)
+    cfg = load_config(data_dir)
     if copy_from is not None:
         from executor.checkpoint import copy_newest_complete
 
@@ -200,50 +227,82 @@ def replica(replica: int, partition: int | None, copy_from: int | None, data_dir
 def _load_modules(cfg: ClusterConfig) -> None:
     from txn_library.procedure import load_modules
 
-    load_modules(cfg.procedure_modules)
+    try:
+        load_modules(cfg.procedure_modules)
+    except ImportError as e:
+        raise click.ClickException(
+            f"cannot import a procedure module of the cluster: {e}"
+        ) from None
 
 
 def parse_call_args(proc_name: str, items: tuple[str, ...]) -> list[Any]:
-    """key=value (or positional) strings -> typed argument list per the schema."""
+    """Command-line strings -> the procedure's typed argument list, per its schema.
+
+    An item is a value, taken in order, or NAME=VALUE with NAME an identifier (so a
+    value that itself contains "=" goes by name: ``value=a=b``). Raises
+    click.UsageError for more values than the procedure takes, an argument missing,
+    unknown, repeated or given both positionally and by name, or a value that does not
+    parse as its declared type; BadRequest for an unknown procedure.
+    """
     from txn_library.procedure import lookup
 
     proc = lookup(proc_name)
+    signature = f"{proc_name}({', '.join(f'{a.name}:{a.type}' for a in proc.args)})"
+    names = [a.name for a in proc.args]
     named: dict[str, str] = {}
     positional: list[str] = []
     for item in items:
-        if "=" in item:
-            k, v = item.split("=", 1)
-            named[k] = v
+        key, sep, value = item.partition("=")
+        if sep and key.isidentifier():
+            if key not in names:
+                raise click.UsageError(f"{signature} has no argument named {key!r}")
+            if key in named:
+                raise click.UsageError(f"{signature}: argument {key} given twice")
+            named[key] = value
+        elif item.startswith("--"):
+            raise click.UsageError(f"no such option: {item} (pass such a value as NAME=VALUE)")
         else:
             positional.append(item)
+    if len(positional) > len(names):
+        raise click.UsageError(
+            f"{proc_name} takes {len(names)} argument(s), got {len(positional)} values: {signature}"
+        )
     out = []
     for i, spec in enumerate(proc.args):
         if i < len(positional):
+            if spec.name in named:
+                raise click.UsageError(
+                    f"{signature}: argument {spec.name} given both positionally and by name"
+                )
             raw = positional[i]
         elif spec.name in named:
-            raw = named.pop(spec.name)
+            raw = named[spec.name]
         else:
-            raise click.UsageError(f"{proc_name}: missing argument {spec.name}")
+            raise click.UsageError(f"{signature}: missing argument {spec.name}")
         try:
             out.append(spec.parse(raw))
         except ValueError as e:
-            raise click.UsageError(f"{spec.name}: {e}") from None
-    if named:
-        raise click.UsageError(f"{proc_name}: unknown arguments {sorted(named)}")
+            raise click.UsageError(
+                f"{proc_name}: argument {spec.name} ({spec.type}): {e}"
+            ) from None
     return out
 
 
-@main.command()
+@main.command(context_settings={"ignore_unknown_options": True})
 @click.argument("procedure")
-@click.argument("args", nargs=-1)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--timeout", default=10.0, show_default=True)
 @data_dir_option
 def call(procedure: str, args: tuple[str, ...], timeout: float, data_dir: str) -> None:
-    """Submit PROCEDURE with key=value arguments and print the result."""
+    """Submit PROCEDURE with its ARGS and print the result.
+
+    ARGS are values in the procedure's order, or NAME=VALUE. Negative numbers are
+    values, not options: `ordo call kv.add k -5`.
+    """
     from txn_library.client import Client
     from txn_library.errors import BadRequest, OrdoError
 
-    cfg = ClusterConfig.load(data_dir)
+    cfg = load_config(data_dir)
     _load_modules(cfg)
     try:
         values = parse_call_args(procedure, args)
@@ -252,6 +311,8 @@ def call(procedure: str, args: tuple[str, ...], timeout: float, data_dir: str) -
     with Client(cfg.client_addr, timeout_s=timeout) as c:
         try:
             r = c.call(procedure, *values)
+        except BadRequest as e:  # refused before sending: cannot be encoded, too large
+            raise click.UsageError(str(e)) from None
         except OrdoError as e:
             raise click.ClickException(str(e)) from None
     if r.ok:
@@ -271,6 +332,84 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+def _status(c: Client) -> dict:
+    from txn_library.errors import OrdoError
+
+    try:
+        return c.status()
+    except OrdoError as e:
+        raise click.ClickException(f"no answer at {c.address}: {e}") from None
+
+
+def _request_checkpoint(c: Client) -> int:
+    from sequencer import wire
+    from txn_library.errors import OrdoError
+
+    try:
+        return int(c.control((wire.REQ_CHECKPOINT,)))
+    except OrdoError as e:
+        raise click.ClickException(f"checkpoint not requested ({c.address}): {e}") from None
+
+
+def _wait_checkpoint_durable(
+    c: Client, epoch: int, replicas: Sequence[int], partitions: int, timeout_s: float
+) -> None:
+    """Wait until every partition of ``replicas`` reports a durable checkpoint >= epoch.
+
+    Progress goes to stderr whenever the count changes; ClickException on timeout,
+    naming the partitions still missing.
+    """
+    want = {(r, p) for r in replicas for p in range(partitions)}
+    deadline = time.monotonic() + timeout_s
+    shown = -1
+    while True:
+        parts = _status(c)["partitions"]
+        durable = want & {
+            (p["replica"], p["partition"]) for p in parts if p["newest_checkpoint_epoch"] >= epoch
+        }
+        if len(durable) != shown:
+            shown = len(durable)
+            click.echo(
+                f"waiting for checkpoint at epoch {epoch}: {shown}/{len(want)} partitions durable",
+                err=True,
+            )
+        if durable == want:
+            return
+        if time.monotonic() >= deadline:
+            down = {(p["replica"], p["partition"]) for p in parts if p["down"]}
+            missing = ", ".join(
+                f"replica {r} partition {p}" + (" (down)" if (r, p) in down else "")
+                for r, p in sorted(want - durable)
+            )
+            raise click.ClickException(
+                f"checkpoint at epoch {epoch} not durable within {timeout_s:g} s on {missing}"
+            )
+        time.sleep(0.2)
+
+
+def _checkpoint_files(cfg: ClusterConfig, replica: int, epoch: int) -> list[Path]:
+    """The replica's checkpoint file per partition for ``epoch``, once all exist.
+
+    Defence in depth: partitions report a checkpoint only once durable, but a file
+    can still be missing (pruned by newer checkpoints, a bug): wait briefly, then fail
+    clearly instead of opening a file that is not there.
+    """
+    from executor import checkpoint as ckpt
+
+    paths = [
+        cfg.checkpoint_dir(replica) / ckpt.checkpoint_name(epoch, p) for p in range(cfg.partitions)
+    ]
+    deadline = time.monotonic() + CHECKPOINT_FILE_WAIT_S
+    while missing := [str(p) for p in paths if not p.is_file()]:
+        if time.monotonic() >= deadline:
+            raise click.ClickException(
+                f"replica {replica} reported its checkpoint at epoch {epoch} durable, but "
+                f"{', '.join(missing)} is missing (pruned by newer checkpoints?)"
+            )
+        time.sleep(0.1)
+    return paths
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True)
 @data_dir_option
@@ -278,14 +417,10 @@ def status(as_json: bool, data_dir: str) -> None:
     """Per partition of every replica: last applied epoch, txns applied, transactions
     active and blocked on locks now, lock requests that had to queue so far, state hash."""
     from txn_library.client import Client
-    from txn_library.errors import OrdoError
 
-    cfg = ClusterConfig.load(data_dir)
+    cfg = load_config(data_dir)
     with Client(cfg.client_addr) as c:
-        try:
-            st = c.status()
-        except OrdoError as e:
-            raise click.ClickException(f"no answer at {cfg.client_addr}: {e}") from None
+        st = _status(c)
     if as_json:
         click.echo(json.dumps(st, indent=2))
         return
@@ -310,27 +445,21 @@ def status(as_json: bool, data_dir: str) -> None:
 
 
 @main.command()
+@click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait for it.")
 @data_dir_option
-def checkpoint(data_dir: str) -> None:
-    """Ask every partition of every replica to checkpoint after the next epoch."""
-    from sequencer import wire
+def checkpoint(timeout: float, data_dir: str) -> None:
+    """Ask every partition of every replica to checkpoint after the next epoch, and wait
+    until each reports it durable."""
     from txn_library.client import Client
 
-    cfg = ClusterConfig.load(data_dir)
+    cfg = load_config(data_dir)
     with Client(cfg.client_addr) as c:
-        epoch = c.control((wire.REQ_CHECKPOINT,))
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            parts = c.status()["partitions"]
-            done = [p for p in parts if p["newest_checkpoint_epoch"] >= epoch]
-            if len(done) == cfg.replicas * cfg.partitions:
-                click.echo(
-                    f"checkpoint at epoch {epoch} written by {len(done)} partitions "
-                    f"(in {cfg.data_dir}/replica-*/checkpoints)"
-                )
-                return
-            time.sleep(0.2)
-    raise click.ClickException(f"checkpoint at epoch {epoch} not confirmed within 120 s")
+        epoch = _request_checkpoint(c)
+        _wait_checkpoint_durable(c, epoch, range(cfg.replicas), cfg.partitions, timeout)
+    click.echo(
+        f"checkpoint at epoch {epoch} written by {cfg.replicas * cfg.partitions} partitions "
+        f"(in {cfg.data_dir}/replica-*/checkpoints)"
+    )
 
 
 @main.command()
@@ -339,34 +468,36 @@ def checkpoint(data_dir: str) -> None:
 @click.option(
     "--format", "fmt", type=click.Choice(["parquet", "csv"]), default="parquet", show_default=True
 )
+@click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait for it.")
 @data_dir_option
-def dump(replica: int, out_dir: str, fmt: str, data_dir: str) -> None:
-    """Export one replica's tables as of a fresh checkpoint (a consistent epoch boundary)."""
+def dump(replica: int, out_dir: str, fmt: str, timeout: float, data_dir: str) -> None:
+    """Export one replica's tables as of a fresh checkpoint (a consistent epoch boundary).
+
+    Requests a checkpoint, waits until every partition of the replica reports it
+    durable (progress on stderr), then reads each partition's file.
+    """
     from executor import checkpoint as ckpt
     from executor.export import export_rows
-    from sequencer import wire
     from txn_library.client import Client
 
-    cfg = ClusterConfig.load(data_dir)
+    cfg = load_config(data_dir)
     _load_modules(cfg)
+    if not 0 <= replica < cfg.replicas:
+        raise click.UsageError(
+            f"--replica {replica}: the cluster has replicas 0..{cfg.replicas - 1}"
+        )
     if cfg.checkpoint_keep <= 0:
         raise click.ClickException("checkpoints are disabled (checkpoint_keep = 0)")
     with Client(cfg.client_addr) as c:
-        epoch = c.control((wire.REQ_CHECKPOINT,))
-        deadline = time.monotonic() + 300
-        while True:
-            mine = [p for p in c.status()["partitions"] if p["replica"] == replica]
-            if len(mine) == cfg.partitions and all(
-                p["newest_checkpoint_epoch"] >= epoch for p in mine
-            ):
-                break
-            if time.monotonic() > deadline:
-                raise click.ClickException(f"replica {replica} did not checkpoint epoch {epoch}")
-            time.sleep(0.1)
+        epoch = _request_checkpoint(c)
+        _wait_checkpoint_durable(c, epoch, [replica], cfg.partitions, timeout)
     totals: dict[str, int] = {}
-    for p in range(cfg.partitions):
-        path = cfg.checkpoint_dir(replica) / ckpt.checkpoint_name(epoch, p)
-        for t, n in export_rows(ckpt.iter_rows(path), Path(out_dir), p, fmt).items():
+    for p, path in enumerate(_checkpoint_files(cfg, replica, epoch)):
+        try:
+            written = export_rows(ckpt.iter_rows(path), Path(out_dir), p, fmt)
+        except (ckpt.CheckpointInvalid, OSError) as e:
+            raise click.ClickException(f"export incomplete ({out_dir}): {e}") from None
+        for t, n in written.items():
             totals[t] = totals.get(t, 0) + n
     click.echo(f"replica {replica} at epoch {epoch} -> {out_dir} ({fmt})")
     for t, n in sorted(totals.items()):
@@ -389,14 +520,16 @@ def log_prune(archive: str | None, data_dir: str) -> None:
     """
     from sequencer import wire
     from txn_library.client import Client
-    from txn_library.errors import CallFailed
+    from txn_library.errors import CallFailed, OrdoError
 
-    cfg = ClusterConfig.load(data_dir)
+    cfg = load_config(data_dir)
     with Client(cfg.client_addr) as c:
         try:
             removed = c.control((wire.REQ_PRUNE, archive))
         except CallFailed as e:
             raise click.ClickException(f"nothing pruned: {e.message}") from None
+        except OrdoError as e:
+            raise click.ClickException(f"no answer at {cfg.client_addr}: {e}") from None
     verb = f"archived to {archive}" if archive else "deleted"
     click.echo(f"{len(removed)} segment(s) {verb}")
     for p in removed:
@@ -406,12 +539,13 @@ def log_prune(archive: str | None, data_dir: str) -> None:
 @main.command()
 @data_dir_option
 def procedures(data_dir: str) -> None:
-    """List registered procedures with their argument schemas."""
+    """List registered procedures with their argument schemas (without a cluster in
+    DATA_DIR: the default procedure modules)."""
     from txn_library.procedure import procedures as all_procs
 
-    try:
-        _load_modules(ClusterConfig.load(data_dir))
-    except FileNotFoundError:
+    if (Path(data_dir) / CONFIG_FILE).exists():
+        _load_modules(load_config(data_dir))
+    else:
         _load_modules(ClusterConfig())
     for name, p in sorted(all_procs().items()):
         args = ", ".join(f"{a.name}:{a.type}" for a in p.args)

@@ -4,20 +4,35 @@ Partitions load their warehouses at startup (genesis). ``ordo tpcc run --attach`
 drives a short standard-mix run (45/43/4/4/4) against it and then checks, through
 ``tpcc.check_warehouse`` at each replica, that consistency conditions 1-4 hold on
 every warehouse of every replica, and that the replicas' state hashes are equal per
-partition once the cluster is quiescent. ``ordo tpcc check`` repeats the check.
+partition once the cluster is quiescent. ``ordo tpcc check`` repeats the check, and
+``ordo dump`` exports replica 0 as of a fresh checkpoint: the tables the run does not
+grow hold exactly the rows of a W=2 population (clause 4.3.3.1).
 """
 
 from __future__ import annotations
 
+import csv
 import json
+from pathlib import Path
 
 from click.testing import CliRunner
 
+from cluster.cli import main
+from tpcc import schema
 from tpcc.cli import tpcc
 from txn_library.client import Client
 
 WAREHOUSES = 2
 GENESIS_ARGS = {"warehouses": WAREHOUSES, "seed": 7, "load_ts_ms": 1_700_000_000_000}
+# Rows per table of a W-warehouse population that New-Order, Payment, Delivery and the
+# read-only transactions never insert into or delete from (clause 4.3.3.1).
+FIXED_ROWS = {
+    schema.WAREHOUSE: WAREHOUSES,
+    schema.DISTRICT: WAREHOUSES * schema.DISTRICTS_PER_WAREHOUSE,
+    schema.CUSTOMER: WAREHOUSES * schema.DISTRICTS_PER_WAREHOUSE * schema.CUSTOMERS_PER_DISTRICT,
+    schema.STOCK: WAREHOUSES * schema.STOCK_PER_WAREHOUSE,
+    schema.ITEM: schema.ITEMS,  # replicated on every partition, dumped once
+}
 
 
 def test_standard_mix_on_two_replicas_keeps_tpcc_consistent(make_cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -56,3 +71,25 @@ def test_standard_mix_on_two_replicas_keeps_tpcc_consistent(make_cluster, tmp_pa
     again = CliRunner().invoke(tpcc, ["check", "--data-dir", data_dir, "--json"])
     assert again.exit_code == 0, again.output
     assert '"ok": true' in again.output
+
+    dump_dir = tmp_path / "dump"
+    args = ["dump", "--replica", "0", "--out", str(dump_dir), "--format", "csv"]
+    dumped = CliRunner().invoke(main, [*args, "--data-dir", data_dir])
+    assert dumped.exit_code == 0, dumped.output
+    assert "2/2 partitions durable" in dumped.stderr
+    assert _csv_rows(dump_dir, FIXED_ROWS) == FIXED_ROWS
+    listed = {ln.split()[0]: int(ln.split()[1]) for ln in dumped.stdout.splitlines()[1:]}
+    assert {t: listed[t] for t in FIXED_ROWS} == FIXED_ROWS
+
+
+def _csv_rows(dump_dir: Path, tables: dict[str, int]) -> dict[str, int]:
+    """Data rows per table over every partition's CSV file (each has a header line)."""
+    counts = {}
+    for table in tables:
+        files = sorted((dump_dir / table).glob("part-*.csv"))
+        assert files, f"no CSV for {table}"
+        counts[table] = 0
+        for f in files:
+            with open(f, newline="") as fh:
+                counts[table] += sum(1 for _ in csv.reader(fh)) - 1
+    return counts

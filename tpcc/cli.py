@@ -171,6 +171,10 @@ def run(
 
     if open_loop and rate <= 0:
         raise click.UsageError("--open-loop needs --rate > 0")
+    if attach is not None:
+        from cluster.cli import load_config
+
+        load_config(attach)  # a missing or broken cluster.json: one clear line, early
     opts = RunOptions(
         warehouses=warehouses,
         partitions=partitions,
@@ -209,13 +213,13 @@ def run(
 def check(data_dir: str, as_json: bool, timeout: float) -> None:
     """Consistency conditions 1-4 on every warehouse of every replica, and equal replica
     state hashes, on the running cluster in DATA_DIR."""
-    from cluster.config import ClusterConfig
+    from cluster.cli import load_config
     from tpcc.driver import check_cluster, warehouses_of
 
+    cfg = load_config(data_dir)
     try:
-        cfg = ClusterConfig.load(data_dir)
         warehouses = warehouses_of(cfg)
-    except (ValueError, FileNotFoundError) as e:
+    except ValueError as e:
         raise click.ClickException(str(e)) from None
     verdict = check_cluster(cfg, warehouses, lambda line: click.echo(line), timeout)
     if as_json:

@@ -10,6 +10,19 @@ Every call carries (client_id, req_id). A call that gets no answer within
 once; after ``timeout_s`` the future fails with CallTimeout (the call may still have
 committed: that is what a timeout means in any database).
 
+Invariants:
+- A call is encoded once, in ``submit`` on the caller's thread. An argument msgpack
+  cannot encode raises BadRequest(ERR_BAD_ARGUMENTS) there, and a call that cannot fit
+  in one frame raises BadRequest(ERR_TOO_LARGE); nothing is sent and the client stays
+  usable. The I/O thread only concatenates pre-encoded calls (a resend reuses the
+  bytes), so it cannot fail on a caller's arguments.
+- Every frame sent holds at most ``limits.calls_per_frame_max`` calls and
+  ``limits.request_bytes_max`` bytes: the sequencer's intake bounds.
+- Nothing a server sends stops the I/O thread: a reply it cannot read is dropped and
+  counted in ``malformed_replies``. Should the thread stop anyway (a bug), every
+  pending and queued call fails with InvariantViolation naming the cause, and later
+  ``submit``/``control`` calls raise it at once: no caller waits forever.
+
 ``ClientProtocol`` holds the encoding and bookkeeping without threads or sockets, so
 gevent users (locust, with zmq.green) can drive it from their own loop.
 """
@@ -17,20 +30,41 @@ gevent users (locust, with zmq.green) can drive it from their own loop.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import queue
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import Future
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
 import zmq
 
 from cluster import limits
 from sequencer import wire
-from txn_library.errors import ABORTED, ERROR, OK, CallFailed, CallTimeout, Overloaded
+from txn_library.errors import (
+    ABORTED,
+    ERR_BAD_ARGUMENTS,
+    ERR_MALFORMED,
+    ERR_TOO_LARGE,
+    ERROR,
+    OK,
+    BadRequest,
+    CallFailed,
+    CallTimeout,
+    InvariantViolation,
+    Overloaded,
+    invariant,
+)
+
+log = logging.getLogger(__name__)
+
+# The sequencer's wire contract (sequencer/wire.py): client_id is bytes, at most 64.
+CLIENT_ID_BYTES_MAX = limits.client_id_bytes_max
+_ARRAY_HEADER_BYTES_MAX = 5  # msgpack array32 header; array16 (<= 65535 items) is 3
 
 
 @dataclass
@@ -51,58 +85,186 @@ class Result:
 
 
 class ClientProtocol:
-    """Encoding and in-flight bookkeeping, no I/O."""
+    """Encoding and in-flight bookkeeping, no I/O.
+
+    A REQ_CALLS frame ``[REQ_CALLS, client_id, [call, ...]]`` is assembled from calls
+    encoded one at a time (``encode_call``): the frame's fixed prefix, the msgpack
+    array header and the calls' bytes concatenated, byte-identical to packing the
+    whole list at once. ``frames`` splits calls into frames within the intake bounds.
+
+    ``client_id``: None draws a random 128-bit id. An explicit id is the caller's
+    promise that no other client uses it, ever: request ids restart at 1 in every
+    ClientProtocol, so a second user of the same id would reuse (client_id, req_id)
+    pairs. The sequencer answers a reused pair with the first call's result when
+    procedure and arguments match, and with error code "request_id_reused" when they
+    differ.
+    """
 
     def __init__(self, client_id: bytes | None = None) -> None:
-        self.client_id = client_id or os.urandom(16)
+        client_id = client_id or os.urandom(16)
+        if not isinstance(client_id, bytes) or len(client_id) > CLIENT_ID_BYTES_MAX:
+            raise BadRequest(
+                ERR_BAD_ARGUMENTS, f"client_id must be bytes of at most {CLIENT_ID_BYTES_MAX}"
+            )
+        self.client_id = client_id
         self._ids = itertools.count(1)
+        self._frame_prefix = (
+            msgpack.Packer().pack_array_header(3) + wire.pack(wire.REQ_CALLS) + wire.pack(client_id)
+        )
+        # The largest call that fits alone in a frame (a 1-call array header is 1 byte).
+        self.call_bytes_max = limits.request_bytes_max - len(self._frame_prefix) - 1
 
     def next_req_id(self) -> int:
+        """The next request id (thread-safe: itertools.count's next is atomic)."""
         return next(self._ids)
 
-    def encode_calls(self, calls: Sequence[tuple]) -> bytes:
-        """calls: (req_id, proc, args) or (req_id, proc, args, replica_hint)."""
-        return wire.pack(
-            (
-                wire.REQ_CALLS,
-                self.client_id,
-                [
-                    (c[0], c[1], list(c[2]))
-                    if len(c) == 3 or c[3] is None
-                    else (c[0], c[1], list(c[2]), c[3])
-                    for c in calls
-                ],
+    def encode_call(
+        self, req_id: int, proc: str, args: Iterable[Any], replica: int | None = None
+    ) -> bytes:
+        """One call's msgpack bytes, ``[req_id, proc, args]`` (+ ``replica`` if given).
+
+        Raises BadRequest: ERR_BAD_ARGUMENTS if msgpack cannot encode an argument,
+        ERR_TOO_LARGE if a frame holding only this call would exceed
+        ``limits.request_bytes_max``.
+        """
+        args = list(args)
+        try:
+            entry = [req_id, proc, args] if replica is None else [req_id, proc, args, replica]
+            data = wire.pack(entry)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise BadRequest(ERR_BAD_ARGUMENTS, _unencodable(proc, args, replica, e)) from e
+        if len(data) > self.call_bytes_max:
+            raise BadRequest(
+                ERR_TOO_LARGE,
+                f"{proc}: call encodes to {len(data)} bytes; a client frame holds at most "
+                f"{limits.request_bytes_max} bytes",
             )
+        return data
+
+    def encode_frame(self, calls: Sequence[bytes]) -> bytes:
+        """One REQ_CALLS frame of pre-encoded calls (no bounds checked: see ``frames``)."""
+        header = msgpack.Packer().pack_array_header(len(calls))
+        return b"".join([self._frame_prefix, header, *calls])
+
+    def frames(self, calls: Iterable[bytes]) -> Iterator[bytes]:
+        """Frames of pre-encoded calls, in order, each within the intake bounds.
+
+        Every call must come from ``encode_call`` (so it fits in a frame alone).
+        """
+        budget = limits.request_bytes_max - len(self._frame_prefix) - _ARRAY_HEADER_BYTES_MAX
+        batch: list[bytes] = []
+        size = 0
+        for call in calls:
+            if batch and (size + len(call) > budget or len(batch) >= limits.calls_per_frame_max):
+                yield self._bounded_frame(batch)
+                batch, size = [], 0
+            batch.append(call)
+            size += len(call)
+        if batch:
+            yield self._bounded_frame(batch)
+
+    def _bounded_frame(self, calls: Sequence[bytes]) -> bytes:
+        frame = self.encode_frame(calls)
+        invariant(
+            len(frame) <= limits.request_bytes_max and len(calls) <= limits.calls_per_frame_max,
+            f"client frame of {len(frame)} bytes, {len(calls)} calls exceeds the intake bounds",
         )
+        return frame
+
+    def encode_calls(self, calls: Sequence[tuple]) -> bytes:
+        """One frame; calls: (req_id, proc, args) or (req_id, proc, args, replica_hint).
+
+        Raises BadRequest like ``encode_call``. The caller keeps the frame within
+        ``limits.calls_per_frame_max`` calls and ``limits.request_bytes_max`` bytes.
+        """
+        return self.encode_frame([self.encode_call(*c) for c in calls])
 
     @staticmethod
     def decode_reply(frame: bytes) -> tuple[int, Any]:
-        msg = wire.unpack(frame)
+        """(kind, body) of a reply; raises ValueError if the frame is not one."""
+        reply = ClientProtocol.parse_reply(frame)
+        if reply is None:
+            raise ValueError(f"malformed reply frame ({len(frame)} bytes)")
+        return reply
+
+    @staticmethod
+    def parse_reply(frame: bytes) -> tuple[int, Any] | None:
+        """(kind, body) of a reply, or None if the frame is not a well-formed reply."""
+        try:
+            msg = wire.unpack(frame)
+        except (ValueError, msgpack.UnpackException):
+            return None  # msgpack's decoding errors (bad bytes, bad UTF-8, extra data)
+        if not isinstance(msg, tuple) or len(msg) < 2 or type(msg[0]) is not int:
+            return None
         return msg[0], msg[1]
 
 
-def to_outcome(status: int, value: Any, latency_s: float) -> Result | Exception:
+def _unencodable(proc: str, args: list[Any], replica: int | None, e: Exception) -> str:
+    """Which argument msgpack refused, for the caller's error message."""
+    for i, arg in enumerate(args):
+        try:
+            wire.pack(arg)
+        except (TypeError, ValueError, OverflowError) as arg_e:
+            return f"{proc}: argument {i + 1} ({type(arg).__name__}) cannot be encoded: {arg_e}"
+    return f"{proc}: call cannot be encoded (procedure {proc!r}, replica {replica!r}): {e}"
+
+
+def to_outcome(status: Any, value: Any, latency_s: float) -> Result | Exception:
+    """A result entry -> Result (ok or aborted) or the exception the caller gets."""
     if status == ERROR:
-        code, message = value
+        if isinstance(value, tuple) and len(value) == 2:
+            code, message = str(value[0]), str(value[1])
+        else:
+            code, message = ERR_MALFORMED, f"server sent an unreadable error: {value!r:.200}"
         if code == "overloaded":
             return Overloaded(message)
         return CallFailed(code, message)
-    return Result(status, value, latency_s)
+    if status in (OK, ABORTED) and type(status) is int:
+        return Result(status, value, latency_s)
+    return CallFailed(ERR_MALFORMED, f"server sent an unknown status {status!r:.50}")
 
 
 @dataclass
 class _Pending:
+    """A call from ``submit`` until its answer or deadline; ``call`` is its encoding."""
+
+    req_id: int
     future: Future
     proc: str
-    args: tuple
-    replica: int | None
+    call: bytes
     started: float
     deadline: float
     resend_at: float
 
 
+@dataclass
+class _Control:
+    """A control request (status, checkpoint, prune) waiting for its reply."""
+
+    future: Future
+    request: tuple
+
+
+def _settle(fut: Future, outcome: Any) -> None:
+    """Resolve ``fut`` unless its owner cancelled it meanwhile."""
+    try:
+        if isinstance(outcome, BaseException):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome)
+    except InvalidStateError:
+        pass  # cancelled by the caller: nobody is waiting for it
+
+
 class Client:
-    """Thread-safe client. Use as a context manager or call close()."""
+    """Thread-safe client. Use as a context manager or call close().
+
+    ``client_id``: None (the default) draws a random 128-bit id. Passing one is the
+    caller's guarantee that it is unique: request ids restart at 1 in every Client,
+    so two clients with the same id reuse (client_id, req_id) pairs, and the sequencer
+    rejects a reused pair whose procedure or arguments differ (error code
+    "request_id_reused") or answers it with the earlier call's result.
+    """
 
     def __init__(
         self,
@@ -116,16 +278,20 @@ class Client:
         self.timeout_s = timeout_s
         self.retry_s = retry_s
         self.proto = ClientProtocol(client_id)
+        self.malformed_replies = 0  # reply frames or entries dropped as unreadable
         self._ctx: zmq.Context = zmq.Context.instance()
-        self._submit_q: queue.SimpleQueue = queue.SimpleQueue()
+        self._submit_q: queue.SimpleQueue[_Pending | _Control] = queue.SimpleQueue()
         self._wake_addr = f"inproc://ordo-client-{os.urandom(8).hex()}"
         self._wake_recv = self._ctx.socket(zmq.PULL)
         self._wake_recv.bind(self._wake_addr)
         self._wake_send_lock = threading.Lock()
         self._wake_send = self._ctx.socket(zmq.PUSH)
         self._wake_send.connect(self._wake_addr)
-        self._status_waiters: list[Future] = []
+        self._control_waiters: list[Future] = []  # I/O thread only
         self._closed = threading.Event()
+        # Set by the I/O thread as it stops, *before* it fails what is queued.
+        self._io_stopped = threading.Event()
+        self._io_failure: BaseException | None = None
         self._in_flight = threading.BoundedSemaphore(limits.client_in_flight_max)
         self._thread = threading.Thread(target=self._io_loop, name="ordo-client", daemon=True)
         self._thread.start()
@@ -136,20 +302,26 @@ class Client:
 
         ``replica`` pins a single-partition read-only call to one replica (e.g. to
         check each replica's state); other calls ignore it.
+
+        Raises BadRequest at once if the call cannot be encoded (ERR_BAD_ARGUMENTS) or
+        is too large for one frame (ERR_TOO_LARGE); the client stays usable.
         """
-        if self._closed.is_set():
-            raise RuntimeError("client is closed")
+        self._check_usable()
+        req_id = self.proto.next_req_id()
+        call = self.proto.encode_call(req_id, proc, args, replica)
         fut: Future = Future()
         self._in_flight.acquire()
-        fut.add_done_callback(lambda _f: self._in_flight.release())
-        self._submit_q.put(("call", fut, proc, (tuple(args), replica)))
-        self._wake()
+        fut.add_done_callback(self._release_slot)
+        now = time.monotonic()
+        self._enqueue(
+            _Pending(req_id, fut, proc, call, now, now + self.timeout_s, now + self.retry_s)
+        )
         return fut
 
     def call(
         self, proc: str, *args: Any, timeout_s: float | None = None, replica: int | None = None
     ) -> Result:
-        """Blocking call. Raises CallFailed, Overloaded or CallTimeout."""
+        """Blocking call. Raises BadRequest, CallFailed, Overloaded or CallTimeout."""
         fut = self.submit(proc, *args, replica=replica)
         t = (timeout_s or self.timeout_s) + 1.0
         try:
@@ -166,15 +338,15 @@ class Client:
 
         Raises CallFailed when the sequencer answers REP_ERROR.
         """
+        self._check_usable()
         fut: Future = Future()
-        self._submit_q.put(("control", fut, request, None))
-        self._wake()
+        self._enqueue(_Control(fut, request))
         try:
             kind, body = fut.result(timeout=timeout_s)
         except TimeoutError:
             raise CallTimeout(f"no answer from {self.address} within {timeout_s}s") from None
         if kind == wire.REP_ERROR:
-            raise CallFailed("control", body)
+            raise CallFailed("control", str(body))
         return body
 
     def close(self) -> None:
@@ -191,6 +363,40 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # Hand-over to the I/O thread -------------------------------------------------
+    def _check_usable(self) -> None:
+        if self._io_failure is not None:
+            raise self._stopped_error()
+        if self._closed.is_set():
+            raise RuntimeError("client is closed")
+
+    def _stopped_error(self) -> Exception:
+        """What a caller gets once the I/O thread is gone (a fresh instance each time)."""
+        if self._io_failure is None:
+            return CallTimeout("client closed")
+        err = InvariantViolation(f"client I/O thread stopped: {self._io_failure!r}")
+        err.__cause__ = self._io_failure
+        return err
+
+    def _enqueue(self, item: _Pending | _Control) -> None:
+        self._submit_q.put(item)
+        if self._io_stopped.is_set():
+            # The thread may have drained the queue before our put: fail it ourselves.
+            self._fail_queued()
+        else:
+            self._wake()
+
+    def _fail_queued(self) -> None:
+        while True:
+            try:
+                item = self._submit_q.get_nowait()
+            except queue.Empty:
+                return
+            _settle(item.future, self._stopped_error())
+
+    def _release_slot(self, _fut: Future) -> None:
+        self._in_flight.release()
+
     # I/O thread ---------------------------------------------------------------
     def _wake(self) -> None:
         with self._wake_send_lock:
@@ -202,89 +408,105 @@ class Client:
 
     def _io_loop(self) -> None:
         sock = self._ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVHWM, 0)
-        sock.setsockopt(zmq.SNDHWM, 0)
-        sock.connect(self.address)
-        poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
-        poller.register(self._wake_recv, zmq.POLLIN)
         pending: dict[int, _Pending] = {}
-        next_check = time.monotonic() + 0.1
         try:
-            while not self._closed.is_set():
-                events = dict(poller.poll(100))
-                if self._wake_recv in events:
-                    while self._wake_recv.poll(0):
-                        self._wake_recv.recv()
-                self._send_new(sock, pending)
-                while sock.poll(0):
-                    self._on_reply(sock.recv(), pending)
-                now = time.monotonic()
-                if now >= next_check:
-                    self._expire(sock, pending, now)
-                    next_check = now + 0.1
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVHWM, 0)
+            sock.setsockopt(zmq.SNDHWM, 0)
+            sock.connect(self.address)
+            self._serve(sock, pending)
+        except Exception as e:  # a bug: keep it (with its type) for every caller
+            log.exception("ordo client I/O thread failed")
+            self._io_failure = e
         finally:
+            self._io_stopped.set()
             for p in pending.values():
-                if not p.future.done():
-                    p.future.set_exception(CallTimeout("client closed"))
+                _settle(p.future, self._stopped_error())
+            for fut in self._control_waiters:
+                _settle(fut, self._stopped_error())
+            self._fail_queued()
             sock.close(linger=0)
             self._wake_recv.close(linger=0)
 
+    def _serve(self, sock: zmq.Socket, pending: dict[int, _Pending]) -> None:
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(self._wake_recv, zmq.POLLIN)
+        next_check = time.monotonic() + 0.1
+        while not self._closed.is_set():
+            events = dict(poller.poll(100))
+            if self._wake_recv in events:
+                while self._wake_recv.poll(0):
+                    self._wake_recv.recv()
+            self._send_new(sock, pending)
+            while sock.poll(0):
+                self._on_reply(sock.recv(), pending)
+            now = time.monotonic()
+            if now >= next_check:
+                self._expire(sock, pending, now)
+                next_check = now + 0.1
+
     def _send_new(self, sock: zmq.Socket, pending: dict[int, _Pending]) -> None:
-        calls = []
-        now = time.monotonic()
+        calls: list[bytes] = []
         while True:
             try:
-                kind, fut, proc, args = self._submit_q.get_nowait()
+                item = self._submit_q.get_nowait()
             except queue.Empty:
                 break
-            if kind == "control":
-                self._status_waiters.append(fut)
-                sock.send(wire.pack(proc))
+            if isinstance(item, _Control):
+                self._control_waiters.append(item.future)
+                sock.send(wire.pack(item.request))
                 continue
-            req_id = self.proto.next_req_id()
-            args, replica = args
-            pending[req_id] = _Pending(
-                fut, proc, args, replica, now, now + self.timeout_s, now + self.retry_s
-            )
-            calls.append((req_id, proc, args, replica))
-            if len(calls) >= 2000:
-                sock.send(self.proto.encode_calls(calls))
-                calls = []
-        if calls:
-            sock.send(self.proto.encode_calls(calls))
+            pending[item.req_id] = item
+            calls.append(item.call)
+        for frame in self.proto.frames(calls):
+            sock.send(frame)
 
     def _on_reply(self, frame: bytes, pending: dict[int, _Pending]) -> None:
-        kind, body = self.proto.decode_reply(frame)
+        reply = self.proto.parse_reply(frame)
+        if reply is None:
+            self._malformed(f"undecodable reply frame of {len(frame)} bytes")
+            return
+        kind, body = reply
         if kind in (wire.REP_STATUS, wire.REP_OK, wire.REP_ERROR):
-            if self._status_waiters:  # control replies come back in request order
-                self._status_waiters.pop(0).set_result((kind, body))
+            if self._control_waiters:  # control replies come back in request order
+                _settle(self._control_waiters.pop(0), (kind, body))
+            return
+        if kind != wire.REP_RESULTS or not isinstance(body, tuple):
+            self._malformed(f"unexpected reply kind {kind!r}")
             return
         now = time.monotonic()
-        for req_id, status, value in body:
-            if req_id is None:
-                continue  # a frame-level error; our frames are well formed
-            p = pending.pop(req_id, None)
-            if p is None or p.future.done():
+        for entry in body:
+            if not isinstance(entry, tuple) or len(entry) != 3:
+                self._malformed(f"unreadable result entry {entry!r:.100}")
                 continue
-            out = to_outcome(status, value, now - p.started)
-            if isinstance(out, Exception):
-                p.future.set_exception(out)
-            else:
-                p.future.set_result(out)
+            req_id, status, value = entry
+            if req_id is None:  # a frame-level error: our frames are meant to be well formed
+                log.warning("ordo client: server rejected a frame: %r", value)
+                continue
+            if type(req_id) is not int:
+                self._malformed(f"result for request id {req_id!r:.50}")
+                continue
+            p = pending.pop(req_id, None)
+            if p is not None and not p.future.done():
+                _settle(p.future, to_outcome(status, value, now - p.started))
+
+    def _malformed(self, what: str) -> None:
+        self.malformed_replies += 1
+        if self.malformed_replies == 1:  # a misbehaving server must not flood the log
+            log.warning("ordo client: dropped %s from %s", what, self.address)
 
     def _expire(self, sock: zmq.Socket, pending: dict[int, _Pending], now: float) -> None:
-        resend = []
+        resend: list[bytes] = []
         for req_id, p in list(pending.items()):
             if now >= p.deadline:
                 del pending[req_id]
                 if not p.future.done():
-                    p.future.set_exception(
-                        CallTimeout(f"{p.proc}: no answer within {self.timeout_s:.1f}s")
+                    _settle(
+                        p.future, CallTimeout(f"{p.proc}: no answer within {self.timeout_s:.1f}s")
                     )
             elif now >= p.resend_at:
                 p.resend_at = now + self.retry_s
-                resend.append((req_id, p.proc, p.args, p.replica))
-        if resend:
-            sock.send(self.proto.encode_calls(resend))
+                resend.append(p.call)
+        for frame in self.proto.frames(resend):
+            sock.send(frame)
