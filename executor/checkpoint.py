@@ -11,6 +11,8 @@ encoding (``<II`` length + CRC32C, then payload; see sequencer.log.encode_frame)
   frame 0     header  [MAGIC, VERSION, replica, partition, partitions, epoch,
                        next_txn_id, txns_applied, state_hash, static_hash, created_ms]
   frames 1..n rows    [[table, key, row], ...]  (at most ROWS_PER_FRAME per frame,
+                       cut once it holds limits.checkpoint_frame_bytes_max bytes, so
+                       a frame stays under log_frame_bytes_max whatever the rows;
                        tables in name order, keys sorted: byte-identical across replicas
                        except the header's replica number and creation time)
   last frame  footer  [END, row_count, state_hash]
@@ -35,6 +37,7 @@ from pathlib import Path
 
 import msgpack
 
+from cluster import limits
 from executor.storage import Storage
 from sequencer.log import LogCorruption, encode_frame, iter_file_frames
 
@@ -107,17 +110,28 @@ def write_checkpoint(
         int(time.time() * 1000),
     ]
     count = 0
+    packer = msgpack.Packer(autoreset=True)
+    pack = packer.pack
+    frame_bytes_max = limits.checkpoint_frame_bytes_max
+
+    def rows_frame(chunk: list[bytes]) -> bytes:
+        # An array header followed by its packed elements: the bytes of packb(rows).
+        return encode_frame(packer.pack_array_header(len(chunk)) + b"".join(chunk))
+
     with open(tmp, "wb") as f:
         f.write(encode_frame(packb(header)))
-        chunk: list = []
+        chunk: list[bytes] = []
+        chunk_bytes = 0
         for table, key, row in storage.rows():
-            chunk.append((table, key, row))
-            if len(chunk) >= ROWS_PER_FRAME:
-                f.write(encode_frame(packb(chunk)))
+            data = pack((table, key, row))
+            chunk.append(data)
+            chunk_bytes += len(data)
+            if len(chunk) >= ROWS_PER_FRAME or chunk_bytes >= frame_bytes_max:
+                f.write(rows_frame(chunk))
                 count += len(chunk)
-                chunk = []
+                chunk, chunk_bytes = [], 0
         if chunk:
-            f.write(encode_frame(packb(chunk)))
+            f.write(rows_frame(chunk))
             count += len(chunk)
         f.write(encode_frame(packb([END, count, storage.state_hash])))
         f.flush()

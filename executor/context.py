@@ -6,7 +6,8 @@ Invariants:
   key when it equals the key or is a prefix of it). Anything else raises
   FootprintViolation, which the executor turns into an identical abort everywhere.
 - Writes are buffered and become visible to the body's own later reads; the executor
-  applies them (only the local ones) after the body returns a non-abort result.
+  validates the whole buffer (executor.execution.run_txn) and applies it (only the
+  local writes) after the body returns OK, or none of it.
 - Time and randomness come only from the batch: ``timestamp_ms`` and ``rng`` (seeded
   from the batch seed and the txn id).
 - ``hold_locks`` (a benchmark hook) only asks the live engine to keep the

@@ -7,7 +7,11 @@ tests use, so they exercise the live code path.
 
 ``SerialExecutor`` is the oracle: one Storage, transactions run one at a time in
 txn id order, no locks, no partitions. Its state hash must equal the sum of a
-replica's partition hashes after the same log.
+replica's partition hashes after the same log, and its results the replica's: both
+run bodies and validate write sets with executor.execution.run_txn.
+
+Checkpoints in process are written synchronously by ``on_checkpoint``, so a
+partition's checkpoint counts as durable as soon as that callback returns.
 """
 
 from __future__ import annotations
@@ -17,11 +21,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from executor.context import TxnContext, cover_set
-from executor.execution import run_body
+from executor.execution import run_txn
 from executor.partition import Partition
 from executor.storage import MASK64, Storage
 from sequencer.wire import B_FIRST_TXN, B_SEED, B_TS, B_TXNS, T_ARGS, T_PROC
-from txn_library.errors import OK
 from txn_library.procedure import lookup
 
 
@@ -56,9 +59,11 @@ class LocalReplica:
         due = self.parts[0].checkpoint_due
         if due is not None:
             if on_checkpoint is not None:
-                on_checkpoint(due, self.parts)
+                on_checkpoint(due, self.parts)  # synchronous: durable when it returns
             for p in self.parts:
-                p.checkpoint_taken(written=on_checkpoint is not None)
+                p.checkpoint_taken()
+                if on_checkpoint is not None:
+                    p.checkpoint_durable(due)
 
     def apply_all(self, batches: Iterable[tuple]) -> None:
         for b in batches:
@@ -111,10 +116,8 @@ class SerialExecutor:
             ctx = TxnContext(
                 txn_id, ts, seed, cover_set(fp.reads), cover_set(fp.writes), s.get, s.scan
             )
-            status, value = run_body(proc, args, ctx)
-            if status == OK:
-                for (t, key), row in ctx.writes.items():
-                    s.put(t, key, row)
+            status, value, writes = run_txn(proc, args, ctx, s)
+            s.apply(writes)
             self.results[txn_id] = (status, value)
             txn_id += 1
         self.last_epoch = batch[0]

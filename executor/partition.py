@@ -20,7 +20,17 @@ Invariants:
 - A partition keeps the reads it sent for the last ``retain_checkpoints`` checkpoint
   intervals, so a peer restarted from one of those checkpoints can ask for them again
   (``resend``). Reads are idempotent on arrival: a duplicate, or a read for a txn that
-  already finished here, is dropped.
+  already finished here, is dropped. So are reads claiming to come from a partition
+  that is not a peer. Reads that arrive before their txn wait in ``_early``: at most
+  one entry per (txn, peer), for at most ``limits.early_reads_txns_max`` txns.
+- Unsequenced queries waiting here are at most ``limits.queries_pending_max``, and
+  are served in ``min_txn_id`` order (one that must wait never blocks a ready one).
+  Refused inputs are counted in ``inputs_dropped`` (the server logs them, rate-limited).
+- A body's whole write set is validated (executor.execution.run_txn) before any of
+  it is applied; a rejected set is applied by no executor (every executor validates
+  the same set, including the writes that belong to other partitions).
+- ``newest_checkpoint_epoch`` only grows, and only when the owner reports the
+  snapshot durable (``checkpoint_durable``); the boundary is recorded at the drain.
 - Read-only queries run between transactions, once every local transaction sequenced
   at or before the query's ``min_txn_id`` has finished. The set of finished local
   transactions is always closed under conflict order, so the partition's state is
@@ -42,12 +52,18 @@ from typing import Any
 
 from cluster import limits
 from executor.context import TxnContext, cover_set
-from executor.execution import run_body
+from executor.execution import failure_text, run_body, run_txn
 from executor.storage import Storage
 from executor.wire import RESULT_LOOKUP
 from scheduler.lock_manager import LockManager
 from txn_library import catalog
-from txn_library.errors import ERR_PROCEDURE_FAILED, ERROR, OK, BadRequest, invariant
+from txn_library.errors import (
+    ERR_BAD_ARGUMENTS,
+    ERR_PROCEDURE_FAILED,
+    ERROR,
+    BadRequest,
+    invariant,
+)
 from txn_library.procedure import Procedure, lookup
 
 REPLICATED = catalog.REPLICATED
@@ -118,13 +134,20 @@ class Partition:
         self.txns_applied = 0
         self._active: dict[int, _Txn] = {}
         self._ready: deque[_Txn] = deque()
-        self._early: dict[int, list[tuple[int, tuple, tuple]]] = {}
-        self._queries: deque[tuple[int, int, Any, Any, int]] = deque()
+        # Reads that arrived before their txn: txn id -> {from partition: (exact, prefixes)}.
+        self._early: dict[int, dict[int, tuple[tuple, tuple]]] = {}
+        self._early_purged_at = -1  # next_txn_id at the last purge of stale early reads
+        self.inputs_dropped = 0  # reads and queries refused (not a peer, over a bound)
+        # Waiting queries, a heap on min_txn_id: (min_txn_id, arrival, id, tag, proc, args).
+        # Served in min_txn_id order, so one that waits long never holds up the rest.
+        self._queries: list[tuple[int, int, int, int, Any, Any]] = []
+        self._queries_seen = 0
         self.peer_out: dict[int, list] = {}
         self.results_out: list[tuple[int, int, Any]] = []
         self.query_out: list[tuple[int, int, int, Any]] = []
         # Checkpoints: set when a flagged batch arrives; the owner drains, snapshots,
-        # then calls checkpoint_taken(). No later batch is applied meanwhile.
+        # then calls checkpoint_taken(). No later batch is applied meanwhile. Once the
+        # snapshot is durable the owner calls checkpoint_durable().
         self.checkpoint_due: int | None = None
         self.newest_checkpoint_epoch = 0
         self.boundary: tuple[int, int] = (0, 0)  # (epoch, state hash) at last flagged epoch
@@ -174,19 +197,30 @@ class Partition:
         """A flagged epoch is fully applied here: state is exactly that boundary's."""
         return self.checkpoint_due is not None and self.idle()
 
-    def checkpoint_taken(self, written: bool = True) -> None:
-        """Record the boundary (hash comparable across replicas) and resume batches."""
+    def checkpoint_taken(self) -> None:
+        """Record the boundary (hash comparable across replicas) and resume batches.
+
+        The snapshot may still be being written: it counts (``newest_checkpoint_epoch``)
+        only once its owner reports it durable (``checkpoint_durable``).
+        """
         invariant(self.checkpoint_ready(), "checkpoint taken before the drain finished")
         epoch = self.checkpoint_due
         assert epoch is not None
         self.boundary = (epoch, self.storage.state_hash)
-        if written:
-            self.newest_checkpoint_epoch = epoch
         self.checkpoint_due = None
         bounds = self._boundary_txn_ids
         if len(bounds) == bounds.maxlen:
             self._forget_sent_before(bounds[0])
         bounds.append(self.next_txn_id)
+
+    def checkpoint_durable(self, epoch: int) -> None:
+        """The snapshot of boundary ``epoch`` is on disk (renamed, directory fsynced)."""
+        invariant(
+            self.newest_checkpoint_epoch < epoch <= self.boundary[0],
+            f"checkpoint {epoch} durable out of order (newest {self.newest_checkpoint_epoch}, "
+            f"boundary {self.boundary[0]})",
+        )
+        self.newest_checkpoint_epoch = epoch
 
     def _forget_sent_before(self, txn_id: int) -> None:
         sent = self._sent
@@ -213,22 +247,51 @@ class Partition:
         return self._sent_complete_from
 
     def on_reads(self, from_partition: int, entries: tuple) -> None:
+        """Reads a peer sent (shape checked by the caller: executor.wire.reads_problem)."""
+        if from_partition == self.partition or not 0 <= from_partition < self.partitions:
+            self.inputs_dropped += 1  # not a peer: nothing it says can be ours to use
+            return
+        early = self._early
         for txn_id, exact, prefixes in entries:
             st = self._active.get(txn_id)
             if st is None:
                 if txn_id < self.next_txn_id:
                     continue  # finished here already: a peer replaying after a restart
-                self._early.setdefault(txn_id, []).append((from_partition, exact, prefixes))
+                waiting = early.get(txn_id)
+                if waiting is None:
+                    if len(early) >= limits.early_reads_txns_max and not self._purge_early():
+                        self.inputs_dropped += 1
+                        continue
+                    waiting = early[txn_id] = {}
+                waiting[from_partition] = (exact, prefixes)  # a resend replaces its twin
                 continue
             self._merge(st, from_partition, exact, prefixes)
             if st.locked and not st.need:
                 self._execute(st)
         self._run()
 
+    def _purge_early(self) -> bool:
+        """Drop early reads whose txn has passed without being admitted here (no peer
+        sends those: they are stray). True if that freed room. O(n), only when full."""
+        if self._early_purged_at == self.next_txn_id:
+            return False
+        self._early_purged_at = self.next_txn_id
+        stale = [txn_id for txn_id in self._early if txn_id < self.next_txn_id]
+        for txn_id in stale:
+            del self._early[txn_id]
+        self.inputs_dropped += len(stale)
+        return bool(stale)
+
     def on_query(
         self, query_id: int, replica_tag: int, proc_name: Any, args: Any, min_txn_id: int
     ) -> None:
-        self._queries.append((query_id, replica_tag, proc_name, args, min_txn_id))
+        """An unsequenced read (shape checked by the caller: executor.wire.query_problem)."""
+        if len(self._queries) >= limits.queries_pending_max:
+            self.inputs_dropped += 1  # more than the sequencer can have pending: junk
+            return
+        self._queries_seen += 1
+        entry = (min_txn_id, self._queries_seen, query_id, replica_tag, proc_name, args)
+        heapq.heappush(self._queries, entry)
         self._serve_queries()
 
     # Admission ----------------------------------------------------------------
@@ -292,7 +355,7 @@ class Partition:
         self._active[txn_id] = st
         early = self._early.pop(txn_id, None)
         if early:
-            for q, exact, prefixes in early:
+            for q, (exact, prefixes) in early.items():
                 self._merge(st, q, exact, prefixes)
         if self.locks.request(txn_id, shared, exclusive):
             self._ready.append(st)
@@ -352,16 +415,15 @@ class Partition:
         else:
             get, scan = self._remote_view(st)
         ctx = TxnContext(st.txn_id, st.ts, st.seed, st.reads, st.writes, get, scan)
-        status, value = run_body(st.proc, st.args, ctx)
-        if status == OK and ctx.writes:
+        # The whole write set (remote writes too) is validated before any is applied:
+        # every executor reaches the same outcome, or partitions would diverge.
+        status, value, writes = run_txn(st.proc, st.args, ctx, storage)
+        if writes:
             if st.single:
-                for (t, key), row in ctx.writes.items():
-                    storage.put(t, key, row)
+                storage.apply(writes)
             else:
-                me, n = self.partition, self.partitions
-                for (t, key), row in ctx.writes.items():
-                    if catalog.partition_of(t, key, n) == me:
-                        storage.put(t, key, row)
+                me, n, where = self.partition, self.partitions, catalog.partition_of
+                storage.apply(w for w in writes if where(w[0], w[1], n) == me)
         if ctx.hold_ms and self.hold_clock is not None:
             due = self.hold_clock() + ctx.hold_ms / 1000.0
             heapq.heappush(self._holds, (due, st.txn_id, st, status, value))
@@ -431,11 +493,12 @@ class Partition:
 
     def _serve_queries(self) -> None:
         oldest = self._oldest_active()
-        while self._queries:
-            query_id, tag, proc_name, args, min_txn_id = self._queries[0]
+        queries = self._queries
+        while queries:
+            min_txn_id = queries[0][0]
             if min_txn_id >= self.next_txn_id or (oldest is not None and oldest <= min_txn_id):
-                return  # not yet: an earlier txn that may touch this partition is pending
-            self._queries.popleft()
+                return  # not yet (nor any later one): an earlier txn here is pending
+            _, _, query_id, tag, proc_name, args = heapq.heappop(queries)
             if proc_name == RESULT_LOOKUP:
                 out = self._lookup_result(args)
             else:
@@ -456,12 +519,19 @@ class Partition:
             if not proc.read_only:
                 return ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name} is not read-only")
             proc.validate(args)
-            fp = proc.footprint_of(args)
         except BadRequest as e:
             return ERROR, (e.code, e.message)
         n, me = self.partitions, self.partition
-        for t, key in fp.reads:
-            p = catalog.partition_of(t, key, n)
+        try:
+            fp = proc.footprint_of(args)
+            homes = [catalog.partition_of(t, key, n) for t, key in fp.reads]
+        except BadRequest as e:
+            return ERROR, (e.code, e.message)
+        # The procedure's footprint function (and the placement of the keys it made)
+        # ran on unsequenced arguments: whatever it raises is the call's failure.
+        except Exception as e:
+            return ERROR, (ERR_BAD_ARGUMENTS, f"footprint of {proc.name}: {failure_text(e)}")
+        for (t, key), p in zip(fp.reads, homes, strict=True):
             if p != me and p != REPLICATED:
                 return ERROR, (ERR_PROCEDURE_FAILED, f"{t}{key!r} is not on partition {me}")
         storage = self.storage

@@ -14,7 +14,16 @@ heartbeats reveal a missed tail. Batches already applied are ignored.
 Checkpoints: after a flagged epoch the partition stops applying batches until its
 active transactions drain, then fork()s; the child writes the snapshot from its
 copy-on-write image (executor.checkpoint) and exits, while the parent goes straight
-back to work. The partition stalls only for the drain and the fork itself.
+back to work. The partition stalls only for the drain and the fork itself. The
+boundary (epoch, hash) is recorded at the fork, but the checkpoint counts (status
+``newest_checkpoint_epoch``, which ``ordo dump``, ``ordo checkpoint`` and log pruning
+trust) only once the loop, which polls at least every 50 ms, has reaped the writer
+and found it exited 0: the file is then renamed into place and its directory fsynced.
+
+Inbound messages (PULL) are checked whole against the wire contract before the role
+sees them (executor.wire.decode_inbound); malformed ones are dropped and counted,
+and the count is logged at most once a second. No message can stop
+the partition.
 
 Recovery: at start the partition loads its newest valid checkpoint (corrupt ones are
 skipped with a warning), or the genesis state, then fetches every later epoch from
@@ -41,6 +50,7 @@ from executor.engine import genesis_storage
 from executor.partition import Partition
 from executor.storage import Storage, settle_heap
 from sequencer import wire as swire
+from txn_library.errors import DroppedMessages, invariant
 from txn_library.procedure import load_modules
 
 log = logging.getLogger("ordo.replica")
@@ -135,6 +145,8 @@ class PartitionServer:
         self._repair_sent_at = 0.0
         self._received = 0
         self._stop = False
+        self.dropped = DroppedMessages(log, "inbound messages or reads")
+        self._status_requested = False  # MSG_STATUS_REQUEST, or a checkpoint became durable
 
     def stop(self, *_: object) -> None:
         self._stop = True
@@ -161,7 +173,7 @@ class PartitionServer:
         if not part.checkpoint_ready() or self._child is not None:
             return
         if self.config.checkpoint_keep <= 0:
-            part.checkpoint_taken(written=False)
+            part.checkpoint_taken()  # a boundary to compare, no file: never durable
             self._apply_held()
             return
         epoch = part.checkpoint_due
@@ -185,23 +197,26 @@ class PartitionServer:
                 os._exit(code)
         self._child = pid
         self._child_epoch = epoch
-        part.checkpoint_taken()
+        part.checkpoint_taken()  # boundary recorded, batches resume; not durable yet
         self._apply_held()
 
     def _reap_child(self, block: bool) -> None:
+        """Collect the checkpoint writer once it exits; only a clean exit (file renamed,
+        directory fsynced) makes the checkpoint count (``checkpoint_durable``)."""
         if self._child is None:
             return
         pid, status = os.waitpid(self._child, 0 if block else os.WNOHANG)
         if pid == 0:
             return
         self._child = None
-        if os.waitstatus_to_exitcode(status) != 0:
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
             log.error(
-                "checkpoint at epoch %d failed (writer exit status %d)",
-                self._child_epoch,
-                os.waitstatus_to_exitcode(status),
+                "checkpoint at epoch %d failed (writer exit status %d)", self._child_epoch, code
             )
             return
+        self.part.checkpoint_durable(self._child_epoch)
+        self._status_requested = True  # tell the sequencer now, not at the next tick
         removed = checkpoint.prune(
             self.checkpoint_dir, self.partition_id, self.config.checkpoint_keep
         )
@@ -243,41 +258,37 @@ class PartitionServer:
 
     def _on_inbox(self) -> None:
         data = self.inbox.recv()
-        try:
-            msg = ewire.unpack(data)
-            kind = msg[0]
-            if kind == ewire.MSG_READS:
-                entries = msg[2]
-                reads = self.part.on_reads
-            elif kind == ewire.MSG_QUERY:
-                entries = [tuple(q) for q in msg[2] if len(q) == 5]
-                reads = None
-            elif kind == ewire.MSG_RESEND:
-                self._on_resend(int(msg[1]), int(msg[2]))
-                return
-            elif kind == ewire.MSG_RESEND_GAP:
-                log.critical(
-                    "cannot recover alone: partition %s retains reads only from txn %s, this "
-                    "partition replays from txn %d; restore the whole replica from a common "
-                    "checkpoint or copy a peer replica's",
-                    msg[1],
-                    msg[2],
-                    self.part.next_txn_id,
-                )
-                return
-            else:
-                raise ValueError(f"unknown message kind {kind!r}")
-        except Exception as e:  # a stray or garbled message must not kill the partition
-            log.warning("dropped malformed inbound message (%d bytes): %s", len(data), e)
+        msg, problem = ewire.decode_inbound(data)
+        if msg is None:  # a stray or garbled message must not kill the partition
+            self.dropped.note(f"{problem} ({len(data)} bytes)")
             return
-        if reads is not None:
-            reads(msg[1], entries)
-        else:
-            for qid, tag, name, args, min_txn_id in entries:
+        kind = msg[0]
+        if kind == ewire.MSG_READS:
+            self.part.on_reads(msg[1], msg[2])
+        elif kind == ewire.MSG_QUERY:
+            for qid, tag, name, args, min_txn_id in msg[2]:
                 self.part.on_query(qid, tag, name, args, min_txn_id)
+        elif kind == ewire.MSG_RESEND:
+            self._on_resend(msg[1], msg[2])
+        elif kind == ewire.MSG_RESEND_GAP:
+            if msg[1] not in self.peers:
+                self.dropped.note(f"resend gap from partition {msg[1]}, not a peer")
+                return
+            log.critical(
+                "cannot recover alone: partition %d retains reads only from txn %d, this "
+                "partition replays from txn %d; restore the whole replica from a common "
+                "checkpoint or copy a peer replica's",
+                msg[1],
+                msg[2],
+                self.part.next_txn_id,
+            )
+        else:
+            invariant(kind == ewire.MSG_STATUS_REQUEST, f"decode_inbound passed kind {kind}")
+            self._status_requested = True
 
     def _on_resend(self, peer: int, first_txn_id: int) -> None:
         if peer not in self.peers:
+            self.dropped.note(f"resend for partition {peer}, not a peer")
             return
         if self.part.resend(peer, first_txn_id):
             log.info("peer %d restarted: resending its reads from txn %d", peer, first_txn_id)
@@ -372,9 +383,11 @@ class PartitionServer:
             self._maybe_checkpoint()
             self._maybe_repair(now)
             self._report_progress(now)
-            force = now >= next_status
+            self.dropped.report(now, part.inputs_dropped)
+            force = now >= next_status or self._status_requested
             if force:
                 next_status = now + STATUS_EVERY_S
+                self._status_requested = False
             self._flush(force)
         self.close()
 

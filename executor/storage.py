@@ -11,27 +11,99 @@ Replicated read-only tables (TPC-C ITEM) are hashed separately in ``static_hash`
 Ordered tables keep a SortedList of keys so that a key prefix can be scanned in key
 order (NEW-ORDER oldest per district, a customer's newest order, ...). The index is
 updated in the same write path as the table.
+
+Writes of a transaction go in two steps, so that a bad write can never leave half a
+transaction applied (or kill the process):
+- ``prepare_writes`` validates the WHOLE write set and computes each new row's digest
+  (the one packing of that row). It depends only on the writes and the catalog, never
+  on what this Storage holds, so every executor of a transaction, the serial oracle
+  and every replay accept or reject the same set. A rejected set is applied nowhere.
+- ``apply`` then installs prepared writes; it cannot fail (the checks above are
+  exactly what the table dict, the SortedList index and msgpack need).
 """
 
 from __future__ import annotations
 
 import gc
+import re
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import msgpack
 import xxhash
 from sortedcontainers import SortedList
 
+from cluster import limits
 from txn_library import catalog
 
 MASK64 = (1 << 64) - 1
 GC_THRESHOLDS = (50_000, 20, 100)  # gen0 allocations, gen1 and gen2 collection ratios
+KEY_INT_MIN, KEY_INT_MAX = -(1 << 63), (1 << 64) - 1  # what msgpack can encode
 _packb = msgpack.packb
 _digest = xxhash.xxh3_64_intdigest
+_KEY_PART_TYPES = frozenset(catalog.KEY_PART_TYPES)
+_REPR_CHARS_MAX = 120  # of a key quoted in an error message
+FAILURE_CHARS_MAX = 500  # of an exception's text in an ERROR result
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+# (table, key, row or None = delete, digest of the new row (0 for a delete))
+PreparedWrite = tuple[str, tuple, tuple | None, int]
 
 
 def row_digest(table: str, key: tuple, row: tuple) -> int:
     return _digest(_packb((table, key, row)))
+
+
+def failure_text(e: Exception) -> str:
+    """A short message for an exception raised by a procedure (or by msgpack on a
+    procedure's value), the same on every replica: str() of it may run procedure code
+    (so it may fail) and may show object addresses (so they are removed)."""
+    try:
+        text = str(e)
+    except Exception:  # the procedure's own __str__/__repr__ failed: still its failure
+        text = "<unprintable>"
+    text = _ADDRESS.sub("", text)
+    if len(text) > FAILURE_CHARS_MAX:
+        text = text[: FAILURE_CHARS_MAX - 3] + "..."
+    return f"{type(e).__name__}: {text}"
+
+
+def encode_failure(e: Exception) -> str:
+    """failure_text for msgpack refusing a procedure's value (its only OverflowError
+    is an int outside [-2**63, 2**64-1])."""
+    return "integer out of range for msgpack" if isinstance(e, OverflowError) else failure_text(e)
+
+
+def key_parts_problem(key: Any) -> str | None:
+    """Why ``key`` (or a key prefix) cannot travel or be stored (None if it can)."""
+    if not isinstance(key, tuple):
+        return f"key is {type(key).__name__}, not a tuple"
+    for i, part in enumerate(key):
+        tp = type(part)
+        if tp not in _KEY_PART_TYPES:
+            return f"key part {i} is {tp.__name__}, not int, str or bytes"
+        if tp is int and not KEY_INT_MIN <= part <= KEY_INT_MAX:
+            return "integer out of range for msgpack"
+    return None
+
+
+def _key_problem(spec: catalog.Table, key: Any) -> str | None:
+    """Why ``key`` cannot be a key of ``spec`` (None if it can)."""
+    if not isinstance(key, tuple):
+        return f"key is {type(key).__name__}, not a tuple"
+    if len(key) != spec.key_len:
+        return f"key has {len(key)} parts, the table's keys have {spec.key_len}"
+    declared = spec.key_types
+    for i, part in enumerate(key):
+        tp = type(part)
+        if declared:
+            if tp is not declared[i]:
+                return f"key part {i} is {tp.__name__}, the table declares {declared[i].__name__}"
+        elif tp not in _KEY_PART_TYPES:
+            return f"key part {i} is {tp.__name__}, not int, str or bytes"
+        if tp is int and not KEY_INT_MIN <= part <= KEY_INT_MAX:
+            return "integer out of range for msgpack"
+    return None
 
 
 class Storage:
@@ -60,15 +132,82 @@ class Storage:
         return None if t is None else t.get(key)
 
     def put(self, table: str, key: tuple, row: tuple | None) -> None:
+        """Insert, overwrite, or (row None) delete one trusted row (loaders, tests).
+
+        Transactions' writes go through ``prepare_writes`` and ``apply`` instead.
+        """
+        digest = 0 if row is None else _digest(self._pack((table, key, row)))
+        self._install(table, key, row, digest)
+
+    def prepare_writes(
+        self, writes: dict[tuple[str, tuple], tuple | None]
+    ) -> tuple[list[PreparedWrite], str | None]:
+        """Validate a transaction's whole write set; (prepared writes, None) or ([], why).
+
+        Checked per write, in the body's order (so the reason is the same everywhere):
+        the table is registered and partitioned, the key has the table's shape and part
+        types, the row is a tuple (or None to delete), encodes with msgpack (which also
+        bounds the key's ints), and is at most ``limits.row_bytes_max`` bytes with its
+        table and key. The footprint was enforced when the body wrote (TxnContext).
+        Depends on nothing this Storage holds. This runs for every write of every
+        transaction: the common case costs one type-tuple comparison and one packing.
+        """
+        out: list[PreparedWrite] = []
+        pack = self._pack
+        table_of = catalog.table
+        row_bytes_max = limits.row_bytes_max
+        for (t, key), row in writes.items():
+            try:
+                spec = table_of(t)
+            except KeyError:
+                return [], f"write rejected: {_quote(t, key)}: unknown table"
+            problem = None
+            if spec.replicated:
+                problem = "the table is replicated (read-only)"
+            elif not spec.key_types:
+                problem = _key_problem(spec, key)
+            elif type(key) is not tuple or tuple(map(type, key)) != spec.key_types:
+                problem = _key_problem(spec, key)  # a slow path that says what is wrong
+            digest = 0
+            if problem is not None:
+                pass
+            elif row is None:
+                problem = _key_problem(spec, key)  # no packing: check the ints' range
+            elif not isinstance(row, tuple):
+                problem = f"row is {type(row).__name__}, not a tuple"
+            else:
+                try:
+                    data = pack((t, key, row))
+                # The row is the procedure's value: packing it may run its code
+                # (subclasses), so anything it raises is the procedure's failure.
+                except Exception as e:
+                    problem = encode_failure(e)
+                else:
+                    if len(data) > row_bytes_max:
+                        problem = (
+                            f"row of {len(data)} bytes exceeds row_bytes_max ({row_bytes_max})"
+                        )
+                    digest = _digest(data)
+            if problem is not None:
+                return [], f"write rejected: {_quote(t, key)}: {problem}"
+            out.append((t, key, row, digest))
+        return out, None
+
+    def apply(self, writes: Iterable[PreparedWrite]) -> None:
+        """Install writes from ``prepare_writes`` (of any Storage); cannot fail."""
+        install = self._install
+        for t, key, row, digest in writes:
+            install(t, key, row, digest)
+
+    def _install(self, table: str, key: tuple, row: tuple | None, digest: int) -> None:
         """Insert, overwrite, or (row None) delete one row, keeping hash and index."""
         t = self._table(table)
         old = t.get(key)
         if old is None and row is None:
             return
-        delta = 0
-        pack = self._pack
+        delta = digest
         if old is not None:
-            delta -= _digest(pack((table, key, old)))
+            delta -= _digest(self._pack((table, key, old)))
         if row is None:
             del t[key]
             idx = self.indexes.get(table)
@@ -76,7 +215,6 @@ class Storage:
                 idx.remove(key)
         else:
             t[key] = row
-            delta += _digest(pack((table, key, row)))
             if old is None:
                 idx = self.indexes.get(table)
                 if idx is not None:
@@ -150,6 +288,18 @@ class Storage:
             else:
                 state += s
         return state & MASK64, static & MASK64
+
+
+def _quote(table: Any, key: Any) -> str:
+    """``table(key)`` for an error message. Only values of known types are shown: the
+    repr of anything else may run procedure code or contain an address, and the
+    message must be the same on every replica."""
+    name = table if type(table) is str else f"<{type(table).__name__}>"
+    if isinstance(key, tuple) and all(type(p) in _KEY_PART_TYPES for p in key):
+        text = f"{name}{key!r}"
+    else:
+        text = f"{name}(<{type(key).__name__}>)"
+    return text if len(text) <= _REPR_CHARS_MAX else text[: _REPR_CHARS_MAX - 3] + "..."
 
 
 def settle_heap() -> None:

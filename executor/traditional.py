@@ -58,7 +58,10 @@ Invariants (InvariantViolation is a bug):
 - every write of a committed transaction is covered by an exclusive lock at its
   partition, taken before the write was buffered;
 - a participant votes YES only for a branch it still holds and has logged;
-- a coordinator decides COMMIT only after a YES from every partition with writes.
+- a coordinator decides COMMIT only after a YES from every partition with writes;
+- a body's whole write set is validated (executor.execution.run_txn) before any of
+  it is locked for commit, logged, sent or applied: a write that cannot be stored
+  (bad key, unencodable or oversized row) makes the call ERROR, applied nowhere.
 """
 
 from __future__ import annotations
@@ -78,8 +81,8 @@ import msgpack
 
 from cluster import limits
 from executor.context import TxnContext, cover_set, covered
-from executor.execution import run_body
-from executor.storage import MASK64, Storage
+from executor.execution import run_txn
+from executor.storage import MASK64, PreparedWrite, Storage, key_parts_problem
 from scheduler.twopl import DIE, EV_GRANTED, EXCLUSIVE, GRANTED, SHARED, LockTable
 from txn_library import catalog
 from txn_library.errors import (
@@ -264,6 +267,7 @@ class _Attempt:
         "votes",
         "yes",
         "local_writes",
+        "local_prepared",
         "hist",
     )
     aid: Aid
@@ -289,6 +293,7 @@ class _Attempt:
     votes: set[int]
     yes: list[int]
     local_writes: tuple
+    local_prepared: list[PreparedWrite]  # local_writes with their row digests
     hist: HistoryEntry | None
 
 
@@ -515,6 +520,7 @@ class TraditionalPartition:
         att.deadline_us = 0
         att.votes, att.yes = set(), []
         att.local_writes = ()
+        att.local_prepared = []
         att.hist = None
         att.glet = greenlet.greenlet(lambda _v: self._body(att))
         self._attempts[att.aid] = att
@@ -533,11 +539,11 @@ class TraditionalPartition:
             on_write=lambda t, k: self._on_write(att, t, k),
         )
         try:
-            out = run_body(att.proc, att.args, ctx)
+            status, value, writes = run_txn(att.proc, att.args, ctx, self.storage)
             if ctx.hold_ms:  # benchmark hook: keep every lock taken so far, loop goes on
                 self._add_timer(self._clock() + 1000 * ctx.hold_ms, T_HOLD, (att, att.wake + 1))
                 self._suspend(att, HOLD)
-            return out, ctx.writes
+            return (status, value), writes
         except _Killed:
             return None
 
@@ -646,6 +652,9 @@ class TraditionalPartition:
     def _send_lock(
         self, att: _Attempt, p: int, op: int, table: str, key: tuple, mode: int, name: tuple
     ) -> int:
+        problem = key_parts_problem(key)  # runs in the body: raising fails the call only
+        if problem is not None:
+            raise ValueError(f"{table} key cannot be sent to partition {p}: {problem}")
         n = att.parts.get(p, 0)
         att.parts[p] = n + 1
         if att.remote_locks.get(name, -1) < mode:
@@ -709,13 +718,17 @@ class TraditionalPartition:
         me, n = self.partition, self.partitions
         local: list[Write] = []
         remote: dict[int, list[Write]] = {}
-        for (t, key), row in writes.items():
+        local_prepared: list[PreparedWrite] = []
+        for w in writes:  # validated as a whole by run_txn: none of them can fail
+            t, key, row, _digest = w
             p = catalog.partition_of(t, key, n)
             if p == me:
                 local.append((t, key, row))
+                local_prepared.append(w)
             else:
                 remote.setdefault(p, []).append((t, key, row))
         att.local_writes = tuple(local)
+        att.local_prepared = local_prepared
         for p in att.parts:
             if p not in remote:
                 self._send(p, (K_ABORT, att.aid))  # read-only branch: release its locks
@@ -746,7 +759,7 @@ class TraditionalPartition:
             self.stats.committed_multi += 1
         elif att.local_writes:
             self.log_out.append((R_COMMIT, att.aid, att.local_writes, cid, rid, value))
-        self._apply(att.local_writes)
+        self.storage.apply(att.local_prepared)
         self.stats.committed += 1
         if att.hist is not None:
             att.hist.outcome = "committed"
@@ -1449,14 +1462,12 @@ def replay_history(
         fp = proc.footprint(*h.args)
         reads, writes = cover_set(fp.reads), cover_set(fp.writes)
         ctx = TxnContext(h.aid[1], h.ts_ms, h.seed, reads, writes, s.get, s.scan)
-        status, value = run_body(proc, h.args, ctx)
+        status, value, prepared = run_txn(proc, h.args, ctx, s)
         if (status, value) != (h.status, h.value) and len(check.mismatches) < max_report:
             check.mismatches.append(
                 f"{h.aid} {h.proc}{h.args}: live {(h.status, h.value)}, serial {(status, value)}"
             )
-        if status == OK:
-            for (t, key), row in ctx.writes.items():
-                s.put(t, key, row)
+        s.apply(prepared)
         check.replayed += 1
     check.state_hash = s.state_hash
     return check

@@ -26,7 +26,7 @@ from executor import wire as ewire
 from sequencer import wire
 from sequencer.log import CommandLog, LogCorruption
 from sequencer.sequencer import Sequencer
-from txn_library.errors import ERR_MALFORMED, ERROR
+from txn_library.errors import ERR_MALFORMED, ERROR, DroppedMessages
 from txn_library.procedure import load_modules
 
 log = logging.getLogger("ordo.sequencer")
@@ -75,7 +75,7 @@ class SequencerServer:
                 s.setsockopt(zmq.IMMEDIATE, 1)
                 s.connect(config.partition_addr(r, p))
                 self.query_socks[(r, p)] = s
-        self._junk = JunkLog(log)
+        self._junk = DroppedMessages(log, "internal messages")
         self._stop = False
         log.info(
             "sequencer up: epoch %d, next txn %d, client %s",
@@ -208,7 +208,7 @@ class SequencerServer:
                 self.pub.send_multipart([wire.TOPIC_HEARTBEAT, wire.pack((seq.epoch,))])
                 next_heartbeat = now + HEARTBEAT_MS / 1000.0
             self._flush()
-            self._junk.flush()
+            self._junk.report(now)
         self.close()
 
     def close(self) -> None:
@@ -231,33 +231,6 @@ def _log_fetch_request(frames: list[bytes]) -> tuple[bytes, int, int] | None:
     if type(first) is not int or type(last) is not int or not 1 <= first <= last:
         return None
     return frames[0], first, last
-
-
-class JunkLog:
-    """Counts malformed internal messages; logs at most one line per interval."""
-
-    def __init__(self, logger: logging.Logger, interval_s: float = 1.0) -> None:
-        self.logger = logger
-        self.interval_s = interval_s
-        self.count = 0
-        self.last_what = ""
-        self._next = 0.0
-
-    def note(self, what: str) -> None:
-        self.count += 1
-        self.last_what = what
-
-    def flush(self) -> None:
-        if not self.count:
-            return
-        now = time.monotonic()
-        if now < self._next:
-            return
-        self.logger.warning(
-            "dropped %d malformed internal message(s), e.g. %s", self.count, self.last_what
-        )
-        self.count = 0
-        self._next = now + self.interval_s
 
 
 def main(config: ClusterConfig) -> None:

@@ -2,17 +2,24 @@
 
 Raw ZeroMQ clients send malformed frames, unknown procedures, wrong argument types,
 oversized messages and garbage to internal ports; the cluster answers each with an
-error, keeps running, logs nothing for them, and still executes a good call.
+error, keeps running, logs nothing for them, and still executes a good call. Junk on
+a partition's inbox is dropped whole and counted, logged at most about once a second,
+and never holds up the partition's transactions or queries.
 """
 
 from __future__ import annotations
+
+import time
 
 import msgpack
 import pytest
 import zmq
 
+import txn_library.builtin  # noqa: F401  (registers kv, for placement)
+from cluster.launcher import wait_quiescent
 from sequencer import wire
 from sequencer.log import iter_frames
+from txn_library import catalog
 from txn_library.client import Client
 from txn_library.errors import ERROR, CallFailed
 
@@ -91,3 +98,75 @@ def test_every_kind_of_bad_input_gets_an_error_and_changes_nothing(cluster) -> N
     # Only the one good write reached the log.
     logged = [t for _e, data in iter_frames(cfg.log_dir) for t in wire.unpack(data)[wire.B_TXNS]]
     assert [t[wire.T_PROC] for t in logged] == ["kv.put"]
+
+
+def test_junk_on_a_partition_inbox_is_dropped_with_rate_limited_warnings(cluster) -> None:  # type: ignore[no-untyped-def]
+    """Stray or hostile messages on a partition's PULL socket (wrong shapes, wrong
+    types, partitions that are not peers, a flood) kill nothing, are logged at most
+    about once a second, and the partition still executes."""
+    from executor import wire as ewire
+
+    cfg = cluster.config
+    q = 10**9  # query ids the sequencer never uses: their answers are ignored
+    dropped = [
+        [ewire.MSG_READS, 0, [[1, 2]]],  # an entry of the wrong shape
+        [ewire.MSG_READS, 1, [[10**6, [["kv", ["k"], None]], "prefixes?"]]],
+        [ewire.MSG_READS, 1, [[10**6, [["kv", [{"a": 1}], None]], []]]],  # unhashable key
+        [ewire.MSG_READS, 7, [[10**6, [], []]]],  # well formed, but not from a peer
+        [ewire.MSG_READS, 0, [[10**6, [], []]]],  # ... or from itself (partition 0)
+        [ewire.MSG_QUERY, 0, [[q, 0, "kv.get", ["k"], "later"]]],  # str min_txn_id
+        [ewire.MSG_QUERY, 0, [[q, 0, "kv.get", "k", 0]]],  # args not an array
+        [ewire.MSG_RESEND, "p1", 0],
+        [ewire.MSG_RESEND, 9, 0],  # not a peer
+        [ewire.MSG_RESEND_GAP, 1, "x"],
+        [ewire.MSG_STATUS_REQUEST, 1],
+        [ewire.MSG_RESULTS, 0, 0, [], [], []],  # outbound kind, wrong way
+        [True, 1, []],
+        [],
+        {"kind": 1},
+        7,
+    ]
+    answered = [  # well formed: the partition answers them (with errors), drops nothing
+        [ewire.MSG_QUERY, 0, [[q + 1, 0, "no.such", [], 0], [q + 2, 0, "kv.put", ["k", 1], 0]]],
+        [ewire.MSG_QUERY, 0, [[q + 3, 0, "bank.total", [0, True], 0]]],
+        [ewire.MSG_STATUS_REQUEST],
+        [ewire.MSG_QUERY, 0, [[q + 4, 0, "kv.get", ["k"], 2**62]]],  # waits (nearly) forever
+    ]
+    flood = 3_000
+    ctx = zmq.Context.instance()
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 1000)
+    push.connect(cfg.partition_addr(0, 0))
+    t0 = time.monotonic()
+    try:
+        for msg in dropped + answered:
+            push.send(msgpack.packb(msg))
+        push.send(b"\xc1\xff not msgpack")
+        for i in range(flood):
+            push.send(msgpack.packb([ewire.MSG_READS, 0, [[i, 2]]]))
+    finally:
+        push.close()
+    expected = len(dropped) + 1 + flood
+    log_path = cluster.logs_dir / "replica-0-partition-0.log"
+
+    def reports() -> list[str]:
+        return [x for x in log_path.read_text().splitlines() if "dropped" in x]
+
+    def reported() -> int:
+        return sum(int(x.split("dropped ")[1].split()[0]) for x in reports())
+
+    deadline = time.monotonic() + 20
+    while reported() < expected and time.monotonic() < deadline:
+        time.sleep(0.1)  # reports come at most once a second
+    here = next(f"k{i}" for i in range(100) if catalog.partition_of("kv", (f"k{i}",), 2) == 0)
+    with Client(cfg.client_addr) as c:
+        assert c.call("kv.put", here, 1).ok
+        assert c.call("bank.open", 500, 20, 100).value == 20  # both partitions
+        assert c.call("bank.transfer", 500, 519, 7).ok
+        assert c.call("bank.total", 500, 20).value == 2_000
+        # Served by r0p0 although the query that waits for txn 2**62 came first.
+        assert c.call("kv.get", here, replica=0, timeout_s=10).value == 1
+        wait_quiescent(c, 2, 2)
+    cluster.check_alive()
+    assert reported() == expected, reports()
+    assert len(reports()) <= time.monotonic() - t0 + 2, reports()  # not a line per message

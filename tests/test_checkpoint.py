@@ -1,15 +1,25 @@
-"""Checkpoint files: atomic format, validation, corrupt/torn ones skipped, pruning."""
+"""Checkpoint files: atomic format, validation, corrupt/torn ones skipped, pruning,
+frames bounded in bytes; a partition counts a checkpoint only once it is durable."""
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import txn_library.builtin  # noqa: F401
+from cluster import limits
+from cluster.config import ClusterConfig
+from cluster.launcher import free_base_port
 from executor import checkpoint
 from executor.engine import LocalReplica
+from executor.server import PartitionServer
 from executor.storage import Storage
+from sequencer import wire as swire
 from sequencer.sequencer import make_batch
 
 
@@ -124,3 +134,92 @@ def test_flagged_epochs_give_identical_boundaries_on_replicas(tmp_path: Path) ->
     for x in batches[8:]:
         r.apply(x)
     assert r.state_hash == a.state_hash
+
+
+def test_rows_larger_than_a_frame_budget_still_make_a_valid_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Frames are cut by bytes too, so big rows never make a frame the reader refuses
+    (scaled down: a 1 MiB frame limit, 100 KiB rows)."""
+    monkeypatch.setattr(limits, "log_frame_bytes_max", 1 << 20)
+    monkeypatch.setattr(limits, "checkpoint_frame_bytes_max", 256 << 10)
+    row_bytes = 100 << 10
+    assert limits.checkpoint_frame_bytes_max + row_bytes + 16 <= limits.log_frame_bytes_max
+    s = Storage()
+    s.load(("kv", (f"k{i}",), ("x" * row_bytes,)) for i in range(40))  # 4 MiB in all
+    info, loaded = checkpoint.load(_write(tmp_path, 1, s))
+    assert loaded.row_count() == 40 and loaded.state_hash == s.state_hash == info.state_hash
+
+
+def _checkpoint_server(tmp_path: Path) -> PartitionServer:
+    """A one-partition server, in process, at a flagged epoch that has drained."""
+    cfg = ClusterConfig(
+        replicas=1, partitions=1, base_port=free_base_port(), data_dir=str(tmp_path / "data")
+    )
+    server = PartitionServer(cfg, 0, 0, storage=Storage())
+    batch = make_batch(1, 0, 1, 1, [("bank.open", (0, 50, 100))], 1)
+    server._offer(swire.pack(batch + (1,)))  # checkpoint flag
+    assert server.part.checkpoint_ready()
+    return server
+
+
+def _reap_until(server: PartitionServer, done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 30
+    while not done():
+        assert time.monotonic() < deadline, "checkpoint writer never exited"
+        server._maybe_checkpoint()  # what the loop does every <= 50 ms
+        time.sleep(0.01)
+
+
+def test_a_checkpoint_counts_only_once_its_writer_made_it_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches resume at the fork, but status reports the epoch (what ``ordo dump``,
+    ``ordo checkpoint`` and log pruning trust) only after the writer exited 0."""
+    gate_r, gate_w = os.pipe()
+    real_write = checkpoint.write_checkpoint
+
+    def gated_write(*args: Any, **kw: Any) -> Path:  # runs in the forked writer
+        os.read(gate_r, 1)  # until the test opens the gate
+        return real_write(*args, **kw)
+
+    monkeypatch.setattr(checkpoint, "write_checkpoint", gated_write)
+    server = _checkpoint_server(tmp_path)
+    path = server.checkpoint_dir / checkpoint.checkpoint_name(1, 0)
+    try:
+        server._maybe_checkpoint()  # forks the writer, which now waits at the gate
+        part = server.part
+        assert part.checkpoint_due is None  # the boundary is taken: batches resume
+        assert part.boundary == (1, part.storage.state_hash)
+        for _ in range(5):
+            server._maybe_checkpoint()
+            assert part.newest_checkpoint_epoch == 0 and part.status()[5] == 0
+            assert not path.exists()
+        os.write(gate_w, b"g")
+        _reap_until(server, lambda: part.newest_checkpoint_epoch == 1)
+        assert part.status()[5] == 1
+        info, loaded = checkpoint.load(path)  # exists, and validates
+        assert (info.epoch, loaded.state_hash) == part.boundary
+    finally:
+        os.write(gate_w, b"g")  # never leave the writer waiting: close() reaps it
+        server.close()
+        os.close(gate_r)
+        os.close(gate_w)
+
+
+def test_a_failed_checkpoint_writer_never_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_write(*args: Any, **kw: Any) -> Path:  # runs in the forked writer
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint, "write_checkpoint", failing_write)
+    server = _checkpoint_server(tmp_path)
+    try:
+        server._maybe_checkpoint()
+        _reap_until(server, lambda: server._child is None)
+        assert server.part.newest_checkpoint_epoch == 0
+        assert server.part.boundary[0] == 1  # compared across replicas all the same
+        assert not list(server.checkpoint_dir.glob("*.ckpt"))
+    finally:
+        server.close()

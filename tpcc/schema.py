@@ -105,6 +105,9 @@ KEY_COLUMNS: dict[str, tuple[str, ...]] = {
     STOCK: ("s_w_id", "s_i_id"),
 }
 
+# Every key part is an id (int) except the customer's names in CUSTOMER_BY_NAME.
+KEY_TYPES: dict[str, tuple[type, ...]] = {CUSTOMER_BY_NAME: (int, int, str, str, int)}
+
 COL: dict[str, dict[str, int]] = {
     name: {column: i for i, column in enumerate(columns)} for name, columns in COLUMNS.items()
 }
@@ -180,6 +183,7 @@ def _warehouse_table(name: str, key_len: int, lock_len: int, *, ordered: bool = 
             ordered=ordered,
             columns=COLUMNS[name],
             key_columns=KEY_COLUMNS[name],
+            key_types=KEY_TYPES.get(name, (int,) * key_len),
         )
     )
 

@@ -1,6 +1,7 @@
 """Tables: key shape, lock granularity and placement on partitions.
 
-Every key in Ordo is ``(table, key)`` where key is a tuple of ints/strings.
+Every key in Ordo is ``(table, key)`` where key is a tuple of ``key_len`` parts, each
+an int in [-2**63, 2**64-1], a str or a bytes (``KEY_PART_TYPES``; never a bool).
 
 Invariants:
 - ``place_len <= lock_len <= key_len``: all keys under one lock name live on one
@@ -10,6 +11,10 @@ Invariants:
 - A footprint entry may be a *prefix* of a key (length >= place_len); it then covers
   every key that starts with it. Locked (sequenced) entries must be at least
   ``lock_len`` long so lock names never nest.
+- An ordered table declares ``key_types`` (one type per key part): its keys live in
+  a SortedList, so any two of them must compare, and a rule that depends only on the
+  key (never on what a partition happens to hold) is what lets every executor, the
+  serial oracle and replay reject the same writes.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ Key = tuple
 REPLICATED = -1
 
 Placement = Callable[[tuple, int], int]
+KEY_PART_TYPES: tuple[type, ...] = (int, str, bytes)
 
 
 def place_by_hash(prefix: tuple, partitions: int) -> int:
@@ -47,6 +53,8 @@ class Table:
     ordered: bool = False  # keeps a sorted key index for prefix scans
     columns: tuple[str, ...] = ()  # row layout, for dumps and Parquet
     key_columns: tuple[str, ...] = ()  # names of the key's parts (default key_0, key_1, ...)
+    # Type of each key part (from KEY_PART_TYPES); () = any of them. Required if ordered.
+    key_types: tuple[type, ...] = ()
     # Derived in __post_init__ (plain attributes: read on every access of every txn).
     lock_prefix: int = field(init=False, repr=False, compare=False)
     place_prefix: int = field(init=False, repr=False, compare=False)
@@ -66,6 +74,13 @@ class Table:
         object.__setattr__(self, "place_prefix", lock if self.place_len is None else self.place_len)
         if not (1 <= self.place_prefix <= self.lock_prefix <= self.key_len):
             raise ValueError(f"table {self.name}: need 1 <= place_len <= lock_len <= key_len")
+        if self.key_types and (
+            len(self.key_types) != self.key_len
+            or any(t not in KEY_PART_TYPES for t in self.key_types)
+        ):
+            raise ValueError(f"table {self.name}: key_types must be key_len of {KEY_PART_TYPES}")
+        if self.ordered and not self.key_types:
+            raise ValueError(f"table {self.name}: an ordered table must declare key_types")
 
 
 _TABLES: dict[str, Table] = {}

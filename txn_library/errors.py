@@ -7,6 +7,8 @@ timeout, and internal bug. A logical abort is a *status*, never an exception.
 
 from __future__ import annotations
 
+import logging
+
 # Result statuses on the wire: [status, value]
 OK = 0  # value: the procedure's return value
 ABORTED = 1  # value: reason string; a logical abort applied identically everywhere
@@ -85,3 +87,40 @@ def invariant(cond: bool, message: str) -> None:
     """Check a state invariant. Unlike assert, survives python -O; never has side effects."""
     if not cond:
         raise InvariantViolation(message)
+
+
+class DroppedMessages:
+    """Counts malformed or misaddressed messages a process dropped, and logs them at most
+    once per ``every_s`` with a count and the latest reason: a flood of junk must not
+    flood the log (nor write a traceback per message)."""
+
+    def __init__(self, logger: logging.Logger, what: str, every_s: float = 1.0) -> None:
+        self.logger = logger
+        self.what = what
+        self.every_s = every_s
+        self.messages = 0  # dropped by this process's own checks
+        self.latest = ""
+        self._logged = 0  # messages + refused at the last log line
+        self._next_log_at = 0.0
+
+    def note(self, reason: str) -> None:
+        self.messages += 1
+        self.latest = reason
+
+    def report(self, now: float, refused_elsewhere: int = 0) -> None:
+        """Log what was dropped since the last line, if anything and if it is time.
+        ``refused_elsewhere``: a running count the role itself keeps (e.g. reads)."""
+        total = self.messages + refused_elsewhere
+        if total == self._logged or now < self._next_log_at:
+            return
+        self.logger.warning(
+            "dropped %d %s since the last report (in all: %d malformed or misaddressed, "
+            "latest: %s; %d refused by the role)",
+            total - self._logged,
+            self.what,
+            self.messages,
+            self.latest or "-",
+            refused_elsewhere,
+        )
+        self._logged = total
+        self._next_log_at = now + self.every_s
