@@ -62,7 +62,6 @@ dependent_restarts_max = 5
 
 # Traditional (2PL + 2PC baseline) mode, per coordinator partition
 traditional_calls_max = pending_calls_max  # accepted, not yet answered; above: ERR_OVERLOADED
-traditional_dedup_entries_max = pending_calls_max  # (client, request) -> answer, for retries
 
 # Client
 client_timeout_s_default = 30.0

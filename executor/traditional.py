@@ -39,8 +39,8 @@ batch ``[from_partition, [msg, ...]]``, positional msgpack, decoded with use_lis
   aid = (coordinator, seq), unique per attempt; prio = (start_us, coordinator, seq0).
 
 Log records (presumed abort; one CommandLog frame per turn holds a list of them):
-  [R_COMMIT,  aid, writes, client_id, req_id, value]   one writing site: commit
-  [R_DECIDE,  aid, participants, writes, client_id, req_id, value]  coordinator's
+  [R_COMMIT,  aid, writes, client_id, req_id, value, digest]   one writing site: commit
+  [R_DECIDE,  aid, participants, writes, client_id, req_id, value, digest]  coordinator's
         commit decision, forced before COMMIT is sent; aborts are never logged
   [R_END,     aid]                               every participant acknowledged
   [R_PREPARE, aid, coordinator, prio, writes]    forced before voting YES
@@ -70,7 +70,7 @@ import heapq
 import json
 import random
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -84,6 +84,7 @@ from executor.context import TxnContext, cover_set, covered
 from executor.execution import run_txn
 from executor.storage import MASK64, PreparedWrite, Storage, key_parts_problem
 from scheduler.twopl import DIE, EV_GRANTED, EXCLUSIVE, GRANTED, SHARED, LockTable
+from sequencer.retry_cache import Done, RetryCache, call_body, call_digest
 from txn_library import catalog
 from txn_library.errors import (
     ABORTED,
@@ -228,6 +229,7 @@ class _Call:
         "restarts",
         "recon",
         "dep_restarts",
+        "digest",
     )
     identity: bytes
     client_id: bytes
@@ -240,6 +242,7 @@ class _Call:
     restarts: int
     recon: bool
     dep_restarts: int
+    digest: int  # of (procedure, arguments): a retry must be the same call
 
 
 class _Attempt:
@@ -385,7 +388,7 @@ class TraditionalPartition:
         self._timers: list[tuple[int, int, int, Any]] = []
         self._timer_seq = 0
         self._pumping = False
-        self._dedup: OrderedDict[tuple[bytes, int], Any] = OrderedDict()
+        self.retries = RetryCache()  # exactly-once retries, as at the sequencer
         self.peer_status: dict[int, tuple] = {}
         self._peer_heard_us: dict[int, int] = {}
         self.pid: int | None = None  # set by the process that runs this role (status only)
@@ -414,7 +417,7 @@ class TraditionalPartition:
         """The call's final answer: frees its admission slot."""
         self.client_out.setdefault(call.identity, []).append((call.req_id, status, value))
         if call.client_id:
-            self._remember(call.client_id, call.req_id, ("done", status, value))
+            self.retries.finish((call.client_id, call.req_id), status, value, call.digest)
         self._in_system -= 1
         invariant(self._in_system >= 0, "more answers than admitted calls")
         while self._admission and self._in_system < self.options.active_max:
@@ -423,13 +426,6 @@ class TraditionalPartition:
     def _admit(self, call: _Call) -> None:
         self._in_system += 1
         self._start(call)
-
-    def _remember(self, client_id: bytes, req_id: int, what: Any) -> None:
-        key = (client_id, req_id)
-        self._dedup[key] = what
-        self._dedup.move_to_end(key)
-        while len(self._dedup) > limits.traditional_dedup_entries_max:
-            self._dedup.popitem(last=False)
 
     # Inputs: clients ---------------------------------------------------------------
     def on_calls(self, identity: bytes, client_id: Any, calls: Any) -> None:
@@ -458,21 +454,24 @@ class TraditionalPartition:
         self.client_out.setdefault(identity, []).append((req_id, ERROR, (code, message)))
 
     def _accept(self, identity: bytes, client_id: bytes, req_id: int, name: Any, args: Any) -> None:
-        seen = self._dedup.get((client_id, req_id)) if client_id else None
-        if seen is not None:
-            self.stats.duplicate_calls += 1
-            if seen[0] == "done":
-                self.client_out.setdefault(identity, []).append((req_id, seen[1], seen[2]))
-            else:
-                seen[1].identity = identity  # answer the retry's connection
-            return
         proc = lookup(name)
         proc.validate(args)
+        args = tuple(args)
+        digest = call_digest(call_body(proc.name, args))
+        key = (client_id, req_id)
+        seen = self.retries.retry_of(key, digest) if client_id else None
+        if seen is not None:
+            self.stats.duplicate_calls += 1
+            if isinstance(seen, Done):
+                self.client_out.setdefault(identity, []).append((req_id, seen.status, seen.value))
+            else:
+                seen.identity = identity  # in flight: answer the retry's connection
+            return
         if self._in_system + len(self._admission) >= limits.traditional_calls_max:
             raise BadRequest(ERR_OVERLOADED, "too many calls in flight; retry later")
         call = _Call()
         call.identity, call.client_id, call.req_id = identity, client_id, req_id
-        call.proc, call.args = proc, tuple(args)
+        call.proc, call.args, call.digest = proc, args, digest
         self._seq += 1
         now = self._clock()
         call.prio = (now, self.partition, self._seq)
@@ -481,7 +480,7 @@ class TraditionalPartition:
         call.restarts = call.dep_restarts = 0
         call.recon = proc.recon is not None
         if client_id:
-            self._remember(client_id, req_id, ("inflight", call))
+            self.retries.start(key, call)
         if self._in_system < self.options.active_max and not self._admission:
             self._admit(call)
         else:
@@ -749,7 +748,7 @@ class TraditionalPartition:
         cid, rid = call.client_id, call.req_id
         if participants:
             self.log_out.append(
-                (R_DECIDE, att.aid, participants, att.local_writes, cid, rid, value)
+                (R_DECIDE, att.aid, participants, att.local_writes, cid, rid, value, call.digest)
             )
             self._decisions[att.aid] = set(participants)
             for p in participants:
@@ -758,7 +757,7 @@ class TraditionalPartition:
             self._add_timer(due, T_RESEND, att.aid)
             self.stats.committed_multi += 1
         elif att.local_writes:
-            self.log_out.append((R_COMMIT, att.aid, att.local_writes, cid, rid, value))
+            self.log_out.append((R_COMMIT, att.aid, att.local_writes, cid, rid, value, call.digest))
         self.storage.apply(att.local_prepared)
         self.stats.committed += 1
         if att.hist is not None:
@@ -1078,11 +1077,11 @@ class TraditionalPartition:
                 kind = r[0]
                 if kind == R_COMMIT:
                     self._apply(r[2])
-                    self._recovered_result(r[3], r[4], r[5])
+                    self._recovered_result(r[3], r[4], r[5], r[6] if len(r) > 6 else None)
                 elif kind == R_DECIDE:
                     self._apply(r[3])
                     self._decisions[r[1]] = set(r[2])
-                    self._recovered_result(r[4], r[5], r[6])
+                    self._recovered_result(r[4], r[5], r[6], r[7] if len(r) > 7 else None)
                 elif kind == R_END:
                     self._decisions.pop(r[1], None)
                 elif kind == R_PREPARE:
@@ -1112,9 +1111,11 @@ class TraditionalPartition:
             self._add_timer(now + 1000 * self.options.query_every_ms, T_RESEND, aid)
         return n
 
-    def _recovered_result(self, client_id: bytes, req_id: int, value: Any) -> None:
+    def _recovered_result(
+        self, client_id: bytes, req_id: int, value: Any, digest: int | None
+    ) -> None:
         if client_id:
-            self._remember(client_id, req_id, ("done", OK, value))
+            self.retries.finish((client_id, req_id), OK, value, digest)
 
     # Introspection ----------------------------------------------------------------------
     def status(self) -> tuple:

@@ -30,18 +30,41 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgpack
+import xxhash
 
 from cluster import limits
-from txn_library.errors import invariant
+from txn_library.errors import (
+    ERR_BAD_ARGUMENTS,
+    ERR_REQUEST_ID_REUSED,
+    ERR_RETRY_EXPIRED,
+    BadRequest,
+    invariant,
+)
 
 Key = tuple[bytes, int]
+# What msgpack raises for a value it cannot encode (type, int range, nesting depth).
+ENCODE_ERRORS = (TypeError, ValueError, OverflowError)
+
+
+def call_body(name: str, args: tuple) -> bytes:
+    """The encoded (procedure, arguments) of a call: its digest, and the start of the
+    txn the command log holds (the sequencer encodes each call once)."""
+    try:
+        return msgpack.packb(name) + msgpack.packb(args)
+    except ENCODE_ERRORS as e:
+        raise BadRequest(ERR_BAD_ARGUMENTS, f"arguments do not encode: {e}") from None
+
+
+def call_digest(body: bytes) -> int:
+    """What identifies a call across retries, besides its ids."""
+    return xxhash.xxh3_64_intdigest(body)
 
 
 @dataclass(frozen=True)
 class Done:
     status: int
     value: Any
-    digest: int
+    digest: int | None  # None: recovered from a log written before digests were kept
     nbytes: int
 
 
@@ -83,6 +106,28 @@ class RetryCache:
             return call
         return self._answered.get(key)
 
+    def retry_of(self, key: Key, digest: int) -> Any:
+        """The entry a call with these ids retries (in-flight call, Done or Logged), or
+        None for a new call. Raises BadRequest when the ids were used by a different
+        call (ERR_REQUEST_ID_REUSED) or are older than what is still remembered
+        (ERR_RETRY_EXPIRED)."""
+        seen = self.get(key)
+        if seen is not None:
+            if seen.digest is not None and seen.digest != digest:
+                raise BadRequest(
+                    ERR_REQUEST_ID_REUSED,
+                    f"request {key[1]} of this client_id was a different call; client ids "
+                    f"must be unique (one per client) and request ids never reused",
+                )
+            return seen
+        if self.expired(key):
+            raise BadRequest(
+                ERR_RETRY_EXPIRED,
+                f"request {key[1]} is older than this client's retry window; its outcome "
+                f"is unknown and it is not executed again",
+            )
+        return None
+
     def expired(self, key: Key) -> bool:
         """True if an entry for this key may have existed and been evicted."""
         mark = self._watermark.get(key[0])
@@ -92,7 +137,7 @@ class RetryCache:
         self._drop_answered(key)
         self._inflight[key] = call
 
-    def finish(self, key: Key, status: int, value: Any, digest: int) -> None:
+    def finish(self, key: Key, status: int, value: Any, digest: int | None) -> None:
         self._inflight.pop(key, None)
         self._put(key, Done(status, value, digest, value_bytes(value) + 64))
 

@@ -50,7 +50,6 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
-import xxhash
 
 from cluster import limits
 from executor.partition import reporter_of
@@ -58,7 +57,13 @@ from executor.wire import MSG_RESULTS, RESULT_LOOKUP
 from sequencer import wire
 from sequencer.fair import FairQueues
 from sequencer.log import CommandLog
-from sequencer.retry_cache import Done, Logged, RetryCache
+from sequencer.retry_cache import (
+    Done,
+    Logged,
+    RetryCache,
+    call_body,
+    call_digest,
+)
 from sequencer.wire import (
     B_FIRST_TXN,
     B_TXNS,
@@ -76,7 +81,6 @@ from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_MALFORMED,
     ERR_OVERLOADED,
-    ERR_REQUEST_ID_REUSED,
     ERR_RESTARTS_EXHAUSTED,
     ERR_RETRY_EXPIRED,
     ERR_TOO_LARGE,
@@ -95,8 +99,6 @@ log = logging.getLogger("ordo.sequencer")
 
 # A partition reports at least every 0.2 s; silent this long, it is shown as down.
 PARTITION_SILENT_S = 1.5
-# What msgpack raises for a value it cannot encode (type, int range, nesting depth).
-ENCODE_ERRORS = (TypeError, ValueError, OverflowError)
 _TXN_HEADER = msgpack.packb([None] * 5)[:1]  # fixarray of the txn's 5 fields
 _STATUS_FIELDS = 13  # executor.wire: the partition status record
 _ARCHIVE_PATH_MAX = 4096
@@ -136,16 +138,6 @@ def make_batch(
         for name, args in calls
     ]
     return (epoch, epoch - 1, first_txn_id, timestamp_ms, seed, txns)
-
-
-def call_body(name: str, args: tuple) -> bytes:
-    """The encoded (procedure, arguments) of a call: its digest and its txn's start."""
-    return msgpack.packb(name) + msgpack.packb(args)
-
-
-def call_digest(body: bytes) -> int:
-    """What identifies a call across retries, besides its ids (retry_cache)."""
-    return xxhash.xxh3_64_intdigest(body)
 
 
 def os_seed() -> int:
@@ -432,23 +424,14 @@ class Sequencer:
         proc = lookup(name)
         proc.validate(args)
         args = tuple(args)
-        try:
-            body = call_body(proc.name, args)
-        except ENCODE_ERRORS as e:
-            raise BadRequest(ERR_BAD_ARGUMENTS, f"arguments do not encode: {e}") from None
+        body = call_body(proc.name, args)
         digest = call_digest(body)
         key = (client_id, req_id)
         if client_id:
-            seen = self.retries.get(key)
+            seen = self.retries.retry_of(key, digest)
             if seen is not None:
-                self._on_retry(identity, key, digest, seen)
+                self._on_retry(identity, key, seen)
                 return
-            if self.retries.expired(key):
-                raise BadRequest(
-                    ERR_RETRY_EXPIRED,
-                    f"request {req_id} is older than this client's retry window; its "
-                    f"outcome is unknown and it is not executed again",
-                )
         if self.failed is not None:
             raise BadRequest(ERR_UNAVAILABLE, f"sequencer stopped: {self.failed}")
         self._check_load(identity, len(body))
@@ -471,14 +454,8 @@ class Sequencer:
             self.retries.start(key, call)
         self.stats.calls_accepted += 1
 
-    def _on_retry(self, identity: bytes, key: tuple[bytes, int], digest: int, seen: Any) -> None:
+    def _on_retry(self, identity: bytes, key: tuple[bytes, int], seen: Any) -> None:
         self.stats.duplicate_calls += 1
-        if seen.digest != digest:
-            raise BadRequest(
-                ERR_REQUEST_ID_REUSED,
-                f"request {key[1]} of this client_id was a different call; client ids "
-                f"must be unique (one per client) and request ids never reused",
-            )
         if isinstance(seen, Done):
             self.reply(identity, key[1], seen.status, seen.value)
         elif isinstance(seen, Logged):
@@ -792,8 +769,6 @@ class Sequencer:
                     self._enqueue(call)
                 except BadRequest as e:  # a bad prediction is the procedure's bug, not ours
                     status, value = ERROR, (e.code, f"restart prediction invalid: {e.message}")
-                except ENCODE_ERRORS as e:
-                    status, value = ERROR, (ERR_BAD_ARGUMENTS, f"prediction does not encode: {e}")
                 else:
                     return
         self.reply(call.identity, call.req_id, status, value)
@@ -815,8 +790,6 @@ class Sequencer:
             self._enqueue(call)
         except BadRequest as e:
             self._deliver(call, ERROR, (e.code, e.message))
-        except ENCODE_ERRORS as e:
-            self._deliver(call, ERROR, (ERR_BAD_ARGUMENTS, f"prediction does not encode: {e}"))
 
     def prune_log(self, archive_dir: str | None) -> list[str]:
         """Drop log segments older than every partition's newest checkpoint."""

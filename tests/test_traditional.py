@@ -443,6 +443,21 @@ def test_retried_call_runs_once() -> None:
     assert p0.stats.duplicate_calls == 2
 
 
+def test_reused_client_id_with_another_call_is_refused_not_answered_with_the_old_result() -> None:
+    sim = LocalTraditionalCluster(2, seed=8, options=SIM)
+    open_bank(sim)
+    p0 = sim.parts[0]
+    (a,), (b,) = on_partition(0, 2), on_partition(1, 2)
+    p0.on_calls(b"conn-1", b"same-id", [(9001, "bank.transfer", (a, b, 5))])
+    sim._turn(0)
+    sim.run()
+    p0.on_calls(b"conn-2", b"same-id", [(9001, "bank.transfer", (a, b, 7))])  # another client
+    _, _, replies = p0.take_outputs()
+    ((req, status, value),) = replies[b"conn-2"]
+    assert (req, status, value[0]) == (9001, ERROR, "request_id_reused")
+    assert balance(sim, a) == START - 5
+
+
 def test_dependent_call_runs_recon_and_restarts_on_a_stale_prediction() -> None:
     sim = LocalTraditionalCluster(2, seed=10, options=SIM)
     open_bank(sim)
