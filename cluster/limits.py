@@ -30,7 +30,11 @@ pending_bytes_max = 256 << 20  # encoded bytes of all accepted, unsequenced call
 # Epochs and batches
 epoch_duration_ms_default = 10
 batch_txns_max = 20_000  # a batch is cut early when it reaches this many txns
-batch_bytes_max = 8 << 20  # an epoch's batch is cut when the next call would not fit
+batch_bytes_max = 2 << 20  # an epoch's batch is cut when the next call would not fit
+# Flow control: bytes of published batches the fastest live replica of some partition
+# has not applied yet; at or above it, the next batch waits (calls stay pending, where
+# every client gets its fair share of the next batch instead of queueing behind a flood)
+unapplied_bytes_max = 4 << 20
 batch_overhead_bytes_max = 128  # a batch's fields other than its txns, encoded
 txn_bytes_max = request_bytes_max + 256  # one encoded txn (a call plus participants, ids)
 batch_quantum_calls = 256  # calls of one client per round when a batch is cut
@@ -90,6 +94,7 @@ _check(client_pending_bytes_max <= pending_bytes_max, "one client within the pen
 _check(client_pending_calls_max <= pending_calls_max, "one client within the pending bound")
 _check(client_in_flight_max <= client_pending_calls_max, "a client's own bound fits the server's")
 _check(batch_bytes_max <= log_service_reply_bytes_max, "a log service reply holds a batch")
+_check(batch_bytes_max <= unapplied_bytes_max, "flow control lets a full batch through")
 _check(request_bytes_max <= receive_bytes_per_turn_max, "a turn can receive a whole frame")
 _check(retry_cache_bytes_max >= 16 * txn_bytes_max, "the retry cache keeps several answers")
 

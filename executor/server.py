@@ -145,6 +145,7 @@ class PartitionServer:
         self._repair_sent_at = 0.0
         self._received = 0
         self._stop = False
+        self._gaps_reported: set[int] = set()  # peers that said they cannot resend
         self.dropped = DroppedMessages(log, "inbound messages or reads")
         self._status_requested = False  # MSG_STATUS_REQUEST, or a checkpoint became durable
 
@@ -274,6 +275,12 @@ class PartitionServer:
             if msg[1] not in self.peers:
                 self.dropped.note(f"resend gap from partition {msg[1]}, not a peer")
                 return
+            if self._live or msg[1] in self._gaps_reported:
+                # Only a recovering partition asked for resends, and once is enough to
+                # say it cannot recover alone: anything more is noise (or hostile).
+                self.dropped.note(f"resend gap from partition {msg[1]}, not asked for")
+                return
+            self._gaps_reported.add(msg[1])
             log.critical(
                 "cannot recover alone: partition %d retains reads only from txn %d, this "
                 "partition replays from txn %d; restore the whole replica from a common "

@@ -18,7 +18,9 @@ Invariants:
   ids, and is at most ``batch_bytes_max`` bytes (calls that do not fit wait for the
   next epoch, in order). A batch is appended to the command log and synced *before*
   ``tick`` returns it, so nothing is published (hence executed or acknowledged)
-  before it is durable.
+  before it is durable. Flow control: no batch is cut while the partitions' fastest
+  live replicas are ``unapplied_bytes_max`` behind (a slow replica never holds back
+  the others).
 - Each call is encoded once, when it is accepted; a batch is those bytes joined
   under a batch header (byte-identical to packing the batch as a whole).
 - The batch fixes every source of nondeterminism: one timestamp and one seed per
@@ -43,7 +45,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -216,6 +218,8 @@ class Sequencer:
         self._intake: FairQueues[tuple[bytes, bytes, Any]] = FairQueues()
         self._pending: FairQueues[_Call] = FairQueues()
         self._inflight: OrderedDict[int, _InFlight] = OrderedDict()
+        self._published: deque[tuple[int, int]] = deque()  # (epoch, bytes) not yet applied
+        self._published_bytes = 0
         self._queries: dict[int, tuple[_Call, bool]] = {}  # query id -> (call, is_recon)
         self._next_query_id = 0
         self._query_rr = 0
@@ -588,6 +592,8 @@ class Sequencer:
         """
         if self.failed is not None or not (self._pending or self._checkpoint_requested):
             return None
+        if not self._checkpoint_requested and self.unapplied_bytes() >= limits.unapplied_bytes_max:
+            return None  # flow control: the replicas are behind; calls wait here, fairly
         calls = self._pending.take(
             limits.batch_quantum_calls,
             limits.batch_txns_max,
@@ -621,6 +627,8 @@ class Sequencer:
             self._fail(f"command log write/sync failed at epoch {epoch}: {e}", first)
             return None
         self.epoch = epoch
+        self._published.append((epoch, len(data)))
+        self._published_bytes += len(data)
         self._prev_digest = batch_digest(data)
         self.next_txn_id = first + len(calls)
         self.stats.epochs += 1
@@ -628,6 +636,29 @@ class Sequencer:
         while len(self._inflight) > limits.result_backlog_txns_max:
             self._inflight.popitem(last=False)
         return data
+
+    def unapplied_bytes(self) -> int:
+        """Bytes of published batches not yet applied everywhere it counts: for each
+        partition, by its fastest live replica (a slow or recovering replica must not
+        stop the others). Partitions nobody has heard from recently do not count."""
+        applied = self._applied_everywhere()
+        q = self._published
+        while q and q[0][0] <= applied:
+            self._published_bytes -= q.popleft()[1]
+        return self._published_bytes
+
+    def _applied_everywhere(self) -> int:
+        now = self.clock()
+        fastest: dict[int, int] = {}
+        for (r, p), st in self.stats.partitions.items():
+            if now - self._heard_at.get((r, p), now) > PARTITION_SILENT_S:
+                continue
+            if len(st) > 8 and st[8]:
+                continue  # catching up from the log: it reads batches at its own pace
+            fastest[p] = max(fastest.get(p, 0), st[0])
+        if len(fastest) < self.partitions:
+            return self.epoch  # a partition with no live replica: nothing to wait for
+        return min(fastest.values())
 
     def _fail(self, reason: str, first_txn_id: int) -> None:
         """Stop for good: never acknowledge what might not be durable."""

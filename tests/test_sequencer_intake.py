@@ -62,7 +62,7 @@ def test_batches_are_cut_by_bytes_and_big_calls_wait_for_the_next_epoch(tmp_path
     for i in range(48):  # a burst arriving faster than epochs: several epochs' worth
         s.on_frame(b"big", _frame(b"c1", [i, "kv.put", [f"k{i}", value]]))
         s.run_intake()
-        if i % 16 == 15:
+        if i % 2 == 1:
             tick()
     while s.has_pending():
         tick()
@@ -253,3 +253,42 @@ def test_malformed_partition_reports_change_nothing(tmp_path: Path, msg: object)
     assert not s.on_results_message(msg)
     assert s.stats.bad_partition_messages == 1
     assert s.status_report()["partitions"] == []
+
+
+def _status(last_epoch: int, catching_up: bool = False) -> tuple:
+    return (last_epoch, 0, 0, 0, 0, 0, 0, 0, catching_up, 1, 0, 0, 0)
+
+
+def test_flow_control_holds_batches_until_the_fastest_replica_applies_them(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    s = Sequencer(CommandLog(tmp_path, fsync=False), replicas=2, partitions=2, clock=clock)
+    for r in range(2):
+        for p in range(2):
+            s.on_results(r, p, (), (), _status(0))
+    value = "v" * 900_000
+    for i in range(12):
+        s.on_calls(b"big", b"c", ((i, "kv.put", (f"k{i}", value)),))
+    cut = 0
+    while s.tick(cut) is not None:
+        cut += 1
+    assert s.unapplied_bytes() >= limits.unapplied_bytes_max and s.has_pending()
+    s.on_results(1, 0, (), (), _status(s.epoch))  # replica 1 is fast on partition 0,
+    s.on_results(0, 1, (), (), _status(s.epoch))  # replica 0 on partition 1: enough
+    assert s.unapplied_bytes() == 0 and s.tick(100) is not None
+    clock.now = 10.0  # every partition falls silent: nothing to wait for
+    while s.tick(200 + s.epoch) is not None:
+        pass
+    assert not s.has_pending()
+
+
+def test_a_recovering_replica_does_not_hold_back_flow_control(tmp_path: Path) -> None:
+    s = _seq(tmp_path)
+    s.on_results(0, 0, (), (), _status(0, catching_up=True))
+    s.on_results(0, 1, (), (), _status(0, catching_up=True))
+    for i in range(12):
+        s.on_calls(b"big", b"c", ((i, "kv.put", (f"k{i}", "v" * 900_000)),))
+    while s.tick(s.epoch) is not None:
+        pass
+    assert not s.has_pending()
