@@ -158,6 +158,7 @@ class _Call:
     restarts: int = 0
     encoded: bytes = b""  # the txn as logged, once it is pending
     lookup: bool = False  # fetching a logged call's result after a restart
+    query: tuple | None = None  # (query id, recon, partition, body) of its last query
 
 
 @dataclass
@@ -221,7 +222,9 @@ class Sequencer:
         self._published: deque[tuple[int, int]] = deque()  # (epoch, bytes) not yet applied
         self._published_bytes = 0
         self._queries: dict[int, tuple[_Call, bool]] = {}  # query id -> (call, is_recon)
-        self._next_query_id = 0
+        # Query ids start at a random point in each incarnation: a partition's answer to
+        # a query of a previous incarnation must never match a new query.
+        self._next_query_id = self.seed_source() >> 2
         self._query_rr = 0
         self.retries = RetryCache()
         self._packer = msgpack.Packer(autoreset=True)
@@ -467,6 +470,8 @@ class Sequencer:
             self._lookup_logged(identity, key, seen)
         else:
             seen.identity = identity  # in flight: answer the retry's connection
+            if seen.query is not None:
+                self._requery(seen)
 
     def _check_load(self, identity: bytes, nbytes: int) -> None:
         pending = self._pending
@@ -513,16 +518,34 @@ class Sequencer:
             if len(parts) != 1:
                 raise BadRequest(ERR_BAD_ARGUMENTS, f"{proc.name} must touch one partition")
             partition = parts[0]
+        if replica is None:
+            replica = self._next_replica()
+        self.stats.queries += 1
+        self._query(call, recon, replica, partition, (proc.name, args, self.next_txn_id - 1))
+
+    def _next_replica(self) -> int:
+        replica = self._query_rr % self.replicas
+        self._query_rr += 1
+        return replica
+
+    def _query(self, call: _Call, recon: bool, replica: int, partition: int, body: tuple) -> None:
+        """Send one query (proc name, args, min txn id) and remember it on the call, so
+        that a retry of the call can send it again if the answer never comes."""
         qid = self._next_query_id
         self._next_query_id += 1
-        if replica is None:
-            replica = self._query_rr % self.replicas
-            self._query_rr += 1
         self._queries[qid] = (call, recon)
-        self.stats.queries += 1
-        self.query_out.setdefault((replica, partition), []).append(
-            (qid, replica, proc.name, args, self.next_txn_id - 1)
-        )
+        call.query = (qid, recon, partition, body)
+        self.query_out.setdefault((replica, partition), []).append((qid, replica, *body))
+
+    def _requery(self, call: _Call) -> None:
+        """The client retried a call whose query is unanswered: the partition it went to
+        may have crashed with it, so ask again (the next replica in turn)."""
+        invariant(call.query is not None, "requery of a call that sent no query")
+        assert call.query is not None  # for mypy: invariant() raised otherwise
+        qid, recon, partition, body = call.query
+        if self._queries.pop(qid, None) is None:
+            return  # answered meanwhile: the call is past its query
+        self._query(call, recon, self._next_replica(), partition, body)
 
     def _lookup_logged(self, identity: bytes, key: tuple[bytes, int], entry: Logged) -> None:
         txn = self._logged_txn(entry)
@@ -533,14 +556,8 @@ class Sequencer:
         call = _Call(identity, key[0], key[1], proc, args, txn[T_PARTS], entry.digest)
         call.lookup = True
         self.retries.start(key, call)
-        qid = self._next_query_id
-        self._next_query_id += 1
-        replica = self._query_rr % self.replicas
-        self._query_rr += 1
-        self._queries[qid] = (call, False)
-        self.query_out.setdefault((replica, reporter), []).append(
-            (qid, replica, RESULT_LOOKUP, (entry.txn_id,), entry.txn_id)
-        )
+        body = (RESULT_LOOKUP, (entry.txn_id,), entry.txn_id)
+        self._query(call, False, self._next_replica(), reporter, body)
 
     def _logged_txn(self, entry: Logged) -> tuple:
         batch = unpack(self.log.read(entry.epoch))
@@ -659,6 +676,23 @@ class Sequencer:
         if len(fastest) < self.partitions:
             return self.epoch  # a partition with no live replica: nothing to wait for
         return min(fastest.values())
+
+    def log_reply(self, first: int, last: int) -> bytes | None:
+        """The log service's answer to LOG_FETCH(first, last): LOG_BATCHES with the
+        batches from ``first`` on, at most ``log_service_epochs_per_reply_max`` of them
+        and ``log_service_reply_bytes_max`` bytes (at least one), and the last epoch on
+        disk. None once fail-stopped: the log refuses reads until a restart."""
+        if self.failed is not None:
+            return None
+        last = min(last, first + limits.log_service_epochs_per_reply_max - 1)
+        batches: list[bytes] = []
+        size = 0
+        for _e, data in self.log.read_range(first, last):
+            if batches and size + len(data) > limits.log_service_reply_bytes_max:
+                break  # the partition asks again for the rest
+            batches.append(data)
+            size += len(data)
+        return wire.pack((wire.LOG_BATCHES, batches, self.log.last_epoch))
 
     def _fail(self, reason: str, first_txn_id: int) -> None:
         """Stop for good: never acknowledge what might not be durable."""

@@ -128,17 +128,11 @@ class SequencerServer:
             self._junk.note("malformed log service request")
             return
         identity, first, last = request
-        last = min(last, first + limits.log_service_epochs_per_reply_max - 1)
-        batches: list[bytes] = []
-        size = 0
-        for _e, data in self.log.read_range(first, last):
-            if batches and size + len(data) > limits.log_service_reply_bytes_max:
-                break  # the partition asks again for the rest
-            batches.append(data)
-            size += len(data)
-        self.logsvc.send_multipart(
-            [identity, wire.pack((wire.LOG_BATCHES, batches, self.log.last_epoch))]
-        )
+        reply = self.seq.log_reply(first, last)
+        if reply is None:
+            self._junk.note("log service request while fail-stopped")
+            return
+        self.logsvc.send_multipart([identity, reply])
 
     def _flush(self) -> None:
         for identity, body in self.seq.take_control_out():

@@ -1,0 +1,345 @@
+"""The checks a simulated run must pass, against the serial oracle and the ledgers.
+
+After a run the final command log is replayed from genesis by the serial oracle
+(``executor.engine.SerialExecutor``), one transaction at a time, keeping the history
+of the keys of the workload's ``history_tables``. Then:
+
+- log: epochs consecutive from 1, txn ids consecutive, each batch vouching for its
+  predecessor's bytes (prev_digest);
+- oracle equivalence: every replica's state hash (sum of its partitions') equals the
+  oracle's, every replica applied the whole log and is idle, every partition's
+  incremental hash equals a recomputation (small databases), partition hashes agree
+  across replicas;
+- every result any partition reported equals the oracle's result for that txn id;
+- exactly once: no (client_id, req_id) is logged twice (a dependent call may be
+  logged again only after an oracle RESTART), every logged call is one a client made,
+  every acknowledged sequenced call is in the log and its answer equals the oracle's,
+  every answer to the same call agrees, and no valid call was rejected;
+- read-only (unsequenced) point reads: the answer equals the key's value after some
+  transaction t with lo <= t <= hi, where lo is the newest txn acknowledged to any
+  client before the read was sent and hi the newest txn logged before it was answered
+  (the partition serves it once every txn up to its min_txn_id is done);
+- the workload's own invariant on the oracle and on every replica;
+- the sequencers saw no determinism violation.
+
+Every check returns human-readable failure lines; none raises.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from cluster import limits
+from executor.deterministic.sim_client import CallRecord
+from executor.deterministic.workloads import FinalState, LoggedTxn, Workload
+from executor.engine import SerialExecutor
+from executor.partition import Partition
+from executor.storage import MASK64, Storage
+from sequencer import wire
+from sequencer.sequencer import participants
+from txn_library.errors import (
+    ERR_PROCEDURE_FAILED,
+    ERR_RESTARTS_EXHAUSTED,
+    ERR_RETRY_EXPIRED,
+    ERR_UNAVAILABLE,
+    ERROR,
+    RESTART,
+)
+from txn_library.procedure import lookup
+
+# Errors that mean "outcome unknown": the call may or may not be in the log.
+OUTCOME_UNKNOWN = frozenset((ERR_UNAVAILABLE, ERR_RETRY_EXPIRED, "result_unknown"))
+# Errors that are a call's result (it ran); any other error means it was rejected.
+EXECUTED_ERRORS = frozenset((ERR_PROCEDURE_FAILED, ERR_RESTARTS_EXHAUSTED))
+RECOMPUTE_ROWS_MAX = 50_000
+
+
+@dataclass
+class RunRecord:
+    """Everything the checks look at."""
+
+    log: list[bytes]  # the final command log, epochs 1..last
+    genesis: Storage  # a private copy of the whole genesis database
+    replicas: list[list[Partition | None]]
+    calls: list[CallRecord]
+    reported: list[tuple[int, int, int, int, Any]]  # (replica, partition, txn, status, value)
+    logged_at: list[tuple[int, int]]  # (time_us, last txn id) as batches were logged
+    determinism_violations: int
+    partitions: int
+
+
+def normal(value: Any) -> Any:
+    """A value as it looks after the wire (lists become tuples)."""
+    return wire.unpack(wire.pack(value))
+
+
+class Oracle:
+    """The final log replayed serially, with per-key history for point reads."""
+
+    def __init__(self, genesis: Storage, history_tables: frozenset[str]) -> None:
+        self.serial = SerialExecutor(genesis)
+        self.history_tables = history_tables
+        self.history: dict[tuple[str, tuple], list[tuple[int, Any]]] = {}
+        self.initial: dict[tuple[str, tuple], Any] = {}
+        self.txns: list[LoggedTxn] = []
+
+    def apply(self, batch: tuple) -> None:
+        epoch, prev, first, ts, seed, txns = batch[:6]
+        storage = self.serial.storage
+        for i, txn in enumerate(txns):
+            txn_id = first + i
+            keys = self._history_keys(txn) if self.history_tables else ()
+            for key in keys:
+                if key not in self.initial and key not in self.history:
+                    self.initial[key] = _column0(storage.get(*key))
+            self.serial.apply((epoch, prev, txn_id, ts, seed, (txn,)))
+            result = normal(self.serial.results[txn_id])
+            for key in keys:
+                self.history.setdefault(key, []).append((txn_id, _column0(storage.get(*key))))
+            self.txns.append(
+                LoggedTxn(
+                    txn_id,
+                    txn[wire.T_PROC],
+                    txn[wire.T_ARGS],
+                    txn[wire.T_CLIENT],
+                    txn[wire.T_REQ],
+                    result,
+                )
+            )
+
+    def _history_keys(self, txn: tuple) -> list[tuple[str, tuple]]:
+        try:
+            fp = lookup(txn[wire.T_PROC]).footprint(*txn[wire.T_ARGS])
+        except Exception:  # noqa: BLE001 - the body reports the same failure as a result
+            return []
+        return [(t, k) for t, k in fp.writes if t in self.history_tables]
+
+    def values_between(self, key: tuple[str, tuple], lo: int, hi: int) -> list[Any]:
+        """Values ``key`` held after some txn t, lo <= t <= hi (and just before lo+1)."""
+        hist = self.history.get(key, [])
+        ids = [t for t, _ in hist]
+        i = bisect.bisect_right(ids, lo)
+        out = [hist[i - 1][1] if i else self.initial.get(key)]
+        for t, v in hist[i:]:
+            if t > hi:
+                break
+            out.append(v)
+        return out
+
+
+def _column0(row: tuple | None) -> Any:
+    return None if row is None else row[0]
+
+
+def check_log(log: list[bytes]) -> tuple[list[tuple], list[str]]:
+    batches, out = [], []
+    next_txn = 0
+    for i, data in enumerate(log):
+        batch = wire.unpack(data)
+        epoch = i + 1
+        if batch[wire.B_EPOCH] != epoch or batch[wire.B_PREV] != epoch - 1:
+            out.append(f"log: frame {epoch} holds epoch {batch[wire.B_EPOCH]}")
+        if batch[wire.B_FIRST_TXN] != next_txn:
+            out.append(
+                f"log: epoch {epoch} starts at txn {batch[wire.B_FIRST_TXN]}, not {next_txn}"
+            )
+        expected = wire.batch_digest(log[i - 1]) if i else 0
+        if len(batch) > wire.B_PREV_DIGEST and batch[wire.B_PREV_DIGEST] != expected:
+            out.append(f"log: epoch {epoch} does not vouch for epoch {epoch - 1}'s bytes")
+        next_txn = batch[wire.B_FIRST_TXN] + len(batch[wire.B_TXNS])
+        batches.append(batch)
+    return batches, out
+
+
+def check_replicas(
+    oracle: Oracle, replicas: list[list[Partition | None]], last_epoch: int
+) -> list[str]:
+    out = []
+    want = oracle.serial.state_hash
+    for r, parts in enumerate(replicas):
+        total = 0
+        for p, part in enumerate(parts):
+            if part is None:
+                out.append(f"replica {r} partition {p} is down at the end")
+                continue
+            if part.last_epoch != last_epoch or not part.idle():
+                out.append(
+                    f"replica {r} partition {p} stopped at epoch {part.last_epoch} of "
+                    f"{last_epoch} with {part.status()[3]} active txns"
+                )
+            total += part.storage.state_hash
+            s = part.storage
+            if s.row_count() <= RECOMPUTE_ROWS_MAX and s.recompute_hash() != (
+                s.state_hash,
+                s.static_hash,
+            ):
+                out.append(f"replica {r} partition {p}: incremental hash != recomputed")
+        if total & MASK64 != want:
+            out.append(f"replica {r} state hash {total & MASK64:016x} != oracle {want:016x}")
+    for p in range(len(replicas[0])):
+        hashes = {part.storage.state_hash for parts in replicas if (part := parts[p]) is not None}
+        if len(hashes) > 1:
+            out.append(f"partition {p}: replicas disagree on its state hash")
+    return out
+
+
+def check_reported(oracle: Oracle, reported: Iterable[tuple[int, int, int, int, Any]]) -> list[str]:
+    results = oracle.serial.results
+    out = []
+    for r, p, txn_id, status, value in reported:
+        want = results.get(txn_id)
+        if want is None:
+            out.append(f"r{r}p{p} reported txn {txn_id}, which is not in the log")
+        elif normal(want) != (status, value):
+            out.append(
+                f"r{r}p{p} reported txn {txn_id} = {(status, value)!r:.120}, "
+                f"oracle {normal(want)!r:.120}"
+            )
+    return out
+
+
+def _unsequenced(proc: str, args: tuple, partitions: int) -> bool:
+    p = lookup(proc)
+    return p.read_only and not p.dependent and len(participants(p, args, partitions)) == 1
+
+
+def check_exactly_once(oracle: Oracle, calls: list[CallRecord], partitions: int) -> list[str]:
+    out: list[str] = []
+    by_key: dict[tuple[bytes, Any], list[LoggedTxn]] = {}
+    for t in oracle.txns:
+        if t.client_id:
+            by_key.setdefault((t.client_id, t.req_id), []).append(t)
+    made = {(c.client_id, c.req_id): c for c in calls}
+    for key, txns in by_key.items():
+        call = made.get(key)
+        if call is None:
+            out.append(f"log holds txn {txns[0].txn_id} for a call no client made: {key!r}")
+            continue
+        proc = lookup(call.proc)
+        for t in txns:
+            args = t.args[:-1] if proc.dependent else t.args
+            if t.proc != call.proc or args != call.args:
+                out.append(
+                    f"txn {t.txn_id} logs {t.proc}{args!r:.80} for {call.proc}{call.args!r:.80}"
+                )
+        if len(txns) > 1 and not proc.dependent:
+            ids = [t.txn_id for t in txns]
+            out.append(
+                f"{call.proc} of client {key[0]!r} req {key[1]} logged {len(txns)} times: {ids}"
+            )
+        if proc.dependent:
+            if len(txns) > limits.dependent_restarts_max + 1:
+                out.append(f"dependent call {key!r} logged {len(txns)} times")
+            for t in txns[:-1]:
+                if t.result[0] != RESTART:
+                    out.append(f"dependent call {key!r} logged again after txn {t.txn_id} ended")
+    for call in calls:
+        out.extend(_check_answers(call, by_key.get((call.client_id, call.req_id), []), partitions))
+    return out
+
+
+def _check_answers(call: CallRecord, txns: list[LoggedTxn], partitions: int) -> list[str]:
+    out = []
+    known = [(s, v) for _t, s, v in call.answers if not _unknown(s, v)]
+    what = f"{call.proc}{call.args!r:.60} (client {call.client_id!r} req {call.req_id})"
+    if any(a != known[0] for a in known[1:]):
+        out.append(f"{what} got different answers: {known!r:.200}")
+    if not known:
+        return out
+    status, value = known[0]
+    if status == ERROR and isinstance(value, tuple) and value[0] not in EXECUTED_ERRORS:
+        out.append(f"{what} was rejected: {value!r:.120}")
+        return out
+    if _unsequenced(call.proc, call.args, partitions):
+        if txns:
+            out.append(f"{what} is read-only on one partition but was logged")
+        return out
+    if not txns:
+        out.append(f"{what} was answered {known[0]!r:.80} but is not in the log")
+        return out
+    want = txns[-1].result
+    if want[0] == RESTART:
+        if status == ERROR and value[0] == ERR_RESTARTS_EXHAUSTED:
+            return out
+        out.append(f"{what}: answered {known[0]!r:.80}, but its last run restarted")
+    elif (status, value) != want:
+        out.append(
+            f"{what}: answered {known[0]!r:.100}, oracle (txn {txns[-1].txn_id}) {want!r:.100}"
+        )
+    return out
+
+
+def _acked_at(call: CallRecord) -> int | None:
+    for when, status, value in call.answers:
+        if not _unknown(status, value):
+            return when
+    return None
+
+
+def _unknown(status: int, value: Any) -> bool:
+    return status == ERROR and isinstance(value, tuple) and value[0] in OUTCOME_UNKNOWN
+
+
+def check_point_reads(
+    oracle: Oracle,
+    workload: Workload,
+    calls: list[CallRecord],
+    logged_at: list[tuple[int, int]],
+    partitions: int,
+) -> list[str]:
+    txn_of: dict[tuple[bytes, Any], int] = {
+        (t.client_id, t.req_id): t.txn_id for t in oracle.txns if t.client_id
+    }
+    acks = sorted(
+        (acked, txn_of[(c.client_id, c.req_id)])
+        for c in calls
+        if (c.client_id, c.req_id) in txn_of and (acked := _acked_at(c)) is not None
+    )
+    ack_times = [t for t, _ in acks]
+    ack_max: list[int] = []
+    for _t, txn_id in acks:
+        ack_max.append(max(txn_id, ack_max[-1] if ack_max else -1))
+    logged_times = [t for t, _ in logged_at]
+    out = []
+    for call in calls:
+        key = workload.point_read(call.proc, call.args)
+        if key is None or not _unsequenced(call.proc, call.args, partitions):
+            continue
+        for when, status, value in call.answers:
+            if status == ERROR:
+                continue
+            i = bisect.bisect_left(ack_times, call.sent_us)
+            lo = ack_max[i - 1] if i else -1
+            j = bisect.bisect_right(logged_times, when)
+            hi = logged_at[j - 1][1] if j else -1
+            allowed = oracle.values_between(key, lo, hi)
+            if value not in [normal(v) for v in allowed]:
+                out.append(
+                    f"{call.proc}{call.args!r} answered {value!r:.60}; between txn {lo} and "
+                    f"{hi} {key[0]}{key[1]!r} held only {allowed!r:.100}"
+                )
+    return out
+
+
+def run_checks(run: RunRecord, workload: Workload) -> list[str]:
+    batches, failures = check_log(run.log)
+    oracle = Oracle(run.genesis, workload.history_tables)
+    for batch in batches:
+        oracle.apply(batch)
+    failures += check_replicas(oracle, run.replicas, len(batches))
+    failures += check_reported(oracle, run.reported)
+    failures += check_exactly_once(oracle, run.calls, run.partitions)
+    failures += check_point_reads(oracle, workload, run.calls, run.logged_at, run.partitions)
+    final = FinalState(
+        oracle.serial.storage,
+        [[p.storage for p in parts if p is not None] for parts in run.replicas],
+        oracle.txns,
+        run.partitions,
+    )
+    failures += workload.check(final)
+    if run.determinism_violations:
+        failures.append(f"sequencer counted {run.determinism_violations} determinism violations")
+    return failures

@@ -1,0 +1,184 @@
+"""A simulated client: ``txn_library.client.ClientProtocol`` driven by simulated time.
+
+It encodes calls exactly as ``Client`` does (one encoding per call, frames within
+the intake bounds), keeps up to ``in_flight_max`` calls outstanding, resends an
+unanswered call with the *same* (client_id, req_id) every ``retry_us``, and gives up
+after ``timeout_us`` (a timeout: the call may or may not have committed).
+
+The ledger (``records``) keeps every call made and every answer received, in order,
+including second answers to a retried call: the checks compare them with the log and
+the serial oracle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from executor.deterministic.sim_network import Node, Payload
+from sequencer import wire
+from txn_library.client import ClientProtocol
+
+if TYPE_CHECKING:
+    from executor.deterministic.simulator import Simulator
+
+CLIENT_POLL_US = 50_000
+
+
+@dataclass
+class CallRecord:
+    client_id: bytes
+    req_id: int
+    proc: str
+    args: tuple  # as the sequencer decodes it (lists arrive as tuples)
+    sent_us: int
+    answers: list[tuple[int, int, Any]] = field(default_factory=list)  # (time, status, value)
+    sends: int = 0
+    timed_out: bool = False
+
+
+@dataclass
+class _Pending:
+    record: CallRecord
+    encoded: bytes
+    resend_us: int
+    deadline_us: int
+
+
+class SimClient:
+    def __init__(
+        self,
+        sim: Simulator,
+        index: int,
+        calls: Iterator[tuple[str, tuple]],
+        count: int,
+        in_flight_max: int,
+        retry_us: int,
+        timeout_us: int,
+        think_max_us: int,
+    ) -> None:
+        self.sim = sim
+        self.index = index
+        self.node = Node(f"c{index}")
+        self.identity = b"conn-%d" % index
+        self.proto = ClientProtocol(b"sim-client-%d" % index)
+        self.records: list[CallRecord] = []
+        self._calls = calls
+        self._left = count
+        self._setup: list[tuple[str, tuple]] = []
+        self._setup_req = -1  # request id of the setup call in flight
+        self.in_flight_max = in_flight_max
+        self.retry_us = retry_us
+        self.timeout_us = timeout_us
+        self.think_max_us = think_max_us
+        self._pending: dict[int, _Pending] = {}
+        self.started = False
+        self.retries = 0
+        self.on_setup_done: Callable[[], None] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.started and not self._pending and not self._setup and self._left <= 0
+
+    def start(self, setup: list[tuple[str, tuple]] | None = None) -> None:
+        """Begin; ``setup`` calls go first, one at a time, before the workload's."""
+        self.started = True
+        self._setup = list(setup or [])
+        self.sim.loop.after(CLIENT_POLL_US, self._poll)
+        self._fill()
+
+    def _in_setup(self) -> bool:
+        return bool(self._setup) or self._setup_req in self._pending
+
+    def _fill(self) -> None:
+        if not self._in_setup() and self.on_setup_done is not None:
+            hook, self.on_setup_done = self.on_setup_done, None
+            hook()
+        batch: list[bytes] = []
+        while len(self._pending) < self.in_flight_max:
+            if self._setup_req in self._pending:
+                break  # setup calls run alone, in order
+            if self._setup:
+                proc, args = self._setup.pop(0)
+                batch.append(self._issue(proc, args))
+                self._setup_req = self.records[-1].req_id
+            elif self._left > 0:
+                self._left -= 1
+                proc, args = next(self._calls)
+                batch.append(self._issue(proc, args))
+            else:
+                break
+        if batch:
+            self._send(batch)
+
+    def _issue(self, proc: str, args: tuple) -> bytes:
+        now = self.sim.loop.now_us
+        req_id = self.proto.next_req_id()
+        encoded = self.proto.encode_call(req_id, proc, args)
+        decoded_args = wire.unpack(wire.pack(args))
+        record = CallRecord(self.proto.client_id, req_id, proc, decoded_args, now)
+        self.records.append(record)
+        self._pending[req_id] = _Pending(
+            record, encoded, now + self.retry_us, now + self.timeout_us
+        )
+        record.sends += 1
+        return encoded
+
+    def _send(self, calls: list[bytes]) -> None:
+        seq = self.sim.seq_node
+        for frame in self.proto.frames(calls):
+            self.sim.net.send(
+                self.node, seq.node, "call", frame, self._deliver_to_sequencer, park=True
+            )
+
+    def _deliver_to_sequencer(self, frame: Payload) -> None:
+        assert isinstance(frame, bytes)
+        self.sim.seq_node.on_client_frame(self.identity, frame)
+
+    def on_reply(self, frame: Payload) -> None:
+        assert isinstance(frame, bytes)
+        reply = self.proto.parse_reply(frame)
+        if reply is None or reply[0] != wire.REP_RESULTS:
+            self.sim.failure(f"client {self.index}: unreadable reply {frame[:60]!r}")
+            return
+        now = self.sim.loop.now_us
+        answered = False
+        for req_id, status, value in reply[1]:
+            if req_id is None:
+                self.sim.failure(f"client {self.index}: frame rejected: {value!r}")
+                continue
+            if not 1 <= req_id <= len(self.records):
+                self.sim.failure(f"client {self.index}: answer for unknown request {req_id}")
+                continue
+            self.records[req_id - 1].answers.append((now, status, value))
+            if self._pending.pop(req_id, None) is not None:
+                answered = True
+        if answered:
+            self._after_answer()
+
+    def _after_answer(self) -> None:
+        think = self.sim.rng.randint(0, self.think_max_us) if self.think_max_us else 0
+        self.sim.loop.after(think, self._fill)
+
+    def _poll(self) -> None:
+        now = self.sim.loop.now_us
+        resend: list[bytes] = []
+        expired = False
+        for req_id, p in list(self._pending.items()):
+            if now >= p.deadline_us:
+                del self._pending[req_id]
+                p.record.timed_out = True
+                expired = True
+                self.sim.trace.note(now, f"timeout c{self.index} {req_id} {p.record.proc}")
+            elif now >= p.resend_us:
+                p.resend_us = now + self.retry_us
+                p.record.sends += 1
+                self.retries += 1
+                resend.append(p.encoded)
+        if resend:
+            self._send(resend)
+        if expired:
+            self._after_answer()
+        if not self.done:
+            self.sim.loop.after(CLIENT_POLL_US, self._poll)

@@ -1,0 +1,222 @@
+"""Discrete-event loop, simulated clock and simulated network of the cluster simulator.
+
+One priority queue of ``(time_us, seq, callback, args)``: the clock jumps from event to
+event, ties are broken by the order events were scheduled, so a run is a pure function
+of its seed. Nothing here reads the wall clock, sleeps, or touches a socket.
+
+The network gives ZeroMQ's guarantees and nothing stronger:
+- Every channel ``(sender, receiver, kind)`` is FIFO (TCP under ZeroMQ): a message is
+  delivered after a random delay but never before an earlier one on its channel.
+- PUB/SUB messages (``lossy=True``) may be dropped (slow joiner, high-water mark).
+- A message is lost if its receiver crashes before it arrives (it was in a dead TCP
+  connection), and so is one still in its sender's queues (sent less than
+  ``sender_queue_us`` before the sender crashed); older ones were in the kernel and
+  still arrive.
+- A message sent while its receiver is down is dropped, except on connecting
+  sockets that queue until the peer is back (``park=True``: PUSH without
+  ZMQ_IMMEDIATE, DEALER): it waits, and reaches the receiver's next incarnation
+  unless its sender dies first.
+Payloads are bytes (or a tuple of byte frames), exactly what goes on the wire.
+
+Invariants: time only grows; a node's incarnation only grows; a message is
+delivered at most once, to the incarnation that was up when it was sent.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import xxhash
+
+from txn_library.errors import invariant
+
+Payload = bytes | tuple[bytes, ...]
+Deliver = Callable[[Payload], None]
+
+
+class Trace:
+    """A rolling digest of everything that happened (and, optionally, the lines)."""
+
+    def __init__(self, keep: bool) -> None:
+        self._hash = xxhash.xxh3_128()
+        self.lines: list[str] | None = [] if keep else None
+
+    def note(self, now_us: int, text: str) -> None:
+        line = f"{now_us} {text}"
+        self._hash.update(line.encode())
+        self._hash.update(b"\n")
+        if self.lines is not None:
+            self.lines.append(line)
+
+    def digest(self) -> str:
+        return self._hash.hexdigest()
+
+
+class EventLoop:
+    def __init__(self) -> None:
+        self.now_us = 0
+        self.events = 0
+        self._heap: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._seq = 0
+
+    def at(self, when_us: int, fn: Callable[..., None], *args: Any) -> None:
+        invariant(when_us >= self.now_us, f"event scheduled in the past ({when_us})")
+        heapq.heappush(self._heap, (when_us, self._seq, fn, args))
+        self._seq += 1
+
+    def after(self, delay_us: int, fn: Callable[..., None], *args: Any) -> None:
+        self.at(self.now_us + delay_us, fn, *args)
+
+    def run(self, stop: Callable[[], bool], limit_us: int) -> bool:
+        """Run events until ``stop()`` (checked after each) or the time limit; True if
+        stopped by ``stop``."""
+        heap = self._heap
+        while heap:
+            when, _, fn, args = heap[0]
+            if when > limit_us:
+                return False
+            heapq.heappop(heap)
+            self.now_us = when
+            self.events += 1
+            fn(*args)
+            if stop():
+                return True
+        return False
+
+
+@dataclass
+class Node:
+    """A simulated process: its name, whether it runs, and which life it is in."""
+
+    name: str
+    up: bool = True
+    incarnation: int = 0
+    crashed_at_us: int = -1
+
+
+@dataclass
+class LinkProfile:
+    """Delay and loss of one run's network (drawn from the seed)."""
+
+    delay_min_us: int = 30
+    delay_max_us: int = 1_500
+    spike_pct: float = 1.0  # share of messages delayed by a spike
+    spike_max_us: int = 30_000
+    pub_drop_pct: float = 0.0
+    sender_queue_us: int = 100
+
+
+@dataclass
+class NetStats:
+    sent: int = 0
+    delivered: int = 0
+    dropped_pub: int = 0
+    lost_crash: int = 0
+    parked: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+
+class Network:
+    def __init__(self, loop: EventLoop, rng: random.Random, profile: LinkProfile, trace: Trace):
+        self.loop = loop
+        self.rng = rng
+        self.profile = profile
+        self.trace = trace
+        self.stats = NetStats()
+        self._last_us: dict[tuple[str, str, str], int] = {}
+        self._parked: dict[str, list[tuple[Node, int, str, Payload, Deliver]]] = {}
+        self.in_flight = 0
+
+    def _delay_us(self) -> int:
+        p, rng = self.profile, self.rng
+        d = rng.randint(p.delay_min_us, p.delay_max_us)
+        if p.spike_pct and rng.random() * 100.0 < p.spike_pct:
+            d += rng.randint(0, p.spike_max_us)
+        return d
+
+    def send(
+        self,
+        src: Node,
+        dst: Node,
+        kind: str,
+        payload: Payload,
+        deliver: Deliver,
+        lossy: bool = False,
+        park: bool = False,
+    ) -> None:
+        """Queue ``payload`` from ``src`` to ``dst``; ``deliver(payload)`` runs on arrival."""
+        stats = self.stats
+        stats.sent += 1
+        stats.by_kind[kind] = stats.by_kind.get(kind, 0) + 1
+        drop_pct = self.profile.pub_drop_pct
+        if lossy and drop_pct and self.rng.random() * 100 < drop_pct:
+            stats.dropped_pub += 1
+            self.trace.note(self.loop.now_us, f"drop {kind} {src.name}>{dst.name}")
+            return
+        if park and not dst.up:
+            stats.parked += 1
+            parked = self._parked.setdefault(dst.name, [])
+            parked.append((src, src.incarnation, kind, payload, deliver))
+            return
+        self._schedule(src, dst, kind, payload, deliver)
+
+    def reconnect(self, dst: Node) -> None:
+        """``dst`` is up again: what connecting sockets queued for it goes out now."""
+        for src, src_life, kind, payload, deliver in self._parked.pop(dst.name, []):
+            if src.incarnation == src_life:  # else the queue died with its sender
+                self._schedule(src, dst, kind, payload, deliver)
+
+    def _schedule(
+        self, src: Node, dst: Node, kind: str, payload: Payload, deliver: Deliver
+    ) -> None:
+        channel = (src.name, dst.name, kind)
+        now = self.loop.now_us
+        when = max(now + self._delay_us(), self._last_us.get(channel, 0))
+        self._last_us[channel] = when
+        self.in_flight += 1
+        self.loop.at(
+            when,
+            self._arrive,
+            src,
+            src.incarnation,
+            dst,
+            dst.incarnation,
+            now,
+            kind,
+            payload,
+            deliver,
+        )
+
+    def _arrive(
+        self,
+        src: Node,
+        src_life: int,
+        dst: Node,
+        dst_life: int,
+        sent_us: int,
+        kind: str,
+        payload: Payload,
+        deliver: Deliver,
+    ) -> None:
+        self.in_flight -= 1
+        lost = not dst.up or dst.incarnation != dst_life
+        if (
+            not lost
+            and src.incarnation != src_life
+            and src.crashed_at_us - sent_us < self.profile.sender_queue_us
+        ):
+            lost = True  # still in the dead sender's queues
+        digest = xxhash.xxh3_64_hexdigest(
+            payload if isinstance(payload, bytes) else b"".join(payload)
+        )
+        if lost:
+            self.stats.lost_crash += 1
+            self.trace.note(self.loop.now_us, f"lost {kind} {src.name}>{dst.name} {digest}")
+            return
+        self.stats.delivered += 1
+        self.trace.note(self.loop.now_us, f"recv {kind} {src.name}>{dst.name} {digest}")
+        deliver(payload)

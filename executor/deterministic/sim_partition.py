@@ -1,0 +1,455 @@
+"""A simulated partition process: the real ``Partition`` role and the glue of its loop.
+
+The glue mirrors ``executor.server.PartitionServer`` step by step, with the sockets
+replaced by the simulated network and ``time.monotonic`` by the simulated clock:
+batches are taken strictly in epoch order (held back behind a gap, gaps fetched from
+the log service, a missed tail revealed by heartbeats); after every input the loop
+turn runs: checkpoint if drained, repair, progress, flush (peer reads, results,
+status every ``STATUS_EVERY_S``). At start it loads its newest durable checkpoint (or
+genesis), asks its peers to resend reads (MSG_RESEND) and fetches every later epoch.
+
+Checkpoints: at the drain the image is taken (the fork: a file written from the state
+at that instant, or an in-memory copy), the boundary is recorded and batches resume;
+the checkpoint becomes durable a random while later (the writer's run time), unless
+the partition crashes first (then the file never reaches its name; a torn ``.tmp``
+is left behind, as a killed writer leaves it). While a writer runs the partition
+takes no further checkpoint, as live.
+
+Invariant: everything this node does goes through ``Partition``'s public inputs and
+outputs; the node adds no logic the live process does not have.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from executor import checkpoint
+from executor import wire as ewire
+from executor.deterministic.sim_network import Node, Payload
+from executor.deterministic.workloads import clone_storage
+from executor.partition import Partition
+from executor.server import REPAIR_RETRY_S, STATUS_EVERY_S
+from executor.storage import Storage
+from sequencer import wire as swire
+from txn_library.errors import invariant
+
+if TYPE_CHECKING:
+    from executor.deterministic.simulator import Simulator
+
+POLL_US = 50_000  # PartitionServer.run polls with a 50 ms timeout
+STATUS_EVERY_US = int(STATUS_EVERY_S * 1e6)
+REPAIR_RETRY_US = int(REPAIR_RETRY_S * 1e6)
+MONOTONIC_BASE_US = 1_000_000_000  # time.monotonic() is far from 0 in a live process
+FETCH_ALL = 1 << 62  # PartitionServer.run asks for everything after its last epoch
+
+Restored = tuple[int, int, int]  # (epoch, next_txn_id, txns_applied)
+
+
+class CheckpointStore:
+    """Durable checkpoints of one partition: files (executor.checkpoint) or memory."""
+
+    def __init__(
+        self, root: Path, replica: int, partition: int, partitions: int, keep: int, in_memory: bool
+    ) -> None:
+        self.replica = replica
+        self.partition = partition
+        self.partitions = partitions
+        self.keep = keep
+        self.in_memory = in_memory
+        self.directory = root / f"replica-{replica}" / "checkpoints"
+        self._staging = root / f"staging-r{replica}p{partition}"
+        self._staged: tuple[int, Path | None, tuple[Restored, Storage] | None] | None = None
+        self._memory: list[tuple[Restored, Storage]] = []
+        self.durable = 0
+
+    def stage(self, part: Partition) -> None:
+        """The image at the drain (what the forked writer sees)."""
+        epoch = part.checkpoint_due
+        assert epoch is not None
+        meta = (epoch, part.next_txn_id, part.txns_applied)
+        if self.in_memory:
+            self._staged = (epoch, None, (meta, clone_storage(part.storage)))
+            return
+        path = checkpoint.write_checkpoint(
+            self._staging,
+            part.storage,
+            replica=self.replica,
+            partition=self.partition,
+            partitions=self.partitions,
+            epoch=epoch,
+            next_txn_id=part.next_txn_id,
+            txns_applied=part.txns_applied,
+        )
+        self._staged = (epoch, path, None)
+
+    def commit(self, epoch: int) -> None:
+        """The writer finished: the checkpoint is in place and durable."""
+        staged = self._staged
+        invariant(staged is not None and staged[0] == epoch, "commit of an unstaged checkpoint")
+        assert staged is not None
+        self._staged = None
+        self.durable += 1
+        if staged[2] is not None:
+            self._memory.append(staged[2])
+            del self._memory[: -self.keep]
+            return
+        assert staged[1] is not None
+        self.directory.mkdir(parents=True, exist_ok=True)
+        os.replace(staged[1], self.directory / staged[1].name)
+        checkpoint.prune(self.directory, self.partition, self.keep)
+
+    def abort(self, rng: random.Random) -> None:
+        """The partition died while its writer ran: only a torn temp file remains."""
+        staged, self._staged = self._staged, None
+        if staged is None or staged[1] is None:
+            return
+        data = staged[1].read_bytes()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = (self.directory / staged[1].name).with_suffix(".tmp")
+        tmp.write_bytes(data[: rng.randint(0, len(data))])
+        staged[1].unlink()
+
+    def load(self, epoch: int | None) -> tuple[Restored, Storage] | None:
+        """The newest valid checkpoint (or the one of ``epoch``); None: genesis."""
+        if self.in_memory:
+            for meta, storage in reversed(self._memory):
+                if epoch is None or meta[0] == epoch:
+                    return meta, clone_storage(storage)
+            return None
+        if epoch is None:
+            found = checkpoint.load_newest(self.directory, self.partition, self.partitions)
+        else:
+            path = self.directory / checkpoint.checkpoint_name(epoch, self.partition)
+            try:
+                found = checkpoint.load(path)
+            except (checkpoint.CheckpointInvalid, OSError):
+                found = None
+        if found is None:
+            return None
+        info, storage = found
+        return (info.epoch, info.next_txn_id, info.txns_applied), storage
+
+    def epochs(self) -> set[int]:
+        """Epochs of the durable checkpoints that load (validated whole, as a restore
+        would: a header alone may belong to a corrupt file)."""
+        if self.in_memory:
+            return {meta[0] for meta, _ in self._memory}
+        out = set()
+        for info in checkpoint.list_checkpoints(self.directory, self.partition):
+            try:
+                checkpoint.load(info.path)
+            except checkpoint.CheckpointInvalid:
+                continue
+            out.add(info.epoch)
+        return out
+
+    def discard_after(self, epoch: int | None) -> None:
+        """Operator action before a replica restore: newer checkpoints are moved away."""
+        if self.in_memory:
+            self._memory = [m for m in self._memory if epoch is not None and m[0][0] <= epoch]
+            return
+        for info in checkpoint.list_checkpoints(self.directory, self.partition):
+            if epoch is None or info.epoch > epoch:
+                info.path.unlink()
+
+    def corrupt_newest(self, rng: random.Random) -> str | None:
+        """Flip one byte of the newest checkpoint file (a bad sector); None if none."""
+        if self.in_memory:
+            return None
+        infos = checkpoint.list_checkpoints(self.directory, self.partition)
+        if not infos:
+            return None
+        path = infos[-1].path
+        data = bytearray(path.read_bytes())
+        at = rng.randrange(len(data))
+        data[at] ^= 1 << rng.randrange(8)
+        path.write_bytes(bytes(data))
+        return f"{path.name} byte {at}"
+
+    def close(self) -> None:
+        shutil.rmtree(self._staging, ignore_errors=True)
+
+
+class PartitionNode:
+    def __init__(self, sim: Simulator, replica: int, partition: int) -> None:
+        self.sim = sim
+        self.replica = replica
+        self.partition = partition
+        self.node = Node(f"r{replica}p{partition}", up=False)
+        opts = sim.opts
+        self.store = CheckpointStore(
+            sim.root,
+            replica,
+            partition,
+            sim.partitions,
+            opts.checkpoint_keep,
+            opts.checkpoint_store == "memory",
+        )
+        self.part: Partition | None = None
+        self.live = False
+        self._reset_glue()
+        self.log_fetches = 0
+
+    def _reset_glue(self) -> None:
+        self._held: dict[int, tuple] = {}
+        self._known_last_epoch = 0
+        self._repair_sent_at = 0
+        self._heard = False
+        self.live = False
+        self._status_requested = False
+        self._next_status = 0
+        self._writing: int | None = None  # epoch whose checkpoint writer runs
+
+    @property
+    def mono_us(self) -> int:
+        return MONOTONIC_BASE_US + self.sim.loop.now_us
+
+    # Life ------------------------------------------------------------------------
+    def start(self, from_epoch: int | None = None) -> None:
+        sim = self.sim
+        restored = self.store.load(from_epoch)
+        if restored is None and from_epoch is not None:
+            sim.failure(f"{self.node.name}: checkpoint {from_epoch} to restore from does not load")
+        if restored is None:
+            storage = clone_storage(sim.image.partitions[self.partition])
+        else:
+            storage = restored[1]
+        part = Partition(
+            self.replica,
+            self.partition,
+            sim.partitions,
+            storage,
+            retain_checkpoints=max(2, sim.opts.checkpoint_keep),
+        )
+        if restored is not None:
+            part.restore(*restored[0])
+        self.part = part
+        self._reset_glue()
+        self.node.up = True
+        sim.net.reconnect(self.node)
+        origin = f"checkpoint {restored[0][0]}" if restored is not None else "genesis"
+        sim.trace.note(sim.loop.now_us, f"start {self.node.name} from {origin}")
+        for q in range(sim.partitions):
+            if q != self.partition:
+                self._send_peer(q, ewire.pack((ewire.MSG_RESEND, self.partition, part.next_txn_id)))
+        self._fetch(part.last_epoch + 1, FETCH_ALL)
+        self._repair_sent_at = self.mono_us
+        life = self.node.incarnation
+        sim.loop.after(POLL_US, self._poll, life)
+
+    def crash(self) -> None:
+        node = self.node
+        node.up = False
+        node.incarnation += 1
+        node.crashed_at_us = self.sim.loop.now_us
+        if self._writing is not None:
+            self.store.abort(self.sim.rng)
+        self._writing = None
+        self.part = None
+        self.sim.trace.note(self.sim.loop.now_us, f"crash {node.name}")
+
+    def _alive(self, life: int) -> bool:
+        return self.node.up and self.node.incarnation == life
+
+    def _poll(self, life: int) -> None:
+        if not self._alive(life):
+            return
+        self.turn()
+        self.sim.loop.after(POLL_US, self._poll, life)
+
+    # Inputs ----------------------------------------------------------------------
+    def on_pub(self, payload: Payload) -> None:
+        assert isinstance(payload, tuple)
+        topic, data = payload
+        if topic == swire.TOPIC_BATCH:
+            self._offer(data)
+        elif topic == swire.TOPIC_HEARTBEAT:
+            (last,) = swire.unpack(data)
+            self._heard = True
+            self._known_last_epoch = max(self._known_last_epoch, last)
+        self.turn()
+
+    def on_log_reply(self, payload: Payload) -> None:
+        assert isinstance(payload, bytes)
+        _kind, batches, last_on_disk = swire.unpack(payload)
+        self._heard = True
+        self._known_last_epoch = max(self._known_last_epoch, last_on_disk)
+        for data in batches:
+            self._offer(data)
+        self._repair_sent_at = 0  # ask for the next chunk at once if still behind
+        self.turn()
+
+    def on_inbox(self, payload: Payload) -> None:
+        assert isinstance(payload, bytes) and self.part is not None
+        msg, problem = ewire.decode_inbound(payload)
+        if msg is None:
+            self.sim.failure(f"{self.node.name}: malformed inbound message: {problem}")
+            return
+        part = self.part
+        kind = msg[0]
+        if kind == ewire.MSG_READS:
+            part.on_reads(msg[1], msg[2])
+        elif kind == ewire.MSG_QUERY:
+            for qid, tag, name, args, min_txn_id in msg[2]:
+                part.on_query(qid, tag, name, args, min_txn_id)
+        elif kind == ewire.MSG_RESEND:
+            self._on_resend(msg[1], msg[2])
+        elif kind == ewire.MSG_RESEND_GAP:
+            self.sim.on_resend_gap(self, msg[1], msg[2])
+        else:
+            self._status_requested = True
+        self.turn()
+
+    def _on_resend(self, peer: int, first_txn_id: int) -> None:
+        assert self.part is not None
+        if peer == self.partition or not 0 <= peer < self.sim.partitions:
+            return
+        if not self.part.resend(peer, first_txn_id):
+            gap = (ewire.MSG_RESEND_GAP, self.partition, self.part.sent_complete_from)
+            self._send_peer(peer, ewire.pack(gap))
+
+    def _offer(self, data: bytes) -> None:
+        assert self.part is not None
+        batch = swire.unpack(data)
+        epoch = batch[swire.B_EPOCH]
+        self._known_last_epoch = max(self._known_last_epoch, epoch)
+        if epoch <= self.part.last_epoch:
+            return
+        self._held[epoch] = self.sim.planted_batch(self, batch)
+        self._apply_held()
+
+    def _apply_held(self) -> None:
+        part = self.part
+        assert part is not None
+        while part.checkpoint_due is None and part.last_epoch + 1 in self._held:
+            part.on_batch(self._held.pop(part.last_epoch + 1))
+
+    # The loop turn -----------------------------------------------------------------
+    def turn(self) -> None:
+        if self.part is None:
+            return
+        self._maybe_checkpoint()
+        self._maybe_repair()
+        self._report_progress()
+        now = self.mono_us
+        force = now >= self._next_status or self._status_requested
+        if force:
+            self._next_status = now + STATUS_EVERY_US
+            self._status_requested = False
+        self._flush(force)
+
+    def _maybe_checkpoint(self) -> None:
+        part = self.part
+        assert part is not None
+        if not part.checkpoint_ready() or self._writing is not None:
+            return
+        if self.sim.opts.checkpoint_keep <= 0:
+            part.checkpoint_taken()
+            self._apply_held()
+            return
+        epoch = part.checkpoint_due
+        assert epoch is not None
+        self.store.stage(part)
+        self._writing = epoch
+        part.checkpoint_taken()
+        self._apply_held()
+        delay = self.sim.rng.randint(200, self.sim.checkpoint_write_max_us)
+        self.sim.loop.after(delay, self._checkpoint_written, self.node.incarnation, epoch)
+
+    def _checkpoint_written(self, life: int, epoch: int) -> None:
+        if not self._alive(life):
+            return
+        assert self.part is not None
+        self.store.commit(epoch)
+        self._writing = None
+        self.part.checkpoint_durable(epoch)
+        self._status_requested = True
+        self.sim.trace.note(self.sim.loop.now_us, f"checkpoint {self.node.name} {epoch}")
+        self.turn()
+
+    def _maybe_repair(self) -> None:
+        assert self.part is not None
+        want = self.part.last_epoch + 1
+        now = self.mono_us
+        if self._known_last_epoch < want or now - self._repair_sent_at < REPAIR_RETRY_US:
+            return
+        last = self._known_last_epoch
+        if self._held:
+            last = min(self._held) - 1
+            if last < want:
+                return
+        self._fetch(want, last)
+        self._repair_sent_at = now
+
+    def _report_progress(self) -> None:
+        part = self.part
+        assert part is not None
+        if (
+            not self.live
+            and self._heard
+            and self._known_last_epoch <= part.last_epoch
+            and part.idle()
+        ):
+            self.live = True
+            self.sim.trace.note(self.sim.loop.now_us, f"live {self.node.name} {part.last_epoch}")
+
+    def _flush(self, force_status: bool) -> None:
+        part = self.part
+        assert part is not None
+        peer_out, results, queries = part.take_outputs()
+        for q, entries in peer_out.items():
+            entries = self.sim.planted_reads(self, entries)
+            if entries:
+                self._send_peer(q, ewire.pack((ewire.MSG_READS, self.partition, entries)))
+        if results or queries or force_status:
+            status = part.status(catching_up=not self.live)
+            status = status[:9] + (self.sim.pid_of(self),) + status[10:]  # a simulated pid
+            data = ewire.pack(
+                (ewire.MSG_RESULTS, self.replica, self.partition, results, queries, status)
+            )
+            if results:
+                self.sim.note_results(self, data)
+            seq = self.sim.seq_node
+            self.sim.net.send(self.node, seq.node, "results", data, seq.on_results, park=True)
+
+    # Sending -----------------------------------------------------------------------
+    def _send_peer(self, q: int, data: bytes) -> None:
+        peer = self.sim.parts[self.replica][q]
+        self.sim.net.send(self.node, peer.node, "peer", data, peer.on_inbox, park=True)
+
+    def _fetch(self, first: int, last: int) -> None:
+        self.log_fetches += 1
+        seq = self.sim.seq_node
+        request = swire.pack((swire.LOG_FETCH, first, last))
+        self.sim.net.send(self.node, seq.node, "logreq", request, self._deliver_fetch, park=True)
+
+    def _deliver_fetch(self, payload: Payload) -> None:
+        assert isinstance(payload, bytes)
+        self.sim.seq_node.on_log_fetch(self, payload)
+
+    # Introspection -------------------------------------------------------------------
+    def caught_up(self, last_epoch: int) -> bool:
+        part = self.part
+        return (
+            self.node.up
+            and part is not None
+            and self.live
+            and part.last_epoch == last_epoch
+            and part.idle()
+            and part.checkpoint_due is None
+            and self._writing is None
+        )
+
+    def describe(self) -> str:
+        part = self.part
+        if not self.node.up or part is None:
+            return f"{self.node.name} down"
+        return (
+            f"{self.node.name} epoch {part.last_epoch} (known {self._known_last_epoch}), "
+            f"{part.status()[3]} active, held {sorted(self._held)[:5]}, live={self.live}, "
+            f"checkpoint_due={part.checkpoint_due}, writing={self._writing}"
+        )

@@ -1,0 +1,182 @@
+"""A simulated sequencer process: the real ``Sequencer`` role over a crashable log.
+
+The glue mirrors ``sequencer.server.SequencerServer``: client frames go to
+``on_frame`` then ``run_intake``; partition reports to ``on_results_message``; every
+``epoch_duration_ms`` ``tick`` cuts a batch, which is published to every partition of
+every replica (PUB/SUB: may be dropped); a heartbeat carrying the last epoch goes out
+when no batch did for ``HEARTBEAT_MS``; the log service answers LOG_FETCH from the
+command log with at most ``log_service_epochs_per_reply_max`` epochs; queries go to
+the chosen replica or, if its partition is not connected, the next one (PUSH with
+ZMQ_IMMEDIATE). Its clock and seed source are the simulator's.
+
+A crash discards the role object and leaves the command log as a real crash would
+(``sim_log``); a restart builds a new ``Sequencer`` over the recovered log.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from executor import wire as ewire
+from executor.deterministic.sim_log import SimCommandLog, SimulatedCrash
+from executor.deterministic.sim_network import Node, Payload
+from sequencer import wire
+from sequencer.sequencer import Sequencer, SequencerStats
+from sequencer.server import HEARTBEAT_MS
+
+if TYPE_CHECKING:
+    from executor.deterministic.sim_partition import PartitionNode
+    from executor.deterministic.simulator import Simulator
+
+WALL_BASE_MS = 1_750_000_000_000  # the batch timestamp is wall-clock time in a live run
+HEARTBEAT_US = HEARTBEAT_MS * 1000
+
+
+class SequencerNode:
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.node = Node("seq", up=False)
+        self.seq: Sequencer | None = None
+        self.log: SimCommandLog | None = None
+        self.crash_before_publish = False
+        self.failed_stop_noted = False
+        self.retired: list[SequencerStats] = []
+        self.torn_tails = 0
+        self.truncated_bytes = 0
+        self._next_heartbeat_us = 0
+        self.junk = 0
+
+    # Life ------------------------------------------------------------------------
+    def start(self) -> None:
+        sim = self.sim
+        log = SimCommandLog(sim.log_dir)
+        if log.recovered_truncated_bytes:
+            self.torn_tails += 1
+            self.truncated_bytes += log.recovered_truncated_bytes
+        seq = Sequencer(
+            log,
+            sim.replicas,
+            sim.partitions,
+            checkpoint_every_epochs=sim.checkpoint_every_epochs,
+            clock=sim.mono_s,
+            seed_source=lambda: sim.rng.getrandbits(63),
+        )
+        sim.planted_sequencer(seq)
+        self.log, self.seq = log, seq
+        self.node.up = True
+        sim.net.reconnect(self.node)
+        self.crash_before_publish = False
+        self.failed_stop_noted = False
+        self._next_heartbeat_us = sim.loop.now_us
+        sim.trace.note(
+            sim.loop.now_us,
+            f"start seq epoch {seq.epoch} next txn {seq.next_txn_id} "
+            f"(truncated {log.recovered_truncated_bytes} bytes)",
+        )
+        sim.loop.after(sim.opts.epoch_ms * 1000, self._tick, self.node.incarnation)
+
+    def crash(self, lose_synced: bool = False) -> None:
+        node, sim = self.node, self.sim
+        assert self.seq is not None and self.log is not None
+        node.up = False
+        node.incarnation += 1
+        node.crashed_at_us = sim.loop.now_us
+        self.retired.append(self.seq.stats)
+        tail = self.log.crash(sim.rng, lose_synced=lose_synced)
+        self.seq = self.log = None
+        sim.trace.note(sim.loop.now_us, f"crash seq: {tail}")
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.crash_in_sync = self.log.fail_sync = False
+            self.log.close()
+
+    # Inputs ----------------------------------------------------------------------
+    def on_client_frame(self, identity: bytes, frame: bytes) -> None:
+        seq = self.seq
+        assert seq is not None
+        seq.on_frame(identity, frame)
+        seq.run_intake()
+        self.flush()
+
+    def on_results(self, payload: Payload) -> None:
+        seq = self.seq
+        assert seq is not None and isinstance(payload, bytes)
+        try:
+            msg = ewire.unpack(payload)
+        except (ValueError, TypeError):
+            msg = None
+        if msg is None or not seq.on_results_message(msg):
+            self.junk += 1
+            self.sim.failure(f"sequencer refused a partition's report ({len(payload)} bytes)")
+        self.flush()
+
+    def on_log_fetch(self, partition: PartitionNode, payload: Payload) -> None:
+        """SequencerServer._on_log_fetch over the simulated DEALER/ROUTER pair."""
+        log = self.log
+        assert log is not None and isinstance(payload, bytes)
+        _kind, first, last = wire.unpack(payload)
+        reply = self.seq.log_reply(first, last) if self.seq is not None else None
+        if reply is None:
+            return  # fail-stopped: the log service answers nothing until a restart
+        self.sim.net.send(self.node, partition.node, "logrep", reply, partition.on_log_reply)
+
+    def _tick(self, life: int) -> None:
+        node, sim = self.node, self.sim
+        if not node.up or node.incarnation != life:
+            return
+        seq = self.seq
+        assert seq is not None
+        now = sim.loop.now_us
+        try:
+            data = seq.tick(WALL_BASE_MS + now // 1000)
+        except SimulatedCrash:
+            sim.sequencer_crashed("between append and sync")
+            return
+        if seq.failed is not None and not self.failed_stop_noted:
+            self.failed_stop_noted = True
+            sim.sequencer_failed_stop(seq.failed)
+        if data is not None:
+            sim.note_batch(data)
+            if self.crash_before_publish:
+                sim.sequencer_crashed("after sync, before publish")
+                return
+            self._publish(wire.TOPIC_BATCH, data)
+            self._next_heartbeat_us = now + HEARTBEAT_US
+        if now >= self._next_heartbeat_us:
+            self._publish(wire.TOPIC_HEARTBEAT, wire.pack((seq.epoch,)))
+            self._next_heartbeat_us = now + HEARTBEAT_US
+        self.flush()
+        sim.loop.after(sim.opts.epoch_ms * 1000, self._tick, life)
+
+    # Outputs ---------------------------------------------------------------------
+    def _publish(self, topic: bytes, data: bytes) -> None:
+        net = self.sim.net
+        for replica in self.sim.parts:
+            for p in replica:
+                net.send(self.node, p.node, "pub", (topic, data), p.on_pub, lossy=True)
+
+    def flush(self) -> None:
+        seq = self.seq
+        assert seq is not None
+        sim = self.sim
+        seq.take_control_out()  # the simulated clients send no control requests
+        for identity, replies in seq.take_client_out().items():
+            client = sim.client_by_identity[identity]
+            frame = wire.pack((wire.REP_RESULTS, replies))
+            sim.net.send(self.node, client.node, "reply", frame, client.on_reply)
+        for (r, p), queries in seq.take_query_out().items():
+            self._send_queries(r, p, queries)
+
+    def _send_queries(self, r: int, p: int, queries: list) -> None:
+        """To replica r, or the next replica whose partition p is connected."""
+        sim = self.sim
+        for i in range(sim.replicas):
+            rr = (r + i) % sim.replicas
+            target = sim.parts[rr][p]
+            if target.node.up:
+                data = ewire.pack((ewire.MSG_QUERY, rr, queries))
+                sim.net.send(self.node, target.node, "query", data, target.on_inbox)
+                return
+        assert self.seq is not None
+        self.seq.query_out.setdefault((r, p), []).extend(queries)  # nobody up: next turn

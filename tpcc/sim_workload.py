@@ -1,0 +1,89 @@
+"""TPC-C as a workload of the cluster simulator (executor.deterministic.simulator).
+
+Each simulated client is one terminal (clause 2.8.1.1) drawing the standard mix from
+its own ``TpccInputs`` (seeded from the run's seed): New-Order with remote lines,
+Payment by id and by last name (dependent: reconnaissance, prediction, re-check),
+Order-Status, Delivery (dependent) and Stock-Level. The database is the genesis
+``tpcc.loader:genesis``, built once per process and cloned (simulator workloads).
+
+Checker: consistency conditions 1-4 (tpcc.consistency) on the serial oracle and, for
+every replica, on each warehouse at the partition that holds it.
+
+Registered in ``executor.deterministic.workloads.WORKLOADS`` as "tpcc"; it lives here
+because the simulator, in the executor layer, does not import the tpcc layer.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from executor.deterministic.workloads import Call, FinalState, GenesisImage, genesis_image
+from tpcc.consistency import check_consistency
+from tpcc.inputs import TpccInputs, terminals_for
+from tpcc.schema import WAREHOUSE
+from txn_library import catalog
+
+GENESIS = "tpcc.loader:genesis"
+LOAD_SEED = 20_250_101  # one database per process: every seed runs on the same genesis
+LOAD_TS_MS = 1_700_000_000_000
+
+
+@dataclass
+class TpccWorkload:
+    rng: random.Random
+    partitions: int
+    name: str = "tpcc"
+    procedure_modules: tuple[str, ...] = ("tpcc.procedures",)
+    history_tables: frozenset[str] = frozenset()
+    warehouses: int = 2
+    # A TPC-C checkpoint is ~0.6 M rows per warehouse: keep checkpoints in memory, and
+    # the shape fixed so the genesis image is built once per process.
+    defaults: ClassVar[dict[str, Any]] = {
+        "replicas": 2,
+        "partitions": 2,
+        "calls": 120,
+        "checkpoint_store": "memory",
+        "checkpoint_every_epochs": 16,
+        "checkpoint_write_max_us": 50_000,
+    }
+
+    def genesis_args(self) -> dict[str, Any]:
+        return {"warehouses": self.warehouses, "seed": LOAD_SEED, "load_ts_ms": LOAD_TS_MS}
+
+    def genesis(self, partitions: int) -> GenesisImage:
+        return genesis_image(GENESIS, self.genesis_args(), partitions)
+
+    def setup_calls(self) -> list[Call]:
+        return []
+
+    def client_calls(self, client: int, clients: int) -> Iterator[Call]:
+        inputs = TpccInputs(
+            self.warehouses,
+            self.partitions,
+            seed=self.rng.getrandbits(32),
+            load_seed=LOAD_SEED,
+            mix="standard",
+            remote_line_pct=self.rng.choice((1, 10)),
+        )
+        terminal = terminals_for(clients, self.warehouses)[client]
+        while True:
+            call = inputs.next(terminal)
+            yield (call.proc, call.args)
+
+    def point_read(self, proc: str, args: tuple) -> tuple[str, tuple] | None:
+        return None
+
+    def check(self, final: FinalState) -> list[str]:
+        warehouses = range(1, self.warehouses + 1)
+        out = [f"tpcc oracle: {v}" for v in check_consistency(final.oracle.tables, warehouses)]
+        for r, parts in enumerate(final.replicas):
+            if len(parts) != final.partitions:
+                continue  # a partition is down: reported by the replica checks
+            for w in warehouses:
+                p = catalog.partition_of(WAREHOUSE, (w,), final.partitions)
+                for v in check_consistency(parts[p].tables, [w]):
+                    out.append(f"tpcc replica {r}: {v}")
+        return out
