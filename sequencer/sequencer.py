@@ -216,7 +216,7 @@ class Sequencer:
         # batch_digest of the last logged batch: the next batch records it (wire doc)
         self._prev_digest = batch_digest(self.log.read(self.epoch)) if self.epoch else 0
         self.stats = SequencerStats()
-        self._intake: FairQueues[tuple[bytes, bytes, Any]] = FairQueues()
+        self._intake: FairQueues[tuple[bytes, bytes, tuple]] = FairQueues()
         self._pending: FairQueues[_Call] = FairQueues()
         self._inflight: OrderedDict[int, _InFlight] = OrderedDict()
         self._published: deque[tuple[int, int]] = deque()  # (epoch, bytes) not yet applied
@@ -364,9 +364,12 @@ class Sequencer:
                     "too many calls waiting for validation; retry later",
                 )
             return
-        share = max(1, nbytes // len(calls))
-        for call in calls:
-            intake.push(identity, (identity, client_id, call), share)
+        # Slices of a quantum each: the unit of round-robin service (one per client per
+        # round), and cheap to queue however many calls a frame holds.
+        q, n = limits.intake_quantum_calls, len(calls)
+        for i in range(0, n, q):
+            part = calls[i : i + q]
+            intake.push(identity, (identity, client_id, part), max(1, nbytes * len(part) // n))
 
     def has_intake(self) -> bool:
         return bool(self._intake)
@@ -380,11 +383,12 @@ class Sequencer:
         (clock time; None: all of them). Returns how many were handled."""
         done = 0
         intake = self._intake
+        on_call = self._on_call
         while intake:
-            chunk = intake.take(limits.intake_quantum_calls, 4 * limits.intake_quantum_calls)
-            for identity, client_id, call in chunk:
-                self._on_call(identity, client_id, call)
-            done += len(chunk)
+            for identity, client_id, calls in intake.take(1, 4):
+                for call in calls:
+                    on_call(identity, client_id, call)
+                done += len(calls)
             if deadline is not None and self.clock() >= deadline:
                 break
         return done
@@ -922,7 +926,7 @@ class Sequencer:
             "bad_partition_messages": s.bad_partition_messages,
             "failed": self.failed,
             "log_first_epoch": self.log.first_epoch,
-            "intake_queued": len(self._intake),
+            "intake_slices_queued": len(self._intake),  # of up to intake_quantum_calls
             "pending": len(self._pending),
             "pending_bytes": self._pending.total_bytes,
             "in_flight": len(self._inflight),

@@ -101,6 +101,11 @@ def table(name: str) -> Table:
         raise KeyError(f"unknown table {name!r}") from None
 
 
+def table_or_none(name: object) -> Table | None:
+    """The table named ``name``, or None (any value: a procedure's write may name junk)."""
+    return _TABLES.get(name) if type(name) is str else None
+
+
 def tables() -> dict[str, Table]:
     return dict(_TABLES)
 
