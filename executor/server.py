@@ -58,6 +58,7 @@ log = logging.getLogger("ordo.replica")
 STATUS_EVERY_S = 0.2
 REPAIR_RETRY_S = 0.5
 PROGRESS_EVERY_S = 1.0
+RESEND_EVERY_S = 1.0  # at most one resend of every retained read per peer per interval
 
 
 class PartitionServer:
@@ -146,6 +147,8 @@ class PartitionServer:
         self._received = 0
         self._stop = False
         self._gaps_reported: set[int] = set()  # peers that said they cannot resend
+        self._resend_wanted: dict[int, int] = {}  # peer -> first txn id it asked for
+        self._resent_at: dict[int, float] = {}  # peer -> when its reads were last resent
         self.dropped = DroppedMessages(log, "inbound messages or reads")
         self._status_requested = False  # MSG_STATUS_REQUEST, or a checkpoint became durable
 
@@ -294,9 +297,24 @@ class PartitionServer:
             self._status_requested = True
 
     def _on_resend(self, peer: int, first_txn_id: int) -> None:
+        """A peer restarted and asks for our reads again. Served at most once per
+        RESEND_EVERY_S per peer (each costs every retained read): requests in between
+        are merged and served when the interval ends, so a flood of them costs one."""
         if peer not in self.peers:
             self.dropped.note(f"resend for partition {peer}, not a peer")
             return
+        waiting = self._resend_wanted.get(peer)
+        self._resend_wanted[peer] = first_txn_id if waiting is None else min(waiting, first_txn_id)
+        self._serve_resends(time.monotonic())
+
+    def _serve_resends(self, now: float) -> None:
+        for peer in list(self._resend_wanted):
+            if now < self._resent_at.get(peer, 0.0) + RESEND_EVERY_S:
+                continue
+            self._resent_at[peer] = now
+            self._resend(peer, self._resend_wanted.pop(peer))
+
+    def _resend(self, peer: int, first_txn_id: int) -> None:
         if self.part.resend(peer, first_txn_id):
             log.info("peer %d restarted: resending its reads from txn %d", peer, first_txn_id)
         else:
@@ -389,6 +407,8 @@ class PartitionServer:
             now = time.monotonic()
             self._maybe_checkpoint()
             self._maybe_repair(now)
+            if self._resend_wanted:
+                self._serve_resends(now)
             self._report_progress(now)
             self.dropped.report(now, part.inputs_dropped)
             force = now >= next_status or self._status_requested

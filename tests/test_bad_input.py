@@ -170,3 +170,32 @@ def test_junk_on_a_partition_inbox_is_dropped_with_rate_limited_warnings(cluster
     cluster.check_alive()
     assert reported() == expected, reports()
     assert len(reports()) <= time.monotonic() - t0 + 2, reports()  # not a line per message
+
+
+def test_a_flood_of_resend_requests_costs_one_resend_per_second(cluster) -> None:  # type: ignore[no-untyped-def]
+    """MSG_RESEND makes a partition send every read it retains to the asking peer; a
+    flood of them (forged, or a peer in a crash loop) is merged into at most one resend
+    per peer per second, and the partition keeps executing."""
+    from executor import wire as ewire
+
+    cfg = cluster.config
+    with Client(cfg.client_addr) as c:
+        assert c.call("bank.open", 700, 20, 100).value == 20  # multi-partition: reads sent
+        ctx = zmq.Context.instance()
+        push = ctx.socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 1000)
+        push.connect(cfg.partition_addr(0, 0))
+        t0 = time.monotonic()
+        try:
+            for _ in range(2_000):
+                push.send(msgpack.packb([ewire.MSG_RESEND, 1, 0]))
+        finally:
+            push.close()
+        assert c.call("bank.transfer", 700, 719, 7).ok
+        assert c.call("bank.total", 700, 20).value == 2_000
+        wait_quiescent(c, 2, 2)
+    elapsed = time.monotonic() - t0
+    cluster.check_alive()
+    log_path = cluster.logs_dir / "replica-0-partition-0.log"
+    resends = [x for x in log_path.read_text().splitlines() if "resending its reads" in x]
+    assert 1 <= len(resends) <= elapsed + 2, resends
