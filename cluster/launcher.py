@@ -187,6 +187,24 @@ def free_base_port(span: int = 64) -> int:
     raise RuntimeError("no free port range")
 
 
+def is_quiescent(
+    status: dict, partitions_status: list[dict], replicas: int, partitions: int
+) -> bool:
+    """Every partition of every replica reported, applied the last epoch, is idle, up
+    and live, and nothing waits at the sequencer (``status`` from ``ordo status``)."""
+    return (
+        status["pending"] == 0
+        and len(partitions_status) == replicas * partitions
+        and all(
+            p["last_epoch"] == status["epoch"]
+            and p["active"] == 0
+            and not p["down"]
+            and not p["catching_up"]
+            for p in partitions_status
+        )
+    )
+
+
 def wait_quiescent(client: Client, replicas: int, partitions: int, timeout_s: float = 60.0) -> dict:
     """Wait until every partition of every replica applied the last epoch and is idle."""
     deadline = time.monotonic() + timeout_s
@@ -194,17 +212,7 @@ def wait_quiescent(client: Client, replicas: int, partitions: int, timeout_s: fl
     while time.monotonic() < deadline:
         st = client.status()
         parts = st["partitions"]
-        if (
-            st["pending"] == 0
-            and len(parts) == replicas * partitions
-            and all(
-                p["last_epoch"] == st["epoch"]
-                and p["active"] == 0
-                and not p["down"]
-                and not p["catching_up"]
-                for p in parts
-            )
-        ):
+        if is_quiescent(st, parts, replicas, partitions):
             time.sleep(0.3)  # one more status round so hashes are the final ones
             st2 = client.status()
             if [p["state_hash"] for p in st2["partitions"]] == [p["state_hash"] for p in parts]:

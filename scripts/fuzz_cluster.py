@@ -76,7 +76,7 @@ import zmq  # noqa: E402
 
 from cluster import limits  # noqa: E402
 from cluster.config import ClusterConfig  # noqa: E402
-from cluster.launcher import LocalCluster, free_base_port  # noqa: E402
+from cluster.launcher import LocalCluster, free_base_port, is_quiescent  # noqa: E402
 from executor import wire as ewire  # noqa: E402
 from sequencer import wire  # noqa: E402
 from sequencer.log import iter_frames  # noqa: E402
@@ -992,17 +992,7 @@ def wait_settled(cfg: ClusterConfig, timeout_s: float) -> tuple[dict | None, str
             time.sleep(0.5)
             continue
         parts = real_partitions(cfg, st)
-        settled = (
-            st["pending"] == 0
-            and len(parts) == cfg.replicas * cfg.partitions
-            and all(
-                p["last_epoch"] == st["epoch"]
-                and p["active"] == 0
-                and not p["down"]
-                and not p["catching_up"]
-                for p in parts
-            )
-        )
+        settled = is_quiescent(st, parts, cfg.replicas, cfg.partitions)
         hashes = [p["state_hash"] for p in parts]
         if settled and hashes == prev:
             return st, "quiescent"
