@@ -46,6 +46,7 @@ import zmq
 from cluster.config import ClusterConfig
 from executor import checkpoint
 from executor import wire as ewire
+from executor.delivery import BatchFeed
 from executor.engine import genesis_storage
 from executor.partition import Partition
 from executor.storage import Storage, settle_heap
@@ -115,7 +116,6 @@ class PartitionServer:
         self._started = time.monotonic()
         self._start_epoch = self.part.last_epoch
         self._live = False
-        self._heard = False  # got a log reply or heartbeat: we know the sequencer's epoch
         self._next_progress = time.monotonic() + PROGRESS_EVERY_S
         self.ctx = ctx or zmq.Context.instance()
         c = self.ctx
@@ -141,9 +141,7 @@ class PartitionServer:
         self.results.setsockopt(zmq.SNDHWM, 0)
         self.results.setsockopt(zmq.LINGER, 1000)
         self.results.connect(config.results_addr)
-        self._held: dict[int, tuple] = {}  # epoch -> batch, arrived ahead of a gap
-        self._known_last_epoch = 0  # highest epoch we know exists
-        self._repair_sent_at = 0.0
+        self.feed = BatchFeed(self.part, REPAIR_RETRY_S)  # ordered delivery, gap repair
         self._received = 0
         self._stop = False
         self._gaps_reported: set[int] = set()  # peers that said they cannot resend
@@ -156,20 +154,6 @@ class PartitionServer:
         self._stop = True
 
     # Batches ------------------------------------------------------------------
-    def _offer(self, data: bytes) -> None:
-        batch = swire.unpack(data)
-        epoch = batch[swire.B_EPOCH]
-        self._known_last_epoch = max(self._known_last_epoch, epoch)
-        if epoch <= self.part.last_epoch:
-            return
-        self._held[epoch] = batch
-        self._apply_held()
-
-    def _apply_held(self) -> None:
-        part = self.part
-        while part.checkpoint_due is None and part.last_epoch + 1 in self._held:
-            part.on_batch(self._held.pop(part.last_epoch + 1))
-
     # Checkpoints ----------------------------------------------------------------
     def _maybe_checkpoint(self) -> None:
         self._reap_child(block=False)
@@ -178,7 +162,7 @@ class PartitionServer:
             return
         if self.config.checkpoint_keep <= 0:
             part.checkpoint_taken()  # a boundary to compare, no file: never durable
-            self._apply_held()
+            self.feed.apply_held()
             return
         epoch = part.checkpoint_due
         assert epoch is not None
@@ -202,7 +186,7 @@ class PartitionServer:
         self._child = pid
         self._child_epoch = epoch
         part.checkpoint_taken()  # boundary recorded, batches resume; not durable yet
-        self._apply_held()
+        self.feed.apply_held()
 
     def _reap_child(self, block: bool) -> None:
         """Collect the checkpoint writer once it exits; only a clean exit (file renamed,
@@ -227,24 +211,13 @@ class PartitionServer:
         log.info("checkpoint at epoch %d written; pruned %d old", self._child_epoch, len(removed))
 
     def _maybe_repair(self, now: float) -> None:
-        want = self.part.last_epoch + 1
-        if self._known_last_epoch < want or now - self._repair_sent_at < REPAIR_RETRY_S:
-            return
-        last = self._known_last_epoch
-        if self._held:
-            last = min(self._held) - 1
-            if last < want:
-                return
-        self.logsvc.send(swire.pack((swire.LOG_FETCH, want, last)))
-        self._repair_sent_at = now
+        wanted = self.feed.repair(now)
+        if wanted is not None:
+            self.logsvc.send(swire.pack((swire.LOG_FETCH, *wanted)))
 
     def _on_log_reply(self) -> None:
         kind, batches, last_on_disk = swire.unpack(self.logsvc.recv())
-        self._heard = True
-        self._known_last_epoch = max(self._known_last_epoch, last_on_disk)
-        for data in batches:
-            self._offer(data)
-        self._repair_sent_at = 0.0  # ask for the next chunk at once if still behind
+        self.feed.log_reply(batches, last_on_disk)
 
     def _on_sub(self) -> None:
         topic, payload = self.sub.recv_multipart()
@@ -254,11 +227,10 @@ class PartitionServer:
                 self._received += 1
                 if self._received % n == 0:
                     return  # injected loss: the gap is repaired from the log service
-            self._offer(payload)
+            self.feed.offer(payload)
         elif topic == swire.TOPIC_HEARTBEAT:
             (last,) = swire.unpack(payload)
-            self._heard = True
-            self._known_last_epoch = max(self._known_last_epoch, last)
+            self.feed.heartbeat(last)
 
     def _on_inbox(self) -> None:
         data = self.inbox.recv()
@@ -352,8 +324,7 @@ class PartitionServer:
         if self._live:
             return
         part = self.part
-        behind = self._known_last_epoch - part.last_epoch
-        if self._heard and behind <= 0 and part.idle():
+        if self.feed.heard and self.feed.behind() <= 0 and part.idle():
             elapsed = now - self._started
             log.info(
                 "live: caught up from epoch %d to %d in %.1fs (%d txns applied)",
@@ -365,7 +336,9 @@ class PartitionServer:
             self._live = True
         elif now >= self._next_progress:
             self._next_progress = now + PROGRESS_EVERY_S
-            log.info("recovering: epoch %d of %d known", part.last_epoch, self._known_last_epoch)
+            log.info(
+                "recovering: epoch %d of %d known", part.last_epoch, self.feed.known_last_epoch
+            )
 
     def run(self) -> None:
         poller = zmq.Poller()
@@ -377,7 +350,7 @@ class PartitionServer:
             del q
         # Catch up from the log service right away (slow-joiner safe: SUB is connected).
         self.logsvc.send(swire.pack((swire.LOG_FETCH, self.part.last_epoch + 1, 1 << 62)))
-        self._repair_sent_at = time.monotonic()
+        self.feed.requested(time.monotonic())
         next_status = 0.0
         part = self.part
         while not self._stop:

@@ -158,7 +158,7 @@ def _checkpoint_server(tmp_path: Path) -> PartitionServer:
     )
     server = PartitionServer(cfg, 0, 0, storage=Storage())
     batch = make_batch(1, 0, 1, 1, [("bank.open", (0, 50, 100))], 1)
-    server._offer(swire.pack(batch + (1,)))  # checkpoint flag
+    server.feed.offer(swire.pack(batch + (1,)))  # checkpoint flag
     assert server.part.checkpoint_ready()
     return server
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from executor import checkpoint
 from executor import wire as ewire
+from executor.delivery import BatchFeed
 from executor.deterministic.sim_network import Node, Payload
 from executor.deterministic.workloads import clone_storage
 from executor.partition import Partition
@@ -190,15 +191,12 @@ class PartitionNode:
             opts.checkpoint_store == "memory",
         )
         self.part: Partition | None = None
+        self.feed: BatchFeed | None = None  # the live process's ordered delivery
         self.live = False
         self._reset_glue()
         self.log_fetches = 0
 
     def _reset_glue(self) -> None:
-        self._held: dict[int, tuple] = {}
-        self._known_last_epoch = 0
-        self._repair_sent_at = 0
-        self._heard = False
         self.live = False
         self._status_requested = False
         self._next_status = 0
@@ -228,6 +226,7 @@ class PartitionNode:
         if restored is not None:
             part.restore(*restored[0])
         self.part = part
+        self.feed = BatchFeed(part, REPAIR_RETRY_US, lambda b: self.sim.planted_batch(self, b))
         self._reset_glue()
         self.node.up = True
         sim.net.reconnect(self.node)
@@ -237,7 +236,7 @@ class PartitionNode:
             if q != self.partition:
                 self._send_peer(q, ewire.pack((ewire.MSG_RESEND, self.partition, part.next_txn_id)))
         self._fetch(part.last_epoch + 1, FETCH_ALL)
-        self._repair_sent_at = self.mono_us
+        self.feed.requested(self.mono_us)
         life = self.node.incarnation
         sim.loop.after(POLL_US, self._poll, life)
 
@@ -265,22 +264,19 @@ class PartitionNode:
     def on_pub(self, payload: Payload) -> None:
         assert isinstance(payload, tuple)
         topic, data = payload
+        assert self.feed is not None
         if topic == swire.TOPIC_BATCH:
-            self._offer(data)
+            self.feed.offer(data)
         elif topic == swire.TOPIC_HEARTBEAT:
             (last,) = swire.unpack(data)
-            self._heard = True
-            self._known_last_epoch = max(self._known_last_epoch, last)
+            self.feed.heartbeat(last)
         self.turn()
 
     def on_log_reply(self, payload: Payload) -> None:
         assert isinstance(payload, bytes)
         _kind, batches, last_on_disk = swire.unpack(payload)
-        self._heard = True
-        self._known_last_epoch = max(self._known_last_epoch, last_on_disk)
-        for data in batches:
-            self._offer(data)
-        self._repair_sent_at = 0  # ask for the next chunk at once if still behind
+        assert self.feed is not None
+        self.feed.log_reply(batches, last_on_disk)
         self.turn()
 
     def on_inbox(self, payload: Payload) -> None:
@@ -312,22 +308,6 @@ class PartitionNode:
             gap = (ewire.MSG_RESEND_GAP, self.partition, self.part.sent_complete_from)
             self._send_peer(peer, ewire.pack(gap))
 
-    def _offer(self, data: bytes) -> None:
-        assert self.part is not None
-        batch = swire.unpack(data)
-        epoch = batch[swire.B_EPOCH]
-        self._known_last_epoch = max(self._known_last_epoch, epoch)
-        if epoch <= self.part.last_epoch:
-            return
-        self._held[epoch] = self.sim.planted_batch(self, batch)
-        self._apply_held()
-
-    def _apply_held(self) -> None:
-        part = self.part
-        assert part is not None
-        while part.checkpoint_due is None and part.last_epoch + 1 in self._held:
-            part.on_batch(self._held.pop(part.last_epoch + 1))
-
     # The loop turn -----------------------------------------------------------------
     def turn(self) -> None:
         if self.part is None:
@@ -349,14 +329,14 @@ class PartitionNode:
             return
         if self.sim.opts.checkpoint_keep <= 0:
             part.checkpoint_taken()
-            self._apply_held()
+            self._feed().apply_held()
             return
         epoch = part.checkpoint_due
         assert epoch is not None
         self.store.stage(part)
         self._writing = epoch
         part.checkpoint_taken()
-        self._apply_held()
+        self._feed().apply_held()
         delay = self.sim.rng.randint(200, self.sim.checkpoint_write_max_us)
         self.sim.loop.after(delay, self._checkpoint_written, self.node.incarnation, epoch)
 
@@ -371,29 +351,19 @@ class PartitionNode:
         self.sim.trace.note(self.sim.loop.now_us, f"checkpoint {self.node.name} {epoch}")
         self.turn()
 
+    def _feed(self) -> BatchFeed:
+        assert self.feed is not None
+        return self.feed
+
     def _maybe_repair(self) -> None:
-        assert self.part is not None
-        want = self.part.last_epoch + 1
-        now = self.mono_us
-        if self._known_last_epoch < want or now - self._repair_sent_at < REPAIR_RETRY_US:
-            return
-        last = self._known_last_epoch
-        if self._held:
-            last = min(self._held) - 1
-            if last < want:
-                return
-        self._fetch(want, last)
-        self._repair_sent_at = now
+        wanted = self._feed().repair(self.mono_us)
+        if wanted is not None:
+            self._fetch(*wanted)
 
     def _report_progress(self) -> None:
         part = self.part
         assert part is not None
-        if (
-            not self.live
-            and self._heard
-            and self._known_last_epoch <= part.last_epoch
-            and part.idle()
-        ):
+        if not self.live and self._feed().heard and self._feed().behind() <= 0 and part.idle():
             self.live = True
             self.sim.trace.note(self.sim.loop.now_us, f"live {self.node.name} {part.last_epoch}")
 
@@ -449,7 +419,7 @@ class PartitionNode:
         if not self.node.up or part is None:
             return f"{self.node.name} down"
         return (
-            f"{self.node.name} epoch {part.last_epoch} (known {self._known_last_epoch}), "
-            f"{part.status()[3]} active, held {sorted(self._held)[:5]}, live={self.live}, "
+            f"{self.node.name} epoch {part.last_epoch} (known {self._feed().known_last_epoch}), "
+            f"{part.status()[3]} active, held {sorted(self._feed().held)[:5]}, live={self.live}, "
             f"checkpoint_due={part.checkpoint_due}, writing={self._writing}"
         )
