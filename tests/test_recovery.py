@@ -31,9 +31,9 @@ from cluster.launcher import (
     wait_quiescent,
 )
 from executor.checkpoint import copy_newest_complete
-from executor.engine import SerialExecutor
 from sequencer import wire
 from sequencer.log import CommandLog, iter_frames
+from tests.cluster_checks import replicas_agree_with_serial_replay
 from txn_library.bank_workload import make_transfers, open_accounts, run_transfers
 from txn_library.client import Client
 
@@ -48,19 +48,6 @@ def _logged_request_keys(cfg: ClusterConfig) -> Counter:
             if t[wire.T_CLIENT]:
                 keys[(t[wire.T_CLIENT], t[wire.T_REQ])] += 1
     return keys
-
-
-def _assert_replicas_agree_with_serial_replay(cfg: ClusterConfig, st: dict) -> None:
-    assert st["determinism_violations"] == 0
-    by_part: dict[int, set[str]] = {}
-    for p in st["partitions"]:
-        by_part.setdefault(p["partition"], set()).add(p["state_hash"])
-    assert all(len(h) == 1 for h in by_part.values()), by_part
-    serial = SerialExecutor()
-    for _e, data in iter_frames(cfg.log_dir):
-        serial.apply(wire.unpack(data))
-    live = sum(int(next(iter(h)), 16) for h in by_part.values()) % (1 << 64)
-    assert serial.state_hash == live
 
 
 def _wait_for(pred, timeout_s: float = 60.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
@@ -104,7 +91,7 @@ def test_kill9_partition_under_load_recovers_from_checkpoint(make_cluster) -> No
         st = wait_quiescent(c, 2, 2, timeout_s=90)
         assert c.call("bank.total", 0, ACCOUNTS).value == ACCOUNTS * START
     assert st["epoch"] > killed_at
-    _assert_replicas_agree_with_serial_replay(cfg, st)
+    replicas_agree_with_serial_replay(cfg, st)
     keys = _logged_request_keys(cfg)
     assert max(keys.values()) == 1  # nothing sequenced twice
     log_text = (lc.logs_dir / "replica-1-partition-0.log").read_text()
@@ -147,7 +134,7 @@ def test_kill9_sequencer_acknowledged_calls_survive_and_nothing_runs_twice(make_
         assert values[i] == 1, (i, values[i])  # acknowledged => in the state, once
     assert all(v in (None, 1) for v in values.values())  # never executed twice
     assert max(_logged_request_keys(cfg).values()) == 1
-    _assert_replicas_agree_with_serial_replay(cfg, st)
+    replicas_agree_with_serial_replay(cfg, st)
 
 
 def test_new_replica_joins_a_running_cluster(tmp_path: Path) -> None:
@@ -167,7 +154,7 @@ def test_new_replica_joins_a_running_cluster(tmp_path: Path) -> None:
             lc.start_partition(1, p)  # brand new: genesis, then the whole log
         with Client(cfg.client_addr) as c:
             st = wait_quiescent(c, 2, 2, timeout_s=90)
-        _assert_replicas_agree_with_serial_replay(cfg, st)
+        replicas_agree_with_serial_replay(cfg, st)
     finally:
         lc.stop()
 
@@ -195,7 +182,7 @@ def test_new_replica_seeded_from_a_peer_checkpoint(tmp_path: Path) -> None:
             lc.start_partition(1, p)
         with Client(cfg.client_addr) as c:
             st = wait_quiescent(c, 2, 2, timeout_s=90)
-        _assert_replicas_agree_with_serial_replay(cfg, st)
+        replicas_agree_with_serial_replay(cfg, st)
         for p in range(2):
             text = (lc.logs_dir / f"replica-1-partition-{p}.log").read_text()
             assert f"(epoch {epoch}," in text and "loaded checkpoint" in text
