@@ -56,7 +56,7 @@ from executor.execution import failure_text, run_body, run_txn
 from executor.storage import Storage
 from executor.wire import RESULT_LOOKUP
 from scheduler.lock_manager import LockManager
-from txn_library import catalog
+from txn_library import catalog, placement
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_PROCEDURE_FAILED,
@@ -67,15 +67,6 @@ from txn_library.errors import (
 from txn_library.procedure import Procedure, lookup
 
 REPLICATED = catalog.REPLICATED
-
-
-def reporter_of(reads: tuple, writes: tuple, participants: tuple, partitions: int) -> int:
-    """The partition that reports a txn's result: its lowest executor (see module doc)."""
-    if len(participants) == 1:
-        return participants[0]
-    writes_at = {catalog.partition_of(t, k, partitions) for t, k in writes}
-    writes_at.discard(REPLICATED)
-    return min(writes_at) if writes_at else min(participants)
 
 
 class _Txn:
@@ -307,51 +298,23 @@ class Partition:
         st.locked = False
         st.exact = {}
         st.prefixes = {}
-        me = self.partition
-        shared: list = []
-        exclusive: list = []
-        table = catalog.table
-        # Lock names are catalog.lock_name(t, key) = (t, key[:lock_prefix]), inlined:
-        # this loop runs for every footprint entry of every transaction.
+        # Lock names, executors, reporter and read exchange: txn_library.placement, the
+        # one rule every engine uses (computed in one pass over the footprint).
         if len(participants) == 1:
             st.single = True
             st.local_reads = ()
             st.send_to = ()
             st.need = set()
             st.executor = st.reporter = True
-            for t, key in fp.reads:
-                spec = table(t)
-                if not spec.replicated:
-                    shared.append((t, key[: spec.lock_prefix]))
-            for t, key in fp.writes:
-                exclusive.append((t, key[: table(t).lock_prefix]))
+            shared, exclusive = placement.single_partition_locks(fp.reads, fp.writes)
         else:
             st.single = False
-            n = self.partitions
-            reads_at: set[int] = set()
-            writes_at: set[int] = set()
-            local_reads = []
-            for t, key in fp.reads:
-                spec = table(t)
-                if spec.replicated:
-                    continue
-                p = spec.placement(key[: spec.place_prefix], n)
-                reads_at.add(p)
-                if p == me:
-                    local_reads.append((t, key))
-                    shared.append((t, key[: spec.lock_prefix]))
-            for t, key in fp.writes:
-                spec = table(t)
-                p = spec.placement(key[: spec.place_prefix], n)
-                writes_at.add(p)
-                if p == me:
-                    exclusive.append((t, key[: spec.lock_prefix]))
-            executors = sorted(writes_at) if writes_at else [min(participants)]
-            st.executor = me in executors
-            st.reporter = executors[0] == me
-            st.local_reads = tuple(local_reads)
-            st.send_to = tuple(q for q in executors if q != me) if local_reads else ()
-            st.need = {q for q in reads_at if q != me} if st.executor else set()
+            share = placement.LocalShare(
+                fp.reads, fp.writes, participants, self.partition, self.partitions
+            )
+            shared, exclusive = share.shared, share.exclusive
+            st.executor, st.reporter = share.executor, share.reporter
+            st.local_reads, st.send_to, st.need = share.local_reads, share.send_to, share.need
         self._active[txn_id] = st
         early = self._early.pop(txn_id, None)
         if early:
@@ -422,7 +385,7 @@ class Partition:
             if st.single:
                 storage.apply(writes)
             else:
-                me, n, where = self.partition, self.partitions, catalog.partition_of
+                me, n, where = self.partition, self.partitions, placement.partition_of
                 storage.apply(w for w in writes if where(w[0], w[1], n) == me)
         if ctx.hold_ms and self.hold_clock is not None:
             due = self.hold_clock() + ctx.hold_ms / 1000.0
@@ -458,13 +421,13 @@ class Partition:
         exact, prefixes = st.exact, st.prefixes
 
         def get(t: str, key: tuple) -> tuple | None:
-            p = catalog.partition_of(t, key, n)
+            p = placement.partition_of(t, key, n)
             if p == me or p == REPLICATED:
                 return storage.get(t, key)
             return exact.get((t, key))
 
         def scan(t: str, prefix: tuple) -> list:
-            p = catalog.partition_of(t, prefix, n)
+            p = placement.partition_of(t, prefix, n)
             if p == me or p == REPLICATED:
                 return storage.scan(t, prefix)
             rows = prefixes.get((t, prefix))
@@ -524,7 +487,7 @@ class Partition:
         n, me = self.partitions, self.partition
         try:
             fp = proc.footprint_of(args)
-            homes = [catalog.partition_of(t, key, n) for t, key in fp.reads]
+            homes = [placement.partition_of(t, key, n) for t, key in fp.reads]
         except BadRequest as e:
             return ERROR, (e.code, e.message)
         # The procedure's footprint function (and the placement of the keys it made)

@@ -80,7 +80,7 @@ from executor.storage import MASK64, Storage, row_digest
 from sequencer import wire
 from sequencer.log import LogCorruption, iter_frames
 from sequencer.sequencer import participants as sequencer_participants
-from txn_library import catalog
+from txn_library import catalog, placement
 from txn_library.errors import ABORTED, ERROR, BadRequest
 from txn_library.procedure import Procedure, load_modules, lookup, procedures
 
@@ -915,7 +915,7 @@ class Suspects:
 
 
 def _lock(table: str, key: tuple) -> tuple:
-    return catalog.lock_name(table, key)
+    return placement.lock_name(table, key)
 
 
 def footprints(

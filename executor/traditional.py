@@ -85,7 +85,7 @@ from executor.execution import run_txn
 from executor.storage import MASK64, PreparedWrite, Storage, key_parts_problem
 from scheduler.twopl import DIE, EV_GRANTED, EXCLUSIVE, GRANTED, SHARED, LockTable
 from sequencer.retry_cache import Done, RetryCache, call_body, call_digest
-from txn_library import catalog
+from txn_library import catalog, placement
 from txn_library.errors import (
     ABORTED,
     ERR_BAD_ARGUMENTS,
@@ -344,7 +344,7 @@ def _lock_name(table: str, key: tuple) -> tuple:
             f"{table}{key!r} is coarser than a lock: the traditional mode locks whole "
             f"lock_len prefixes only (no range locks)"
         )
-    return catalog.lock_name(table, key)
+    return placement.lock_name(table, key)
 
 
 def _wall_clock_us() -> int:
@@ -584,7 +584,7 @@ class TraditionalPartition:
         # else: the body is running right now (it will see doomed at its next lock)
 
     def _get(self, att: _Attempt, table: str, key: tuple) -> tuple | None:
-        p = catalog.partition_of(table, key, self.partitions)
+        p = placement.partition_of(table, key, self.partitions)
         if p == REPLICATED:
             return self.storage.get(table, key)
         mode = self._read_mode(att, table, key)
@@ -594,7 +594,7 @@ class TraditionalPartition:
         return self._remote(att, p, OP_GET, table, key, mode)
 
     def _scan(self, att: _Attempt, table: str, prefix: tuple) -> list:
-        p = catalog.partition_of(table, prefix, self.partitions)
+        p = placement.partition_of(table, prefix, self.partitions)
         if p == REPLICATED:
             return self.storage.scan(table, prefix)
         mode = self._read_mode(att, table, prefix)
@@ -609,7 +609,7 @@ class TraditionalPartition:
         return SHARED
 
     def _on_write(self, att: _Attempt, table: str, key: tuple) -> None:
-        p = catalog.partition_of(table, key, self.partitions)
+        p = placement.partition_of(table, key, self.partitions)
         name = _lock_name(table, key)
         if p == self.partition:
             self._lock_local(att, name, EXCLUSIVE)
@@ -720,7 +720,7 @@ class TraditionalPartition:
         local_prepared: list[PreparedWrite] = []
         for w in writes:  # validated as a whole by run_txn: none of them can fail
             t, key, row, _digest = w
-            p = catalog.partition_of(t, key, n)
+            p = placement.partition_of(t, key, n)
             if p == me:
                 local.append((t, key, row))
                 local_prepared.append(w)
@@ -929,7 +929,7 @@ class TraditionalPartition:
             return
         me, n = self.partition, self.partitions
         for t, key, _row in writes:
-            invariant(catalog.partition_of(t, key, n) == me, f"{aid}: write {t}{key!r} not here")
+            invariant(placement.partition_of(t, key, n) == me, f"{aid}: write {t}{key!r} not here")
             invariant(
                 self.locks.mode_held(aid, _lock_name(t, key)) == EXCLUSIVE,
                 f"{aid}: write {t}{key!r} without an exclusive lock",
@@ -1230,20 +1230,14 @@ TraditionalPartition._timer_handlers = {
 
 
 def home_partition(proc: str, args: Iterable[Any], partitions: int) -> int:
-    """Where a client should send a call: the partition owning the first non-replicated
-    key of its footprint (of its reconnaissance, for a dependent procedure), else 0.
-
-    Any partition can coordinate any call; sending it home saves remote lock requests.
-    """
+    """Where a client should send a call (placement.home of its footprint, or of its
+    reconnaissance's for a dependent procedure). Any partition can coordinate any call;
+    sending it home saves remote lock requests."""
     p_ = lookup(proc)
     if p_.recon is not None:
         p_ = lookup(p_.recon)
     fp = p_.footprint_of(tuple(args))
-    for t, key in fp.reads + fp.writes:
-        p = catalog.partition_of(t, key, partitions)
-        if p != REPLICATED:
-            return p
-    return 0
+    return placement.home(fp.reads, fp.writes, partitions)
 
 
 def every_nth_prepare(kind: str, n: int) -> PrepareFault:

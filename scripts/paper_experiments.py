@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from txn_library import placement
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cluster.config import ClusterConfig  # noqa: E402
@@ -292,11 +294,12 @@ def new_order_calls(warehouses: int, multi_share: float, seed: int) -> Callable[
     line supplied by a warehouse on the other partition (so they are multi-partition)."""
     from tpcc.inputs import Terminal, TpccInputs
     from tpcc.schema import WAREHOUSE
-    from txn_library import catalog
 
     inputs = TpccInputs(warehouses, PARTITIONS, seed, load_seed=1, remote_line_pct=0)
     rng = random.Random(seed)
-    part = {w: catalog.partition_of(WAREHOUSE, (w,), PARTITIONS) for w in range(1, warehouses + 1)}
+    part = {
+        w: placement.partition_of(WAREHOUSE, (w,), PARTITIONS) for w in range(1, warehouses + 1)
+    }
 
     def nxt() -> Call:
         w_id = rng.randint(1, warehouses)

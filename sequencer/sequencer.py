@@ -54,7 +54,6 @@ from typing import Any
 import msgpack
 
 from cluster import limits
-from executor.partition import reporter_of
 from executor.wire import MSG_RESULTS, RESULT_LOOKUP
 from sequencer import wire
 from sequencer.fair import FairQueues
@@ -78,7 +77,7 @@ from sequencer.wire import (
     batch_digest,
     unpack,
 )
-from txn_library import catalog
+from txn_library import placement
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_MALFORMED,
@@ -107,23 +106,14 @@ _ARCHIVE_PATH_MAX = 4096
 
 
 def participants(proc: Procedure, args: tuple, partitions: int) -> tuple[int, ...]:
-    """Partitions a call touches (sorted); replicated-only calls go to partition 0."""
+    """Partitions a call touches (txn_library.placement), its footprint checked first."""
     try:
         fp = proc.footprint_of(args)  # checked: every key is at least its placement prefix
-        if partitions == 1:
-            return (0,)
-        parts = set()
-        table = catalog.table
-        for entries in (fp.reads, fp.writes):
-            for t, key in entries:
-                spec = table(t)
-                if not spec.replicated:
-                    parts.add(spec.placement(key[: spec.place_prefix], partitions))
     except BadRequest:
         raise
     except Exception as e:  # the procedure's footprint function raised on these args
         raise BadRequest(ERR_BAD_ARGUMENTS, f"footprint of {proc.name} failed: {e}") from None
-    return tuple(sorted(parts)) if parts else (0,)
+    return placement.participants(fp.reads, fp.writes, partitions)
 
 
 def make_batch(
@@ -556,7 +546,7 @@ class Sequencer:
         proc = lookup(txn[T_PROC])
         args = txn[T_ARGS]
         fp = proc.footprint(*args)
-        reporter = reporter_of(fp.reads, fp.writes, txn[T_PARTS], self.partitions)
+        reporter = placement.reporter(fp.writes, txn[T_PARTS], self.partitions)
         call = _Call(identity, key[0], key[1], proc, args, txn[T_PARTS], entry.digest)
         call.lookup = True
         self.retries.start(key, call)

@@ -19,7 +19,7 @@ import txn_library.builtin  # noqa: F401  (registers kv, for placement)
 from cluster.launcher import wait_quiescent
 from sequencer import wire
 from sequencer.log import iter_frames
-from txn_library import catalog
+from txn_library import placement
 from txn_library.client import Client
 from txn_library.errors import ERROR, CallFailed
 
@@ -158,7 +158,7 @@ def test_junk_on_a_partition_inbox_is_dropped_with_rate_limited_warnings(cluster
     deadline = time.monotonic() + 20
     while reported() < expected and time.monotonic() < deadline:
         time.sleep(0.1)  # reports come at most once a second
-    here = next(f"k{i}" for i in range(100) if catalog.partition_of("kv", (f"k{i}",), 2) == 0)
+    here = next(f"k{i}" for i in range(100) if placement.partition_of("kv", (f"k{i}",), 2) == 0)
     with Client(cfg.client_addr) as c:
         assert c.call("kv.put", here, 1).ok
         assert c.call("bank.open", 500, 20, 100).value == 20  # both partitions

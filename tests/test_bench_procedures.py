@@ -11,7 +11,7 @@ from executor.engine import LocalReplica, genesis_storage
 from executor.partition import Partition
 from executor.traditional import LocalTraditionalCluster
 from sequencer.sequencer import make_batch
-from txn_library import catalog
+from txn_library import placement
 from txn_library.bench_procedures import REC, TAG, genesis, slot_rids
 from txn_library.errors import ABORTED, OK, RESTART
 
@@ -22,7 +22,7 @@ def test_genesis_is_partition_consistent_and_complete() -> None:
     rows = [list(genesis(p, 2, records=100, tags=10)) for p in range(2)]
     for p, part in enumerate(rows):
         for table, key, _row in part:
-            assert catalog.partition_of(table, key, 2) == p
+            assert placement.partition_of(table, key, 2) == p
     recs = sorted(k[0] for part in rows for t, k, _ in part if t == REC)
     assert recs == list(range(100))
     assert list(genesis(1, 2, records=100, tags=10)) == rows[1]  # a pure function

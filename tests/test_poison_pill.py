@@ -35,7 +35,7 @@ from executor.storage import Storage
 from executor.traditional import LocalTraditionalCluster, TraditionalOptions, replay_history
 from sequencer.sequencer import make_batch
 from tests.cluster_checks import replicas_agree_with_serial_replay
-from txn_library import catalog
+from txn_library import catalog, placement
 from txn_library.client import Client
 from txn_library.errors import ERR_PROCEDURE_FAILED, ERROR, OK, CallFailed
 from txn_library.procedure import Abort, Arg, Footprint, procedure
@@ -125,7 +125,7 @@ def _split_accounts() -> tuple[int, int]:
     by_part: dict[int, int] = {}
     k = 0
     while len(by_part) < 2:
-        by_part.setdefault(catalog.partition_of(PLAIN, (k,), 2), k)
+        by_part.setdefault(placement.partition_of(PLAIN, (k,), 2), k)
         k += 1
     return by_part[0], by_part[1]
 
@@ -173,7 +173,7 @@ class Everywhere:
         return out
 
     def get(self, table: str, key: tuple) -> tuple | None:
-        rows = {r.parts[catalog.partition_of(table, key, 2)].storage.get(table, key)
+        rows = {r.parts[placement.partition_of(table, key, 2)].storage.get(table, key)
                 for r in self.replicas}  # fmt: skip
         rows.add(self.serial.storage.get(table, key))
         assert len(rows) == 1, rows
@@ -255,7 +255,7 @@ def test_ordered_table_rejects_a_key_part_of_another_type_whatever_it_holds() ->
     _rejected(res, "key part 1 is str")
     assert e.run(("pp.ordered_put", (1, 3))) == [(OK, 1)]
     for r in e.replicas:
-        p = r.parts[catalog.partition_of(ORDERED, (1,), 2)]
+        p = r.parts[placement.partition_of(ORDERED, (1,), 2)]
         assert list(p.storage.indexes[ORDERED]) == [(1, 2), (1, 3)]
 
 
@@ -304,7 +304,7 @@ def test_traditional_mode_rejects_the_same_poison_and_recovers_from_its_log() ->
 def test_live_cluster_survives_the_overflow_and_replays_it_after_kill9(make_cluster) -> None:  # type: ignore[no-untyped-def]
     lc = make_cluster(replicas=2, partitions=2)
     cfg = lc.config
-    holder = catalog.partition_of("account", (FIRST + 1,), 2)
+    holder = placement.partition_of("account", (FIRST + 1,), 2)
     with Client(cfg.client_addr) as c:
         assert c.call("bank.open", FIRST, 3, BIG).value == 3
         assert c.call("bank.transfer", FIRST, FIRST + 1, BIG).value == 0

@@ -27,6 +27,7 @@ from executor.partition import Partition
 from sequencer import wire
 from sequencer.log import CommandLog, encode_frame, iter_frames
 from sequencer.sequencer import make_batch
+from txn_library import placement
 from txn_library.bank_workload import make_transfers, open_accounts, run_transfers
 from txn_library.client import Client
 
@@ -363,9 +364,8 @@ def test_executor_bug_is_located_exactly_by_the_serial_oracle(
                     break
 
     def catalog_partition(t: str, key: tuple) -> int:
-        from txn_library import catalog
 
-        return catalog.partition_of(t, key, 2)
+        return placement.partition_of(t, key, 2)
 
     monkeypatch.setattr(Partition, "_execute", buggy)
     rows = replay.verify_local(b.spec, b.ckpt)

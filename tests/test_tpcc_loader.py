@@ -31,7 +31,7 @@ from tpcc.tpcc_random import (
     last_name,
     valid_c_last_run,
 )
-from txn_library import catalog
+from txn_library import catalog, placement
 
 SEED = 20240601
 LOAD_TS_MS = 1_700_000_000_000
@@ -98,7 +98,7 @@ def test_rows_fit_their_tables(w1: Tables) -> None:
             assert len(row) == len(table.columns), name
             if not table.replicated:
                 assert key[0] == 1  # warehouse first: place_by_first_int
-                assert catalog.partition_of(name, key, 4) == 0
+                assert placement.partition_of(name, key, 4) == 0
     assert s.col("customer", "c_balance") == s.C_BALANCE
     assert s.COL_STOCK["s_dist_10"] == s.S_DIST_FIRST + 9
     with pytest.raises(KeyError, match="c_nope"):

@@ -33,7 +33,7 @@ from tpcc.consistency import check_consistency
 from tpcc.inputs import TpccInputs, terminals_for
 from tpcc.loader import generate_items, generate_warehouse, genesis
 from tpcc.tpcc_random import LAST_NAMES
-from txn_library import catalog
+from txn_library import placement
 from txn_library.client import ClientProtocol
 from txn_library.errors import ABORTED, ERROR, OK, RESTART
 
@@ -134,7 +134,7 @@ class Sim:
     def row(self, table: str, key: tuple) -> tuple | None:
         """A row from the serial oracle; asserts every replica's owning partition agrees."""
         row = self.serial.storage.get(table, key)
-        p = catalog.partition_of(table, key, PARTITIONS)
+        p = placement.partition_of(table, key, PARTITIONS)
         for rep in self.replicas:
             assert rep.parts[p].storage.get(table, key) == row
         return row
@@ -162,7 +162,10 @@ def _storage(items: LoadRows, rows: dict[int, LoadRows], partition: int | None) 
     st = Storage()
     st.load(items)
     for w_id, warehouse_rows in rows.items():
-        if partition is None or catalog.partition_of(s.WAREHOUSE, (w_id,), PARTITIONS) == partition:
+        if (
+            partition is None
+            or placement.partition_of(s.WAREHOUSE, (w_id,), PARTITIONS) == partition
+        ):
             st.load(warehouse_rows)
     return st
 
@@ -200,7 +203,7 @@ def test_genesis_loads_own_warehouses_and_every_item(
         gc.unfreeze()
         gc.set_threshold(*thresholds)
     assert rows == items + warehouse_rows[2]  # warehouse 2 lives on partition (2-1) % 2 = 1
-    assert catalog.partition_of(s.WAREHOUSE, (2,), 2) == 1
+    assert placement.partition_of(s.WAREHOUSE, (2,), 2) == 1
     with pytest.raises(ValueError):
         next(genesis(2, 2, warehouses=2, seed=SEED, load_ts_ms=LOAD_TS_MS))
 

@@ -41,7 +41,7 @@ from executor.traditional import (
     replay_history,
 )
 from executor.traditional_server import RoutingClient, TraditionalCluster
-from txn_library import catalog
+from txn_library import catalog, placement
 from txn_library.bank_workload import make_transfers
 from txn_library.errors import ABORTED, ERR_UNAVAILABLE, ERROR, OK, CallFailed
 from txn_library.procedure import Abort, Arg, Footprint, Restart, procedure
@@ -106,7 +106,7 @@ def pay_from_richer(ctx: Any, a: int, b: int, amount: int, predicted: int) -> An
 
 
 def on_partition(p: int, partitions: int, n: int = 1) -> list[int]:
-    found = [a for a in range(ACCOUNTS) if catalog.partition_of("account", (a,), partitions) == p]
+    found = [a for a in range(ACCOUNTS) if placement.partition_of("account", (a,), partitions) == p]
     return found[:n]
 
 
@@ -208,7 +208,7 @@ def test_cross_partition_deadlock_resolved_by_wait_die() -> None:
     (t1_aid,) = sim.parts[0]._attempts
     (t2_aid,) = sim.parts[1]._attempts
     sim.deliver_channel(0, 1)  # T1 asks p1 for b: T1 is older, so it waits
-    b_lock = catalog.lock_name("account", (b,))
+    b_lock = placement.lock_name("account", (b,))
     assert sim.parts[1].locks.waiting_on(t1_aid) == b_lock
     sim.deliver_channel(1, 0)  # T2 asks p0 for a: T2 is younger, so it dies
     assert sim.parts[0].locks.deaths == 1
@@ -337,7 +337,7 @@ def test_in_doubt_participant_learns_commit_after_crash() -> None:
     sim.crash(1)  # the COMMIT in flight is lost
     p1 = sim.parts[1]
     assert p1.status()[8] == 1  # one branch in doubt
-    assert p1.locks.mode_held(next(iter(p1._branches)), catalog.lock_name("account", (b,)))
+    assert p1.locks.mode_held(next(iter(p1._branches)), placement.lock_name("account", (b,)))
     assert balance(sim, b) == START  # not applied until the outcome is known
     blocked = sim.submit("bank.balance", b)  # must wait for the in-doubt lock
     sim.run()

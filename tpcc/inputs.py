@@ -28,7 +28,7 @@ from tpcc.schema import (
 )
 from tpcc.tpcc_random import A_C_ID, A_C_LAST, A_OL_I_ID, LAST_NAMES, NURandC, TpccRandom
 from tpcc.tpcc_random import derive_seed as _derive_seed
-from txn_library import catalog
+from txn_library import placement
 
 NEW_ORDER = "new_order"
 PAYMENT = "payment"
@@ -107,7 +107,7 @@ class TpccInputs:
                 self._cumulative.append((acc, kind))
         self._total = acc
         self._part = [
-            catalog.partition_of(WAREHOUSE, (w,), partitions) for w in range(warehouses + 1)
+            placement.partition_of(WAREHOUSE, (w,), partitions) for w in range(warehouses + 1)
         ]  # index 0 unused
         self._draw = {
             NEW_ORDER: self.new_order,

@@ -46,7 +46,7 @@ from tpcc.schema import (
     WAREHOUSE,
 )
 from tpcc.tpcc_random import LAST_NAMES, NURandC, TpccRandom, derive_seed
-from txn_library import catalog
+from txn_library import placement
 
 LoadRow = tuple[str, tuple, tuple]
 
@@ -97,7 +97,7 @@ def genesis(
 
     Every ITEM row (ITEM is replicated on every partition), then every row of each
     warehouse w in 1..warehouses placed on ``partition`` (the warehouse table's
-    placement, ``catalog.partition_of(WAREHOUSE, (w,), partitions)``; every table is
+    placement, ``placement.partition_of(WAREHOUSE, (w,), partitions)``; every table is
     placed by warehouse, so all of w's rows live there). A pure function of its
     arguments: every replica, restart and replay starts from the same state, and
     nothing goes through the command log. No progress bar here: partition processes
@@ -107,7 +107,7 @@ def genesis(
         raise ValueError(f"partition {partition} not in [0, {partitions})")
     yield from generate_items(seed)
     for w_id in range(1, warehouses + 1):
-        if catalog.partition_of(WAREHOUSE, (w_id,), partitions) == partition:
+        if placement.partition_of(WAREHOUSE, (w_id,), partitions) == partition:
             yield from generate_warehouse(w_id, seed, load_ts_ms)
     settle_heap()
     maybe_profile(f"partition-{partition}")

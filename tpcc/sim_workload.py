@@ -24,7 +24,7 @@ from executor.deterministic.workloads import Call, FinalState, GenesisImage, gen
 from tpcc.consistency import check_consistency
 from tpcc.inputs import TpccInputs, terminals_for
 from tpcc.schema import WAREHOUSE
-from txn_library import catalog
+from txn_library import placement
 
 GENESIS = "tpcc.loader:genesis"
 LOAD_SEED = 20_250_101  # one database per process: every seed runs on the same genesis
@@ -83,7 +83,7 @@ class TpccWorkload:
             if len(parts) != final.partitions:
                 continue  # a partition is down: reported by the replica checks
             for w in warehouses:
-                p = catalog.partition_of(WAREHOUSE, (w,), final.partitions)
+                p = placement.partition_of(WAREHOUSE, (w,), final.partitions)
                 for v in check_consistency(parts[p].tables, [w]):
                     out.append(f"tpcc replica {r}: {v}")
         return out

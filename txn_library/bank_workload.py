@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import txn_library.builtin  # noqa: F401  (registers the bank)
-from txn_library import catalog
+from txn_library import placement
 from txn_library.client import Client, Result
 
 
@@ -50,12 +50,12 @@ def make_transfers(
     rng = random.Random(seed)
     by_part: dict[int, list[int]] = {}
     for a in range(accounts):
-        by_part.setdefault(catalog.partition_of("account", (a,), partitions), []).append(a)
+        by_part.setdefault(placement.partition_of("account", (a,), partitions), []).append(a)
     parts = sorted(by_part)
     out = []
     for _ in range(n):
         src = rng.randrange(accounts)
-        ps = catalog.partition_of("account", (src,), partitions)
+        ps = placement.partition_of("account", (src,), partitions)
         if partitions > 1 and rng.random() < multi_share:
             pd = rng.choice([p for p in parts if p != ps])
         else:

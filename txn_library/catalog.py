@@ -108,21 +108,3 @@ def table_or_none(name: object) -> Table | None:
 
 def tables() -> dict[str, Table]:
     return dict(_TABLES)
-
-
-def partition_of(table_name: str, key: tuple, partitions: int) -> int:
-    """The partition holding ``key`` (or REPLICATED). ``key`` may be a prefix."""
-    t = _TABLES[table_name]
-    if t.replicated:
-        return REPLICATED
-    n = t.place_prefix
-    if len(key) < n:
-        raise ValueError(f"{table_name} key {key!r} shorter than its placement prefix ({n})")
-    if partitions == 1:
-        return 0
-    return t.placement(key[:n], partitions)
-
-
-def lock_name(table_name: str, key: tuple) -> tuple:
-    t = _TABLES[table_name]
-    return (table_name, key[: t.lock_prefix])

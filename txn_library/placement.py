@@ -1,0 +1,142 @@
+"""Where things live and who does what: the one placement rule of Ordo.
+
+Every engine asks this module, so they cannot drift apart (if two copies of this rule
+disagreed, replicas would silently diverge): the sequencer (participants of a call),
+the partition role (its share of a transaction), the 2PL baseline (a call's home),
+replay, the workloads' generators and the tools.
+
+Rules:
+- A key lives on ``placement(key[:place_len], partitions)`` of its table (crc32c of
+  the msgpack-encoded prefix, or e.g. the TPC-C warehouse number); a replicated
+  table's keys live everywhere (``REPLICATED``) and are never locked.
+- The *participants* of a transaction are the partitions its footprint touches
+  (sorted); a footprint of replicated tables only goes to partition 0.
+- Its *executors* are the participants holding some of its writes (all of them run
+  the whole body and apply their local writes); if it writes nothing, the lowest
+  participant. Its *reporter* (the one partition per replica that answers) is the
+  lowest executor.
+- A lock name is ``(table, key[:lock_len])``; ``place_len <= lock_len``, so every
+  lock is local to one partition.
+
+Invariant: all of these are functions of (catalog, footprint, partitions) only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from txn_library import catalog
+from txn_library.catalog import REPLICATED
+
+FootprintEntries = Iterable[tuple[str, tuple]]
+
+
+def partition_of(table_name: str, key: tuple, partitions: int) -> int:
+    """The partition holding ``key`` (or REPLICATED). ``key`` may be a prefix."""
+    t = catalog.table(table_name)
+    if t.replicated:
+        return REPLICATED
+    n = t.place_prefix
+    if len(key) < n:
+        raise ValueError(f"{table_name} key {key!r} shorter than its placement prefix ({n})")
+    if partitions == 1:
+        return 0
+    return t.placement(key[:n], partitions)
+
+
+def lock_name(table_name: str, key: tuple) -> tuple:
+    return (table_name, key[: catalog.table(table_name).lock_prefix])
+
+
+def participants(reads: FootprintEntries, writes: FootprintEntries, partitions: int) -> tuple:
+    """Partitions a footprint touches, sorted; replicated-only footprints: (0,)."""
+    if partitions == 1:
+        return (0,)
+    parts = set()
+    table = catalog.table
+    for entries in (reads, writes):
+        for t, key in entries:
+            spec = table(t)
+            if not spec.replicated:
+                parts.add(spec.placement(key[: spec.place_prefix], partitions))
+    return tuple(sorted(parts)) if parts else (0,)
+
+
+def executors(writes: FootprintEntries, participants_: tuple, partitions: int) -> tuple:
+    """The participants that run the body: those holding writes, else the lowest."""
+    if len(participants_) == 1:
+        return participants_
+    at = {partition_of(t, k, partitions) for t, k in writes}
+    at.discard(REPLICATED)
+    return tuple(sorted(at)) if at else (min(participants_),)
+
+
+def reporter(writes: FootprintEntries, participants_: tuple, partitions: int) -> int:
+    """The partition (per replica) that reports a transaction's result."""
+    return executors(writes, participants_, partitions)[0]
+
+
+def home(reads: FootprintEntries, writes: FootprintEntries, partitions: int) -> int:
+    """Where a client best sends a call in the 2PL baseline: the partition of the first
+    non-replicated key of its footprint, else 0."""
+    for entries in (reads, writes):
+        for t, key in entries:
+            p = partition_of(t, key, partitions)
+            if p != REPLICATED:
+                return p
+    return 0
+
+
+class LocalShare:
+    """One partition's share of a multi-partition transaction, in one pass over its
+    footprint (this runs for every transaction at every participant)."""
+
+    __slots__ = ("shared", "exclusive", "local_reads", "executor", "reporter", "send_to", "need")
+
+    def __init__(
+        self, reads: FootprintEntries, writes: FootprintEntries, participants_: tuple,
+        me: int, partitions: int,
+    ) -> None:  # fmt: skip
+        table = catalog.table
+        shared: list[tuple] = []
+        exclusive: list[tuple] = []
+        local_reads: list[tuple[str, tuple]] = []
+        reads_at: set[int] = set()
+        writes_at: set[int] = set()
+        for t, key in reads:
+            spec = table(t)
+            if spec.replicated:
+                continue
+            p = spec.placement(key[: spec.place_prefix], partitions)
+            reads_at.add(p)
+            if p == me:
+                local_reads.append((t, key))
+                shared.append((t, key[: spec.lock_prefix]))
+        for t, key in writes:
+            spec = table(t)
+            p = spec.placement(key[: spec.place_prefix], partitions)
+            writes_at.add(p)
+            if p == me:
+                exclusive.append((t, key[: spec.lock_prefix]))
+        runs = sorted(writes_at) if writes_at else [min(participants_)]
+        self.shared = shared
+        self.exclusive = exclusive
+        self.executor = me in runs
+        self.reporter = runs[0] == me
+        self.local_reads = tuple(local_reads)
+        self.send_to = tuple(q for q in runs if q != me) if local_reads else ()
+        self.need = {q for q in reads_at if q != me} if self.executor else set()
+
+
+def single_partition_locks(
+    reads: FootprintEntries, writes: FootprintEntries
+) -> tuple[list[tuple], list[tuple]]:
+    """(shared, exclusive) lock names of a single-partition transaction."""
+    table = catalog.table
+    shared = []
+    for t, key in reads:
+        spec = table(t)
+        if not spec.replicated:
+            shared.append((t, key[: spec.lock_prefix]))
+    exclusive = [(t, key[: table(t).lock_prefix]) for t, key in writes]
+    return shared, exclusive
