@@ -171,9 +171,12 @@ def _config_for_up(
 @data_dir_option
 def sequencer(data_dir: str) -> None:
     """Run the sequencer of the cluster in DATA_DIR."""
+    from cluster.profiling import maybe_profile
     from sequencer.server import main as run
 
-    run(load_config(data_dir))
+    cfg = load_config(data_dir)
+    maybe_profile("sequencer")
+    run(cfg)
 
 
 @main.command()
@@ -207,8 +210,10 @@ def replica(replica: int, partition: int | None, copy_from: int | None, data_dir
             f"replica {replica}: seeded from replica {copy_from}'s checkpoint at epoch {epoch}"
         )
     if partition is not None:
+        from cluster.profiling import maybe_profile
         from executor.server import main as run
 
+        maybe_profile(f"partition-{partition}")
         run(cfg, replica, partition)
         return
     from cluster.launcher import LocalCluster

@@ -26,8 +26,10 @@ class ClusterConfig:
     data_dir: str = DEFAULT_DATA_DIR
     epoch_duration_ms: int = 10
     fsync: bool = True
-    # Modules whose import registers procedures and tables (same list everywhere).
-    procedure_modules: tuple[str, ...] = field(default=("txn_library.builtin", "tpcc.procedures"))
+    # Modules whose import registers procedures and tables (same list everywhere). The
+    # engine's default is the built-ins; a workload adds its own (`ordo tpcc ...` adds
+    # tpcc.procedures, `ordo up --module M` any other).
+    procedure_modules: tuple[str, ...] = field(default=("txn_library.builtin",))
     # Initial database: "module:function" called as fn(partition, partitions, **genesis_args)
     # on every partition that starts from nothing; it yields (table, key, row) for the
     # rows that partition holds (replicated tables: every partition). Deterministic, so

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from cluster.cli import main
 from tpcc import schema
 from tpcc.cli import tpcc
+from tpcc.driver import PROCEDURE_MODULES
 from txn_library.client import Client
 
 WAREHOUSES = 2
@@ -37,7 +38,11 @@ FIXED_ROWS = {
 
 def test_standard_mix_on_two_replicas_keeps_tpcc_consistent(make_cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
     lc = make_cluster(
-        replicas=2, partitions=2, genesis="tpcc.loader:genesis", genesis_args=GENESIS_ARGS
+        replicas=2,
+        partitions=2,
+        genesis="tpcc.loader:genesis",
+        genesis_args=GENESIS_ARGS,
+        procedure_modules=PROCEDURE_MODULES,
     )
     data_dir = lc.config.data_dir
     with Client(lc.config.client_addr) as c:

@@ -18,10 +18,7 @@ Units follow ``tpcc.schema``: cents, basis points, milliseconds, None for null.
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 from tqdm import tqdm
 
@@ -50,8 +47,6 @@ from txn_library import placement
 
 LoadRow = tuple[str, tuple, tuple]
 
-PROFILE_ENV = "ORDO_PROFILE_DIR"
-PROFILE_CLOCK_ENV = "ORDO_PROFILE_CLOCK"
 
 # Initial values of clause 4.3.3.1, in schema units.
 W_YTD_INITIAL = 30_000_000  # 300,000.00
@@ -110,32 +105,6 @@ def genesis(
         if placement.partition_of(WAREHOUSE, (w_id,), partitions) == partition:
             yield from generate_warehouse(w_id, seed, load_ts_ms)
     settle_heap()
-    maybe_profile(f"partition-{partition}")
-
-
-def maybe_profile(role: str) -> None:
-    """Profiling hook: with ORDO_PROFILE_DIR set, profile this process from now on
-    (cProfile) and write ``<dir>/<role>-<pid>.prof`` at exit (a partition exits
-    normally on SIGTERM). Read it with ``python -m pstats``."""
-    out_dir = os.environ.get(PROFILE_ENV)
-    if not out_dir:
-        return
-    import atexit
-    import cProfile
-
-    # Wall time by default; ORDO_PROFILE_CLOCK=cpu counts CPU time only (slower, but
-    # honest on a busy machine where wall time includes time spent descheduled).
-    cpu = os.environ.get(PROFILE_CLOCK_ENV) == "cpu"
-    profiler = cProfile.Profile(time.process_time) if cpu else cProfile.Profile()
-    path = Path(out_dir) / f"{role}-{os.getpid()}.prof"
-    path.parent.mkdir(parents=True, exist_ok=True)
-
-    def dump() -> None:
-        profiler.disable()
-        profiler.dump_stats(str(path))
-
-    atexit.register(dump)
-    profiler.enable()
 
 
 def generate_items(seed: int) -> Iterator[LoadRow]:

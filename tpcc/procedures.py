@@ -787,18 +787,3 @@ def _check_layout() -> None:
 
 
 _check_layout()
-
-
-def _profile_sequencer_hook() -> None:
-    """ORDO_PROFILE_DIR also profiles the sequencer process (it imports this module to
-    register procedures; partitions are profiled from tpcc.loader.genesis)."""
-    import os
-    import sys
-
-    from tpcc.loader import PROFILE_ENV, maybe_profile
-
-    if os.environ.get(PROFILE_ENV) and "sequencer" in sys.argv[1:2]:
-        maybe_profile("sequencer")
-
-
-_profile_sequencer_hook()
