@@ -54,7 +54,7 @@ from cluster import limits
 from executor.context import TxnContext, cover_set
 from executor.execution import failure_text, run_body, run_txn
 from executor.storage import Storage
-from executor.wire import RESULT_LOOKUP
+from executor.wire import RESULT_LOOKUP, PartitionStatus
 from scheduler.lock_manager import LockManager
 from txn_library import catalog, placement
 from txn_library.errors import (
@@ -502,8 +502,8 @@ class Partition:
         return run_body(proc, tuple(args), ctx)
 
     # Introspection ------------------------------------------------------------
-    def status(self, catching_up: bool = False) -> tuple:
-        return (
+    def status(self, catching_up: bool = False) -> PartitionStatus:
+        return PartitionStatus(
             self.last_epoch,
             self.txns_applied,
             self.storage.state_hash,

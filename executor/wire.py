@@ -22,9 +22,8 @@ Outbound to the sequencer's results PULL socket:
   [MSG_RESULTS, replica, partition, results, query_results, status]
       results       = [[txn_id, status, value], ...]   (one partition per replica reports a txn)
       query_results = [[query_id, status, value], ...]
-      status        = [last_epoch, txns_applied, state_hash, active_txns, next_txn_id,
-                       newest_checkpoint_epoch, boundary_epoch, boundary_hash, catching_up,
-                       pid]
+      status        = PartitionStatus (below: one record, 13 fields, positional on
+                       the wire)
       boundary_* is the state hash at the end of the last checkpoint-flagged epoch
       applied: comparable across replicas (the sequencer compares them).
 
@@ -42,9 +41,28 @@ failures are results (executor.execution).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
+
+
+class PartitionStatus(NamedTuple):
+    """What a partition reports with every results message (and at least every 0.2 s)."""
+
+    last_epoch: int  # the last batch admitted (applied in order)
+    txns_applied: int
+    state_hash: int
+    active_txns: int
+    next_txn_id: int
+    newest_checkpoint_epoch: int  # durable: renamed and its directory fsynced
+    boundary_epoch: int  # the last checkpoint-flagged epoch applied ...
+    boundary_hash: int  # ... and the state hash there (compared across replicas)
+    catching_up: bool  # recovering from the log, not live yet
+    pid: int
+    lock_waits: int  # lock requests that had to queue, so far
+    txn_waits: int  # admissions that waited for a lock, so far
+    blocked: int  # transactions waiting for locks now
+
 
 MSG_READS = 1
 MSG_QUERY = 2

@@ -54,7 +54,7 @@ from typing import Any
 import msgpack
 
 from cluster import limits
-from executor.wire import MSG_RESULTS, RESULT_LOOKUP
+from executor.wire import MSG_RESULTS, RESULT_LOOKUP, PartitionStatus
 from sequencer import wire
 from sequencer.fair import FairQueues
 from sequencer.log import CommandLog
@@ -101,7 +101,6 @@ log = logging.getLogger("ordo.sequencer")
 # A partition reports at least every 0.2 s; silent this long, it is shown as down.
 PARTITION_SILENT_S = 1.5
 _TXN_HEADER = msgpack.packb([None] * 5)[:1]  # fixarray of the txn's 5 fields
-_STATUS_FIELDS = 13  # executor.wire: the partition status record
 _ARCHIVE_PATH_MAX = 4096
 
 
@@ -170,7 +169,7 @@ class SequencerStats:
     determinism_violations: int = 0
     duplicate_calls: int = 0
     bad_partition_messages: int = 0
-    partitions: dict = field(default_factory=dict)
+    partitions: dict[tuple[int, int], PartitionStatus] = field(default_factory=dict)
 
 
 class Sequencer:
@@ -664,9 +663,9 @@ class Sequencer:
         for (r, p), st in self.stats.partitions.items():
             if now - self._heard_at.get((r, p), now) > PARTITION_SILENT_S:
                 continue
-            if len(st) > 8 and st[8]:
+            if st.catching_up:
                 continue  # catching up from the log: it reads batches at its own pace
-            fastest[p] = max(fastest.get(p, 0), st[0])
+            fastest[p] = max(fastest.get(p, 0), st.last_epoch)
         if len(fastest) < self.partitions:
             return self.epoch  # a partition with no live replica: nothing to wait for
         return min(fastest.values())
@@ -713,7 +712,7 @@ class Sequencer:
             self.stats.bad_partition_messages += 1
             return False
         _, replica, partition, results, qresults, status = msg
-        self.on_results(replica, partition, results, qresults, status)
+        self.on_results(replica, partition, results, qresults, PartitionStatus._make(status))
         return True
 
     def _results_problem(self, msg: Any) -> str | None:
@@ -734,19 +733,24 @@ class Sequencer:
             return "bad query results"
         if not (
             isinstance(status, tuple)
-            and len(status) == _STATUS_FIELDS
+            and len(status) == len(PartitionStatus._fields)
             and all(_is_int(v) or isinstance(v, bool) for v in status)
         ):
             return "bad status"
         return None
 
     def on_results(
-        self, replica: int, partition: int, results: tuple, query_results: tuple, status: tuple
+        self,
+        replica: int,
+        partition: int,
+        results: tuple,
+        query_results: tuple,
+        status: PartitionStatus,
     ) -> None:
         self.stats.partitions[(replica, partition)] = status
         self._heard_at[(replica, partition)] = self.clock()
-        if len(status) > 7 and status[6]:
-            self._check_boundary(replica, partition, status[6], status[7])
+        if status.boundary_epoch:
+            self._check_boundary(replica, partition, status.boundary_epoch, status.boundary_hash)
         for txn_id, st, value in results:
             self._on_txn_result(replica, txn_id, st, value)
         for qid, _tag, st, value in query_results:
@@ -856,7 +860,7 @@ class Sequencer:
         parts = self.stats.partitions
         if len(parts) < want:
             raise BadRequest(ERR_UNAVAILABLE, f"only {len(parts)} of {want} partitions reported")
-        bound = min(st[5] if len(st) > 5 else 0 for st in parts.values())
+        bound = min(st.newest_checkpoint_epoch for st in parts.values())
         if bound <= 0:
             raise BadRequest(ERR_UNAVAILABLE, "some partition has no checkpoint yet")
         archive = Path(archive_dir) if archive_dir else None
@@ -881,25 +885,22 @@ class Sequencer:
         s = self.stats
         parts = []
         for (r, p), st in sorted(s.partitions.items()):
-            last_epoch, applied, h, active = st[:4]
-            ckpt = st[5] if len(st) > 5 else 0
-            catching_up = bool(st[8]) if len(st) > 8 else False
             parts.append(
                 {
                     "down": now - self._heard_at.get((r, p), now) > PARTITION_SILENT_S,
-                    "pid": st[9] if len(st) > 9 else None,
-                    "newest_checkpoint_epoch": ckpt,
-                    "catching_up": catching_up,
+                    "pid": st.pid,
+                    "newest_checkpoint_epoch": st.newest_checkpoint_epoch,
+                    "catching_up": bool(st.catching_up),
                     "replica": r,
                     "partition": p,
-                    "last_epoch": last_epoch,
-                    "txns_applied": applied,
-                    "state_hash": f"{h:016x}",
-                    "active": active,
+                    "last_epoch": st.last_epoch,
+                    "txns_applied": st.txns_applied,
+                    "state_hash": f"{st.state_hash:016x}",
+                    "active": st.active_txns,
                     # contention: lock requests that waited, txns that waited, blocked now
-                    "lock_waits": st[10] if len(st) > 12 else 0,
-                    "txn_waits": st[11] if len(st) > 12 else 0,
-                    "blocked": st[12] if len(st) > 12 else 0,
+                    "lock_waits": st.lock_waits,
+                    "txn_waits": st.txn_waits,
+                    "blocked": st.blocked,
                 }
             )
         return {

@@ -14,7 +14,7 @@ import pytest
 
 import txn_library.builtin  # noqa: F401
 from cluster import limits
-from executor.wire import MSG_RESULTS
+from executor.wire import MSG_RESULTS, PartitionStatus
 from sequencer import wire
 from sequencer.log import CommandLog, iter_frames
 from sequencer.sequencer import Sequencer
@@ -255,8 +255,8 @@ def test_malformed_partition_reports_change_nothing(tmp_path: Path, msg: object)
     assert s.status_report()["partitions"] == []
 
 
-def _status(last_epoch: int, catching_up: bool = False) -> tuple:
-    return (last_epoch, 0, 0, 0, 0, 0, 0, 0, catching_up, 1, 0, 0, 0)
+def _status(last_epoch: int, catching_up: bool = False) -> PartitionStatus:
+    return PartitionStatus._make(STATUS)._replace(last_epoch=last_epoch, catching_up=catching_up)
 
 
 def test_flow_control_holds_batches_until_the_fastest_replica_applies_them(

@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 
 import txn_library.builtin  # noqa: F401
+from executor.wire import PartitionStatus
 from sequencer import wire
 from sequencer.log import CommandLog, LogCorruption, iter_frames
 from sequencer.sequencer import Sequencer
 from txn_library.errors import ERROR, OK, RESTART
 
 CLIENT = b"client-1"
+STATUS = PartitionStatus(1, 1, 0, 0, 1, 0, 0, 0, False, 1, 0, 0, 0)  # one partition's report
 
 
 def _seq(d: Path, **kw: object) -> Sequencer:
@@ -109,7 +111,7 @@ def test_retried_call_is_not_executed_twice_across_a_restart(tmp_path: Path) -> 
     assert len(queries) == 1
     (qid, _replica, name, args, min_txn) = next(iter(queries.values()))[0]
     assert name == "__result__" and args == (0,) and min_txn == 0
-    s.on_results(0, 0, (), ((qid, 0, OK, 1),), (1, 1, 0, 0, 1))
+    s.on_results(0, 0, (), ((qid, 0, OK, 1),), STATUS)
     (r,) = s.take_client_out()[b"id"]
     assert r == (7, OK, 1)
     _submit(s, (7, "kv.add", ("x", 1)))  # and again: answered from the dedup cache
@@ -123,7 +125,7 @@ def test_restart_result_resequences_with_the_new_prediction(tmp_path: Path) -> N
     # Pretend this were a dependent txn: a RESTART result re-sequences it.
     f = s._inflight[0]
     f.call.args = ("x", 0)  # the last argument plays the prediction
-    s.on_results(0, 0, ((0, RESTART, 5),), (), (1, 1, 0, 0, 1))
+    s.on_results(0, 0, ((0, RESTART, 5),), (), STATUS)
     batch = wire.unpack(s.tick(2))  # type: ignore[arg-type]
     assert batch[wire.B_TXNS][0][wire.T_ARGS] == ("x", 5)
     assert s.stats.restarts == 1

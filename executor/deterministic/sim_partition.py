@@ -376,8 +376,9 @@ class PartitionNode:
             if entries:
                 self._send_peer(q, ewire.pack((ewire.MSG_READS, self.partition, entries)))
         if results or queries or force_status:
-            status = part.status(catching_up=not self.live)
-            status = status[:9] + (self.sim.pid_of(self),) + status[10:]  # a simulated pid
+            status = part.status(catching_up=not self.live)._replace(
+                pid=self.sim.pid_of(self)  # a simulated pid
+            )
             data = ewire.pack(
                 (ewire.MSG_RESULTS, self.replica, self.partition, results, queries, status)
             )
