@@ -72,6 +72,22 @@ client_timeout_s_default = 30.0
 client_in_flight_max = 50_000
 
 
+# msgpack's integer encoding edges (fixint, int8/16/32, float-exact, int64, uint64)
+WIRE_INT_EDGES = (
+    0, 1, -1, 2, 127, 128, -32, -33, 255, 256, 65535, 65536,
+    2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**32, 2**53 + 1,
+    2**63 - 2, 2**63 - 1, 2**63, 2**64 - 1, -(2**63), -(2**63) + 1,
+)  # fmt: skip
+
+
+def edge_values() -> tuple[int, ...]:
+    """What fuzzers try: msgpack's int edges and every int bound here, -1, 0 and +1
+    (a bound added to this module is fuzzed without touching a fuzzer)."""
+    bounds = [v for k, v in globals().items() if k.endswith("_max") and type(v) is int]
+    near = {b + d for b in bounds for d in (-1, 0, 1)}
+    return tuple(sorted(set(WIRE_INT_EDGES) | near))
+
+
 def _check(cond: bool, what: str) -> None:
     if not cond:
         raise RuntimeError(f"limits inconsistent: {what}")

@@ -129,30 +129,7 @@ ALL_KINDS = [*FIXED_TOTALS, *WEIGHTS]
 # Kinds whose send times are marked on the plot (to line stalls up with causes).
 NOTABLE = ("oversized_multi_mb", "bad_call_frames", "big_put", "overflow_write", "limit_accounts")
 
-INT_EDGES = (
-    0, 1, -1, 127, 128, -32, -33, 255, 256, 65535, 65536,
-    2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**32, 2**53 + 1,
-    2**63 - 1, 2**63, 2**64 - 1, -(2**63),
-)  # fmt: skip
-LIMIT_EDGES = tuple(
-    sorted(
-        {
-            v + d
-            for v in (
-                limits.request_bytes_max,
-                limits.calls_per_frame_max,
-                limits.args_per_call_max,
-                limits.batch_txns_max,
-                limits.batch_bytes_max,
-                limits.pending_calls_max,
-                limits.client_in_flight_max,
-                limits.log_service_epochs_per_reply_max,
-                limits.result_cache_txns_max,
-            )
-            for d in (-1, 0, 1)
-        }
-    )
-)
+INT_EDGES = limits.edge_values()  # msgpack int edges, every bound -1/0/+1
 # Stand-ins for ints msgpack cannot carry (2**64, 2**70, -2**63-1).
 PAST_UINT64 = (2.0**63, 2.0**64, 2.0**70, -(2.0**63) - 2048.0, 1e300)
 FLOAT_EDGES = (0.0, -0.0, math.nan, math.inf, -math.inf, 1e308, 5e-324, 0.5, *PAST_UINT64)
@@ -243,7 +220,7 @@ class Gen:
         if depth >= 4 or r < 0.6:
             pick = rng.randrange(10)
             if pick < 3:
-                return rng.choice((*INT_EDGES, *LIMIT_EDGES))
+                return rng.choice(INT_EDGES)
             if pick == 3:
                 return rng.choice(FLOAT_EDGES)
             if pick == 4:
@@ -403,7 +380,7 @@ def g_wrong_args(g: Gen) -> list[bytes]:
 
 def g_int_bounds(g: Gen) -> list[bytes]:
     rng = g.rng
-    edge = lambda: rng.choice((*INT_EDGES, *LIMIT_EDGES))  # noqa: E731
+    edge = lambda: rng.choice(INT_EDGES)  # noqa: E731
     count = rng.choice((0, -1, 1, 2, limits.calls_per_frame_max + 1, 2**63 - 1, 2**64 - 1))
     first = rng.choice((2**63 - 1, 2**63 - 2, 2**62 + g.n, -1, -(2**63), 2**63, 2**64 - 1))
     choices: list[tuple[str, list[Any]]] = [

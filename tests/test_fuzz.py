@@ -65,31 +65,7 @@ FUZZ = settings(
 
 PARTITIONS = 2
 INT64_MIN, INT64_MAX, UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
-INT_EDGES = (
-    0, 1, -1, 2, 127, 128, -32, -33, 255, 256, 2**31 - 1, 2**31, -(2**31) - 1,
-    2**32, 2**53 + 1, INT64_MAX - 1, INT64_MAX, 2**63, UINT64_MAX, INT64_MIN, INT64_MIN + 1,
-)  # fmt: skip
-LIMIT_EDGES = tuple(
-    sorted(
-        {
-            v + d
-            for v in (
-                limits.request_bytes_max,
-                limits.calls_per_frame_max,
-                limits.args_per_call_max,
-                limits.req_id_max,
-                limits.client_id_bytes_max,
-                limits.batch_txns_max,
-                limits.batch_bytes_max,
-                limits.txn_bytes_max,
-                limits.pending_calls_max,
-                limits.row_bytes_max,
-                limits.result_bytes_max,
-            )
-            for d in (-1, 0, 1)
-        }
-    )
-)
+EDGES = limits.edge_values()  # msgpack int edges, every bound -1/0/+1
 # Codes that mean "refused before sequencing": such a call must never be in the log.
 NOT_EXECUTED = {
     "malformed",
@@ -112,7 +88,7 @@ def nest(depth: int) -> tuple:
     return v
 
 
-wire_ints = st.one_of(st.sampled_from(INT_EDGES + LIMIT_EDGES), st.integers(INT64_MIN, UINT64_MAX))
+wire_ints = st.one_of(st.sampled_from(EDGES), st.integers(INT64_MIN, UINT64_MAX))
 wire_scalars = st.one_of(
     st.none(),
     st.booleans(),
@@ -148,7 +124,7 @@ accounts = st.one_of(
     wire_ints.filter(lambda v: INT64_MIN <= v <= INT64_MAX),
 )
 int64s = st.one_of(
-    st.sampled_from(tuple(v for v in INT_EDGES + LIMIT_EDGES if INT64_MIN <= v <= INT64_MAX)),
+    st.sampled_from(tuple(v for v in EDGES if INT64_MIN <= v <= INT64_MAX)),
     st.integers(INT64_MIN, INT64_MAX),
 )
 nonneg64 = int64s.filter(lambda v: v >= 0)
@@ -240,9 +216,7 @@ def client_calls(draw: st.DrawFn, req_id: int) -> Any:
     return call
 
 
-req_ids = st.one_of(
-    st.integers(0, 1000), st.integers(0, 1000), st.sampled_from(INT_EDGES + LIMIT_EDGES)
-)
+req_ids = st.one_of(st.integers(0, 1000), st.integers(0, 1000), st.sampled_from(EDGES))
 
 
 @st.composite
