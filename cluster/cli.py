@@ -114,7 +114,7 @@ def up(
     )
     cluster: ProcessGroup
     if mode == "traditional":
-        from executor.traditional_server import TraditionalCluster, TraditionalOptions
+        from cluster.traditional_server import TraditionalCluster, TraditionalOptions
 
         if replicas != 1:
             click.echo("ordo up: the traditional mode is not replicated; using 1 replica")
@@ -172,7 +172,7 @@ def _config_for_up(
 def sequencer(data_dir: str) -> None:
     """Run the sequencer of the cluster in DATA_DIR."""
     from cluster.profiling import maybe_profile
-    from sequencer.server import main as run
+    from cluster.sequencer_server import main as run
 
     cfg = load_config(data_dir)
     maybe_profile("sequencer")
@@ -199,7 +199,7 @@ def replica(replica: int, partition: int | None, copy_from: int | None, data_dir
     """Run partition processes of one replica."""
     cfg = load_config(data_dir)
     if copy_from is not None:
-        from executor.checkpoint import copy_newest_complete
+        from executor.core.checkpoint import copy_newest_complete
 
         epoch = copy_newest_complete(
             cfg.checkpoint_dir(copy_from), cfg.checkpoint_dir(replica), cfg.partitions
@@ -210,8 +210,8 @@ def replica(replica: int, partition: int | None, copy_from: int | None, data_dir
             f"replica {replica}: seeded from replica {copy_from}'s checkpoint at epoch {epoch}"
         )
     if partition is not None:
+        from cluster.partition_server import main as run
         from cluster.profiling import maybe_profile
-        from executor.server import main as run
 
         maybe_profile(f"partition-{partition}")
         run(cfg, replica, partition)
@@ -347,7 +347,7 @@ def _status(c: Client) -> dict:
 
 
 def _request_checkpoint(c: Client) -> int:
-    from sequencer import wire
+    from txn_library import wire
     from txn_library.errors import OrdoError
 
     try:
@@ -399,7 +399,7 @@ def _checkpoint_files(cfg: ClusterConfig, replica: int, epoch: int) -> list[Path
     can still be missing (pruned by newer checkpoints, a bug): wait briefly, then fail
     clearly instead of opening a file that is not there.
     """
-    from executor import checkpoint as ckpt
+    from executor.core import checkpoint as ckpt
 
     paths = [
         cfg.checkpoint_dir(replica) / ckpt.checkpoint_name(epoch, p) for p in range(cfg.partitions)
@@ -481,8 +481,8 @@ def dump(replica: int, out_dir: str, fmt: str, timeout: float, data_dir: str) ->
     Requests a checkpoint, waits until every partition of the replica reports it
     durable (progress on stderr), then reads each partition's file.
     """
-    from executor import checkpoint as ckpt
-    from executor.export import export_rows
+    from executor.core import checkpoint as ckpt
+    from executor.replay.export import export_rows
     from txn_library.client import Client
 
     cfg = load_config(data_dir)
@@ -523,7 +523,7 @@ def log_prune(archive: str | None, data_dir: str) -> None:
     Never silent: prints what it removed. Segments still needed by any partition's
     recovery are kept. Note that Spark replay of the pruned history needs the archive.
     """
-    from sequencer import wire
+    from txn_library import wire
     from txn_library.client import Client
     from txn_library.errors import CallFailed, OrdoError
 
@@ -560,10 +560,21 @@ def procedures(data_dir: str) -> None:
 
 # Subcommand groups that live with the code they drive (their heavy imports are lazy).
 from cluster.replay_cli import replay as _replay_group  # noqa: E402
-from tpcc.cli import tpcc as _tpcc_group  # noqa: E402
 
-main.add_command(_tpcc_group)
 main.add_command(_replay_group)
+
+
+def _add_workload_commands() -> None:
+    """Workloads bring their own command groups (``ordo tpcc``) through the entry point
+    group ``ordo.commands`` in their package metadata: the engine never imports a
+    workload, and a new one plugs in without a change here."""
+    from importlib.metadata import entry_points
+
+    for ep in sorted(entry_points(group="ordo.commands"), key=lambda e: e.name):
+        main.add_command(ep.load(), ep.name)
+
+
+_add_workload_commands()
 
 if __name__ == "__main__":
     main()

@@ -66,7 +66,7 @@ def _parse_confs(confs: tuple[str, ...]) -> dict[str, str]:
 
 def _resolve(data_dir: str, log_dir: str | None, config_path: str | None) -> tuple[Any, Any, Path]:
     """(ClusterConfig, ReplaySpec, the directory holding the log) for LOG_DIR."""
-    from executor.replay import ReplaySpec, find_config
+    from executor.replay.history import ReplaySpec, find_config
 
     log = Path(log_dir) if log_dir else Path(data_dir) / "log"
     if not log.is_dir():
@@ -79,7 +79,7 @@ def _resolve(data_dir: str, log_dir: str | None, config_path: str | None) -> tup
 
 
 def _session(master: str, confs: tuple[str, ...]) -> Any:
-    from executor.spark_replay import make_session
+    from executor.replay.spark_jobs import make_session
 
     return make_session(master, conf=_parse_confs(confs))
 
@@ -113,7 +113,7 @@ def verify(
     """Verify the whole history in parallel: one task per checkpoint interval."""
     import sys
 
-    from executor.spark_replay import run_verify
+    from executor.replay.spark_jobs import run_verify
 
     cfg, spec, root = _resolve(data_dir, log_dir, config_path)
     ckpt = Path(checkpoint_dir) if checkpoint_dir else root / f"replica-{replica}" / "checkpoints"
@@ -192,8 +192,8 @@ def state(
     confs: tuple[str, ...],
 ) -> None:
     """Rebuild the database at the end of an epoch and write every table as Parquet."""
-    from executor.replay import ReplayFailure, log_last_epoch
-    from executor.spark_replay import run_state
+    from executor.replay.history import ReplayFailure, log_last_epoch
+    from executor.replay.spark_jobs import run_state
     from sequencer.log import LogCorruption
 
     cfg, spec, root = _resolve(data_dir, log_dir, config_path)
@@ -265,7 +265,7 @@ def history(
     confs: tuple[str, ...],
 ) -> None:
     """The command log as a Parquet table of transactions (partitioned by procedure)."""
-    from executor.spark_replay import run_history
+    from executor.replay.spark_jobs import run_history
 
     cfg, spec, root = _resolve(data_dir, log_dir, config_path)
     out_path = Path(out) if out else root / "replay" / "history"

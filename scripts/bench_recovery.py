@@ -30,10 +30,10 @@ from cluster.launcher import (  # noqa: E402
     wait_live_again,
     wait_quiescent,
 )
-from executor import checkpoint  # noqa: E402
-from executor.engine import LocalReplica  # noqa: E402
-from sequencer import wire  # noqa: E402
+from executor.core import checkpoint  # noqa: E402
+from executor.deterministic.replica import LocalReplica  # noqa: E402
 from sequencer.log import iter_frames  # noqa: E402
+from txn_library import wire  # noqa: E402
 from txn_library.bank_workload import make_transfers, open_accounts, run_transfers  # noqa: E402
 from txn_library.client import Client  # noqa: E402
 

@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import LocalCluster, free_base_port, wait_quiescent  # noqa: E402
-from executor import checkpoint, replay  # noqa: E402
+from executor.core import checkpoint  # noqa: E402
+from executor.replay import history as replay  # noqa: E402
 from txn_library.client import Client  # noqa: E402
 
 
@@ -170,7 +171,7 @@ def _rewrite_log(log_dir: Path, change: dict[int, bytes]) -> None:
 
 def _doctor(batch: tuple) -> tuple[tuple, str]:
     """Change one argument of one call so that it still validates (same footprint)."""
-    from sequencer import wire
+    from txn_library import wire
 
     txns = list(batch[wire.B_TXNS])
     for i, t in enumerate(txns):
@@ -199,8 +200,8 @@ def damage_check(cfg: ClusterConfig, work: Path) -> dict[str, Any]:
     """Copy the history, damage it three ways, and check `replay verify` locates each."""
     import shutil
 
-    from sequencer import wire
     from sequencer.log import iter_frames
+    from txn_library import wire
 
     src_ckpt = cfg.checkpoint_dir(0)
     epochs = [b.epoch for b in replay.scan_checkpoints(src_ckpt, cfg.partitions)]

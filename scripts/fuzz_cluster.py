@@ -74,12 +74,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import msgpack  # noqa: E402
 import zmq  # noqa: E402
 
-from cluster import limits  # noqa: E402
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import LocalCluster, free_base_port, is_quiescent  # noqa: E402
-from executor import wire as ewire  # noqa: E402
-from sequencer import wire  # noqa: E402
 from sequencer.log import iter_frames  # noqa: E402
+from txn_library import (
+    limits,  # noqa: E402
+    wire,  # noqa: E402
+)
+from txn_library import partition_wire as ewire  # noqa: E402
 from txn_library.client import Client  # noqa: E402
 from txn_library.errors import ABORTED, ERROR, OK, CallFailed, CallTimeout, OrdoError  # noqa: E402
 

@@ -32,9 +32,9 @@ from locust import User, constant, task
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cluster.config import ClusterConfig  # noqa: E402
-from sequencer import wire  # noqa: E402
 from tpcc.inputs import Terminal, TpccInputs  # noqa: E402
 from tpcc.schema import DISTRICTS_PER_WAREHOUSE  # noqa: E402
+from txn_library import wire  # noqa: E402
 from txn_library.client import ClientProtocol  # noqa: E402
 from txn_library.errors import ERROR, CallFailed, CallTimeout  # noqa: E402
 

@@ -7,4 +7,5 @@ scripts/setup.sh
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 .venv/bin/ruff check .
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache
 exec .venv/bin/python -m pytest "$@"

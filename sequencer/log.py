@@ -73,7 +73,7 @@ from typing import BinaryIO
 
 import google_crc32c
 
-from cluster import limits
+from txn_library import limits
 
 _HEADER = struct.Struct("<II")
 _HEADER_BYTES = _HEADER.size

@@ -32,7 +32,7 @@ from typing import Any
 import msgpack
 import xxhash
 
-from cluster import limits
+from txn_library import limits
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_REQUEST_ID_REUSED,

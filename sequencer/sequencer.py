@@ -53,9 +53,6 @@ from typing import Any
 
 import msgpack
 
-from cluster import limits
-from executor.wire import MSG_RESULTS, RESULT_LOOKUP, PartitionStatus
-from sequencer import wire
 from sequencer.fair import FairQueues
 from sequencer.log import CommandLog
 from sequencer.retry_cache import (
@@ -65,19 +62,7 @@ from sequencer.retry_cache import (
     call_body,
     call_digest,
 )
-from sequencer.wire import (
-    B_FIRST_TXN,
-    B_TXNS,
-    FLAG_CHECKPOINT,
-    T_ARGS,
-    T_CLIENT,
-    T_PARTS,
-    T_PROC,
-    T_REQ,
-    batch_digest,
-    unpack,
-)
-from txn_library import placement
+from txn_library import limits, placement, wire
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_MALFORMED,
@@ -94,7 +79,22 @@ from txn_library.errors import (
     brief,
     invariant,
 )
+from txn_library.partition_wire import MSG_RESULTS, RESULT_LOOKUP, PartitionStatus
 from txn_library.procedure import Procedure, lookup
+from txn_library.wire import (
+    B_FIRST_TXN,
+    B_TXNS,
+    FLAG_CHECKPOINT,
+    T_ARGS,
+    T_CLIENT,
+    T_PARTS,
+    T_PROC,
+    T_REQ,
+    batch_digest,
+    unpack,
+)
+
+HEARTBEAT_MS = 100  # an idle sequencer publishes its last epoch this often
 
 log = logging.getLogger("ordo.sequencer")
 

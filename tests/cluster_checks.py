@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from cluster.config import ClusterConfig
-from executor.engine import SerialExecutor
-from sequencer import wire
+from executor.deterministic.oracle import SerialExecutor
 from sequencer.log import iter_frames
+from txn_library import wire
 
 
 def replicas_agree_with_serial_replay(cfg: ClusterConfig, st: dict) -> SerialExecutor:

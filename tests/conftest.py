@@ -1,4 +1,11 @@
-"""Shared fixtures: free port ranges, and local clusters that are always torn down."""
+"""Shared fixtures (free port ranges, local clusters that are always torn down) and the
+test kinds.
+
+Tests live in one folder per kind, and each folder is a pytest marker of the same name:
+unit (in-process, fast), sim (seeded whole-cluster simulations in one process), cluster
+(real processes on 127.0.0.1, kill -9) and spark (PySpark replay). So
+``scripts/test.sh -m "not spark"`` is the quick loop; CI runs everything.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,16 @@ from cluster.config import ClusterConfig
 from cluster.launcher import LocalCluster, free_base_port, wait_quiescent
 
 __all__ = ["wait_quiescent", "free_base_port"]
+
+KINDS = ("unit", "sim", "cluster", "spark")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        kind = item.path.parent.name
+        if kind not in KINDS:
+            raise pytest.UsageError(f"{item.nodeid}: a test file belongs in tests/<kind>/, {KINDS}")
+        item.add_marker(getattr(pytest.mark, kind))
 
 
 @pytest.fixture

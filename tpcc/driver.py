@@ -40,10 +40,9 @@ from typing import Any
 
 import zmq
 
-from cluster import limits
 from cluster.config import ClusterConfig
-from sequencer import wire
 from tpcc.inputs import KINDS, NEW_ORDER, Call, Terminal, TpccInputs, terminals_for
+from txn_library import limits, wire
 from txn_library.client import ClientProtocol
 from txn_library.errors import ABORTED, ERROR, OK
 

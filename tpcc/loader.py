@@ -22,7 +22,6 @@ from collections.abc import Iterator
 
 from tqdm import tqdm
 
-from executor.storage import settle_heap
 from tpcc.schema import (
     CUSTOMER,
     CUSTOMER_BY_NAME,
@@ -104,7 +103,6 @@ def genesis(
     for w_id in range(1, warehouses + 1):
         if placement.partition_of(WAREHOUSE, (w_id,), partitions) == partition:
             yield from generate_warehouse(w_id, seed, load_ts_ms)
-    settle_heap()
 
 
 def generate_items(seed: int) -> Iterator[LoadRow]:

@@ -42,7 +42,7 @@ Invariants relied on:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tpcc.consistency import check_consistency
 from tpcc.schema import (
@@ -113,10 +113,7 @@ from tpcc.schema import (
     WAREHOUSE,
 )
 from txn_library.errors import ERR_BAD_ARGUMENTS, BadRequest, invariant
-from txn_library.procedure import Abort, Arg, Footprint, Restart, procedure
-
-if TYPE_CHECKING:
-    from executor.context import TxnContext
+from txn_library.procedure import Abort, Arg, Context, Footprint, Restart, procedure
 
 # Clause 2.4.1.3/2.4.1.5: 5..15 lines, quantity 1..10. Fewer lines are accepted
 # (tests, hand-made calls); more are not.
@@ -214,7 +211,7 @@ def _new_order_footprint(
     _new_order_footprint,
 )
 def new_order(
-    ctx: TxnContext, w_id: int, d_id: int, c_id: int, i_ids: Sequence[int],
+    ctx: Context, w_id: int, d_id: int, c_id: int, i_ids: Sequence[int],
     supply_w_ids: Sequence[int], quantities: Sequence[int],
 ) -> Any:  # fmt: skip
     """New-Order (clause 2.4.2): enter an order of 1..15 lines; an unused item id rolls
@@ -345,7 +342,7 @@ def _money(cents: int) -> str:
 
 
 def _pay(
-    ctx: TxnContext, w_id: int, d_id: int, c_w_id: int, c_d_id: int, c_id: int, h_amount: int
+    ctx: Context, w_id: int, d_id: int, c_w_id: int, c_d_id: int, c_id: int, h_amount: int
 ) -> Any:
     """The body of clause 2.5.2.2 once the customer is known."""
     get, put = ctx.get, ctx.put
@@ -406,7 +403,7 @@ def _pay(
     _payment_footprint,
 )
 def payment(
-    ctx: TxnContext, w_id: int, d_id: int, c_w_id: int, c_d_id: int, c_id: int, h_amount: int
+    ctx: Context, w_id: int, d_id: int, c_w_id: int, c_d_id: int, c_id: int, h_amount: int
 ) -> Any:
     """Payment by customer number (clause 2.5.2.2).
 
@@ -418,7 +415,7 @@ def payment(
     return _pay(ctx, w_id, d_id, c_w_id, c_d_id, c_id, h_amount)
 
 
-def customer_by_last_name(ctx: TxnContext, c_w_id: int, c_d_id: int, c_last: str) -> int | None:
+def customer_by_last_name(ctx: Context, c_w_id: int, c_d_id: int, c_last: str) -> int | None:
     """Clause 2.5.2.2 (and 2.6.2.2): of the customers with this last name, sorted by
     c_first, the one at position ceil(n/2); None if there is none."""
     rows = ctx.scan(CUSTOMER_BY_NAME, (c_w_id, c_d_id, c_last))
@@ -436,7 +433,7 @@ def customer_by_last_name(ctx: TxnContext, c_w_id: int, c_d_id: int, c_last: str
     read_only=True,
 )
 def payment_recon(
-    ctx: TxnContext, w_id: int, d_id: int, c_w_id: int, c_d_id: int, c_last: str, h_amount: int
+    ctx: Context, w_id: int, d_id: int, c_w_id: int, c_d_id: int, c_last: str, h_amount: int
 ) -> int | None:
     """Reconnaissance for Payment by last name: predicts the c_id it selects."""
     return customer_by_last_name(ctx, c_w_id, c_d_id, c_last)
@@ -449,7 +446,7 @@ def payment_recon(
     recon="tpcc.payment_recon",
 )
 def payment_by_name(
-    ctx: TxnContext, w_id: int, d_id: int, c_w_id: int, c_d_id: int, c_last: str,
+    ctx: Context, w_id: int, d_id: int, c_w_id: int, c_d_id: int, c_last: str,
     h_amount: int, predicted_c_id: int | None,
 ) -> Any:  # fmt: skip
     """Payment by customer last name (clause 2.5.2.2), a dependent transaction.
@@ -474,7 +471,7 @@ def payment_by_name(
     recon="tpcc.payment_recon",
 )
 def payment_by_name_rc(
-    ctx: TxnContext, w_id: int, d_id: int, c_w_id: int, c_d_id: int, c_last: str,
+    ctx: Context, w_id: int, d_id: int, c_w_id: int, c_d_id: int, c_last: str,
     h_amount: int, predicted_c_id: int | None,
 ) -> Any:  # fmt: skip
     """Payment by last name, read-committed variant: pays the customer the recon read
@@ -489,7 +486,7 @@ def payment_by_name_rc(
 # --- Delivery (clause 2.7) --------------------------------------------------------------
 
 
-def oldest_new_order(ctx: TxnContext, w_id: int, d_id: int, hint: int | None = None) -> int | None:
+def oldest_new_order(ctx: Context, w_id: int, d_id: int, hint: int | None = None) -> int | None:
     """The oldest NEW-ORDER o_id of a district (None if it has none), clause 2.7.4.2.
 
     NEW-ORDER ids of a district are contiguous and end at d_next_o_id - 1, so a row
@@ -520,7 +517,7 @@ def oldest_new_order(ctx: TxnContext, w_id: int, d_id: int, hint: int | None = N
     return lo
 
 
-def delivery_prediction(ctx: TxnContext, w_id: int) -> tuple[DistrictPrediction, ...]:
+def delivery_prediction(ctx: Context, w_id: int) -> tuple[DistrictPrediction, ...]:
     """Per district: (oldest new-order o_id, or d_next_o_id if none; the o_c_id of up to
     DELIVERY_PREDICTION_DEPTH oldest new orders)."""
     get = ctx.get
@@ -553,7 +550,7 @@ _WAREHOUSE_DISTRICTS = tuple(range(1, DISTRICTS_PER_WAREHOUSE + 1))
     ),
     read_only=True,
 )
-def delivery_recon(ctx: TxnContext, w_id: int, o_carrier_id: int) -> Any:
+def delivery_recon(ctx: Context, w_id: int, o_carrier_id: int) -> Any:
     """Reconnaissance for Delivery: ``delivery_prediction`` of the warehouse."""
     return delivery_prediction(ctx, w_id)
 
@@ -598,7 +595,7 @@ def _delivery_footprint(w_id: int, o_carrier_id: int, prediction: Any) -> Footpr
     _delivery_footprint,
     recon="tpcc.delivery_recon",
 )
-def delivery(ctx: TxnContext, w_id: int, o_carrier_id: int, prediction: Any) -> Any:
+def delivery(ctx: Context, w_id: int, o_carrier_id: int, prediction: Any) -> Any:
     """Delivery (clause 2.7.4.2) of one warehouse: in each district, the oldest new order
     is delivered (new-order row deleted, o_carrier_id set, order lines dated, customer
     balance += sum(ol_amount), c_delivery_cnt += 1); a district without one is skipped.
@@ -671,7 +668,7 @@ def delivery(ctx: TxnContext, w_id: int, o_carrier_id: int, prediction: Any) -> 
     ),
     read_only=True,
 )
-def order_status(ctx: TxnContext, w_id: int, d_id: int, c_id: int, c_last: str) -> Any:
+def order_status(ctx: Context, w_id: int, d_id: int, c_id: int, c_last: str) -> Any:
     """Order-Status (clause 2.6.2.2): a customer (by c_id, or by last name when c_id is 0)
     and their most recent order with its lines.
 
@@ -714,7 +711,7 @@ def order_status(ctx: TxnContext, w_id: int, d_id: int, c_id: int, c_last: str) 
     ),
     read_only=True,
 )
-def stock_level(ctx: TxnContext, w_id: int, d_id: int, threshold: int) -> Any:
+def stock_level(ctx: Context, w_id: int, d_id: int, threshold: int) -> Any:
     """Stock-Level (clause 2.8.2.2): how many distinct items of the district's last 20
     orders have s_quantity below ``threshold`` in the home warehouse."""
     d = ctx.get(DISTRICT, (w_id, d_id))
@@ -745,7 +742,7 @@ def stock_level(ctx: TxnContext, w_id: int, d_id: int, threshold: int) -> Any:
     ),
     read_only=True,
 )
-def check_warehouse(ctx: TxnContext, w_id: int) -> list[str]:
+def check_warehouse(ctx: Context, w_id: int) -> list[str]:
     """Consistency conditions 1-4 (clauses 3.3.2.1-3.3.2.4) on one warehouse's rows at
     the replica that runs it; returns the violations (empty: consistent)."""
     w = ctx.get(WAREHOUSE, (w_id,))

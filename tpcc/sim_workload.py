@@ -10,7 +10,8 @@ Checker: consistency conditions 1-4 (tpcc.consistency) on the serial oracle and,
 every replica, on each warehouse at the partition that holds it.
 
 Registered in ``executor.deterministic.workloads.WORKLOADS`` as "tpcc"; it lives here
-because the simulator, in the executor layer, does not import the tpcc layer.
+because the simulator, in the executor layer, does not import the tpcc layer; this
+module depends only on the contract in txn_library.workload.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from executor.deterministic.workloads import Call, FinalState, GenesisImage, genesis_image
 from tpcc.consistency import check_consistency
 from tpcc.inputs import TpccInputs, terminals_for
 from tpcc.schema import WAREHOUSE
 from txn_library import placement
+from txn_library.workload import Call, FinalState
 
 GENESIS = "tpcc.loader:genesis"
 LOAD_SEED = 20_250_101  # one database per process: every seed runs on the same genesis
@@ -53,8 +54,8 @@ class TpccWorkload:
     def genesis_args(self) -> dict[str, Any]:
         return {"warehouses": self.warehouses, "seed": LOAD_SEED, "load_ts_ms": LOAD_TS_MS}
 
-    def genesis(self, partitions: int) -> GenesisImage:
-        return genesis_image(GENESIS, self.genesis_args(), partitions)
+    def genesis(self) -> tuple[str | None, dict[str, Any]]:
+        return GENESIS, self.genesis_args()
 
     def setup_calls(self) -> list[Call]:
         return []

@@ -43,8 +43,7 @@ from typing import Any
 import msgpack
 import zmq
 
-from cluster import limits
-from sequencer import wire
+from txn_library import limits, wire
 from txn_library.errors import (
     ABORTED,
     ERR_BAD_ARGUMENTS,

@@ -17,14 +17,40 @@ runs it first and appends its answer as the last argument of the real call.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from txn_library import catalog
 from txn_library.errors import ERR_BAD_ARGUMENTS, ERR_UNKNOWN_PROCEDURE, BadRequest, brief
 
 FootprintEntry = tuple[str, tuple]
+
+
+class Context(Protocol):
+    """What a body sees of the database while it runs (the executor's TxnContext).
+
+    Reads and writes are checked against the declared footprint; time and randomness
+    come only from the batch.
+    """
+
+    txn_id: int
+    timestamp_ms: int
+
+    @property
+    def rng(self) -> random.Random: ...
+
+    def get(self, table: str, key: tuple) -> tuple | None: ...
+
+    def scan(self, table: str, prefix: tuple) -> list[tuple[tuple, tuple]]: ...
+
+    def put(self, table: str, key: tuple, row: tuple) -> None: ...
+
+    def delete(self, table: str, key: tuple) -> None: ...
+
+    def hold_locks(self, ms: int) -> None: ...
+
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 ARG_TYPES: dict[str, type | tuple[type, ...]] = {

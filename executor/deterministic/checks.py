@@ -1,7 +1,7 @@
 """The checks a simulated run must pass, against the serial oracle and the ledgers.
 
 After a run the final command log is replayed from genesis by the serial oracle
-(``executor.engine.SerialExecutor``), one transaction at a time, keeping the history
+(``executor.deterministic.replica.SerialExecutor``), one transaction at a time, keeping the history
 of the keys of the workload's ``history_tables``. Then:
 
 - log: epochs consecutive from 1, txn ids consecutive, each batch vouching for its
@@ -32,14 +32,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from cluster import limits
+from executor.core.storage import MASK64, Storage
+from executor.deterministic.oracle import SerialExecutor
+from executor.deterministic.partition import Partition
 from executor.deterministic.sim_client import CallRecord
-from executor.deterministic.workloads import FinalState, LoggedTxn, Workload
-from executor.engine import SerialExecutor
-from executor.partition import Partition
-from executor.storage import MASK64, Storage
-from sequencer import wire
 from sequencer.sequencer import participants
+from txn_library import limits, wire
 from txn_library.errors import (
     ERR_PROCEDURE_FAILED,
     ERR_RESTARTS_EXHAUSTED,
@@ -49,6 +47,7 @@ from txn_library.errors import (
     RESTART,
 )
 from txn_library.procedure import lookup
+from txn_library.workload import FinalState, LoggedTxn, Workload
 
 # Errors that mean "outcome unknown": the call may or may not be in the log.
 OUTCOME_UNKNOWN = frozenset((ERR_UNAVAILABLE, ERR_RETRY_EXPIRED, "result_unknown"))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from executor.deterministic.sim_network import Node, Payload
-from sequencer import wire
+from txn_library import wire
 from txn_library.client import ClientProtocol
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """A simulated partition process: the real ``Partition`` role and the glue of its loop.
 
-The glue mirrors ``executor.server.PartitionServer`` step by step, with the sockets
+The glue mirrors ``cluster.partition_server.PartitionServer`` step by step, with the sockets
 replaced by the simulated network and ``time.monotonic`` by the simulated clock:
 batches are taken strictly in epoch order (held back behind a gap, gaps fetched from
 the log service, a missed tail revealed by heartbeats); after every input the loop
@@ -27,15 +27,14 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from executor import checkpoint
-from executor import wire as ewire
-from executor.delivery import BatchFeed
+from executor.core import checkpoint
+from executor.core.storage import Storage
+from executor.deterministic.delivery import REPAIR_RETRY_S, STATUS_EVERY_S, BatchFeed
+from executor.deterministic.partition import Partition
 from executor.deterministic.sim_network import Node, Payload
 from executor.deterministic.workloads import clone_storage
-from executor.partition import Partition
-from executor.server import REPAIR_RETRY_S, STATUS_EVERY_S
-from executor.storage import Storage
-from sequencer import wire as swire
+from txn_library import partition_wire as ewire
+from txn_library import wire as swire
 from txn_library.errors import invariant
 
 if TYPE_CHECKING:
@@ -51,7 +50,7 @@ Restored = tuple[int, int, int]  # (epoch, next_txn_id, txns_applied)
 
 
 class CheckpointStore:
-    """Durable checkpoints of one partition: files (executor.checkpoint) or memory."""
+    """Durable checkpoints of one partition: files (executor.core.checkpoint) or memory."""
 
     def __init__(
         self, root: Path, replica: int, partition: int, partitions: int, keep: int, in_memory: bool

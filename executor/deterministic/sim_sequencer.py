@@ -1,6 +1,6 @@
 """A simulated sequencer process: the real ``Sequencer`` role over a crashable log.
 
-The glue mirrors ``sequencer.server.SequencerServer``: client frames go to
+The glue mirrors ``cluster.sequencer_server.SequencerServer``: client frames go to
 ``on_frame`` then ``run_intake``; partition reports to ``on_results_message``; every
 ``epoch_duration_ms`` ``tick`` cuts a batch, which is published to every partition of
 every replica (PUB/SUB: may be dropped); a heartbeat carrying the last epoch goes out
@@ -17,12 +17,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from executor import wire as ewire
 from executor.deterministic.sim_log import SimCommandLog, SimulatedCrash
 from executor.deterministic.sim_network import Node, Payload
-from sequencer import wire
-from sequencer.sequencer import Sequencer, SequencerStats
-from sequencer.server import HEARTBEAT_MS
+from sequencer.sequencer import HEARTBEAT_MS, Sequencer, SequencerStats
+from txn_library import partition_wire as ewire
+from txn_library import wire
 
 if TYPE_CHECKING:
     from executor.deterministic.sim_partition import PartitionNode

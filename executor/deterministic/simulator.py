@@ -53,18 +53,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executor import wire as ewire
 from executor.deterministic.checks import RunRecord, run_checks
+from executor.deterministic.partition import Partition
 from executor.deterministic.sim_client import SimClient
 from executor.deterministic.sim_network import EventLoop, LinkProfile, Network, Trace
 from executor.deterministic.sim_partition import MONOTONIC_BASE_US, PartitionNode
 from executor.deterministic.sim_sequencer import SequencerNode
-from executor.deterministic.workloads import Workload, clone_storage, workload_class
-from executor.partition import Partition
-from sequencer import wire
+from executor.deterministic.workloads import (
+    Workload,
+    clone_storage,
+    workload_class,
+    workload_genesis,
+)
 from sequencer.log import iter_frames
 from sequencer.retry_cache import RetryCache
 from sequencer.sequencer import Sequencer, SequencerStats
+from txn_library import partition_wire as ewire
+from txn_library import wire
 from txn_library.procedure import load_modules
 
 PLANTS = ("swap", "drop-read", "lose-synced", "no-retry-rebuild")
@@ -117,7 +122,7 @@ class SimOptions:
     pub_drop_pct: float | None = None
     checkpoint_every_epochs: int | None = None
     checkpoint_keep: int = 3
-    checkpoint_store: str = "file"  # "file" (executor.checkpoint in a temp dir) or "memory"
+    checkpoint_store: str = "file"  # "file" (executor.core.checkpoint in a temp dir) or "memory"
     checkpoint_write_max_us: int = 20_000
     epoch_ms: int = 10
     client_retry_ms: int | None = None
@@ -220,7 +225,7 @@ class Simulator:
         self.partitions = opts.partitions or shape[1]
         self.workload: Workload = cls(rng, self.partitions)
         load_modules(self.workload.procedure_modules)
-        self.image = self.workload.genesis(self.partitions)
+        self.image = workload_genesis(self.workload, self.partitions)
         self.checkpoint_every_epochs = opts.checkpoint_every_epochs or rng.randint(
             *CHECKPOINT_EVERY_EPOCHS
         )

@@ -23,43 +23,20 @@ import importlib
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from sortedcontainers import SortedList
 
-from executor.engine import genesis_rows
-from executor.storage import Storage
+from executor.core.genesis import genesis_rows
+from executor.core.storage import Storage
 from txn_library import catalog
 from txn_library.errors import OK
-
-Call = tuple[str, tuple]
+from txn_library.workload import Call, FinalState, Workload
 
 WORKLOADS: dict[str, str] = {
     "bank": "executor.deterministic.workloads:BankWorkload",
     "tpcc": "tpcc.sim_workload:TpccWorkload",
 }
-
-
-@dataclass
-class LoggedTxn:
-    """One transaction of the final command log with the oracle's result for it."""
-
-    txn_id: int
-    proc: str
-    args: tuple
-    client_id: bytes
-    req_id: Any
-    result: tuple[int, Any]
-
-
-@dataclass
-class FinalState:
-    """What a workload checker sees after a run."""
-
-    oracle: Storage
-    replicas: list[list[Storage]]  # [replica][partition]
-    txns: list[LoggedTxn]
-    partitions: int
 
 
 @dataclass
@@ -70,22 +47,9 @@ class GenesisImage:
     whole: Storage
 
 
-class Workload(Protocol):
-    name: str
-    procedure_modules: tuple[str, ...]
-    history_tables: frozenset[str]  # tables whose per-key history checks read-only answers
-
-    def genesis(self, partitions: int) -> GenesisImage: ...
-
-    def setup_calls(self) -> list[Call]: ...
-
-    def client_calls(self, client: int, clients: int) -> Iterator[Call]: ...
-
-    def point_read(self, proc: str, args: tuple) -> tuple[str, tuple] | None:
-        """The (table, key) whose first column a single-key read-only call returns."""
-        ...
-
-    def check(self, final: FinalState) -> list[str]: ...
+def workload_genesis(workload: Workload, partitions: int) -> GenesisImage:
+    name, args = workload.genesis()
+    return genesis_image(name, args, partitions)
 
 
 def workload_class(name: str) -> Any:
@@ -193,8 +157,8 @@ class BankWorkload:
             )
         )
 
-    def genesis(self, partitions: int) -> GenesisImage:
-        return genesis_image(None, {}, partitions)
+    def genesis(self) -> tuple[str | None, dict[str, Any]]:
+        return None, {}
 
     def setup_calls(self) -> list[Call]:
         return [("bank.open", (0, self.accounts, BALANCE_INITIAL))]

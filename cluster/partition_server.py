@@ -1,0 +1,405 @@
+"""The partition process: one OS process, one thread, a zmq.Poller loop around Partition.
+
+Sockets:
+  SUB    publish_addr        batches and heartbeats from the sequencer
+  DEALER log_service_addr    fetches missing epochs (gap repair and catch-up)
+  PULL   partition_addr      reads from peer partitions, queries from the sequencer
+  PUSH   peers' partition_addr (same replica)    reads of multi-partition txns
+  PUSH   results_addr        results, query answers and status to the sequencer
+
+Delivery is reliable and totally ordered although PUB/SUB is neither: a batch whose
+epoch is not last+1 is held back and the gap is fetched from the log service;
+heartbeats reveal a missed tail. Batches already applied are ignored.
+
+Checkpoints: after a flagged epoch the partition stops applying batches until its
+active transactions drain, then fork()s; the child writes the snapshot from its
+copy-on-write image (executor.core.checkpoint) and exits, while the parent goes straight
+back to work. The partition stalls only for the drain and the fork itself. The
+boundary (epoch, hash) is recorded at the fork, but the checkpoint counts (status
+``newest_checkpoint_epoch``, which ``ordo dump``, ``ordo checkpoint`` and log pruning
+trust) only once the loop, which polls at least every 50 ms, has reaped the writer
+and found it exited 0: the file is then renamed into place and its directory fsynced.
+
+Inbound messages (PULL) are checked whole against the wire contract before the role
+sees them (txn_library.partition_wire.decode_inbound); malformed ones are dropped and counted,
+and the count is logged at most once a second. No message can stop
+the partition.
+
+Recovery: at start the partition loads its newest valid checkpoint (corrupt ones are
+skipped with a warning), or the genesis state, then fetches every later epoch from
+the log service and replays it through the normal path, reporting progress, before
+it counts as live. Its boundary hashes let the sequencer verify it against the other
+replicas.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import time
+from pathlib import Path
+
+import zmq
+
+from cluster.config import ClusterConfig
+from executor.core import checkpoint
+from executor.core.genesis import genesis_storage
+from executor.core.storage import Storage, settle_heap
+from executor.deterministic.delivery import REPAIR_RETRY_S, STATUS_EVERY_S, BatchFeed
+from executor.deterministic.partition import Partition
+from txn_library import partition_wire as ewire
+from txn_library import wire as swire
+from txn_library.errors import DroppedMessages, invariant
+from txn_library.procedure import load_modules
+
+log = logging.getLogger("ordo.replica")
+
+PROGRESS_EVERY_S = 1.0
+RESEND_EVERY_S = 1.0  # at most one resend of every retained read per peer per interval
+
+
+class PartitionServer:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        replica: int,
+        partition: int,
+        storage: Storage | None = None,
+        ctx: zmq.Context | None = None,
+    ) -> None:
+        self.config = config
+        self.replica = replica
+        self.partition_id = partition
+        load_modules(config.procedure_modules)
+        self.checkpoint_dir = Path(config.checkpoint_dir(replica))
+        restored = None
+        if storage is None:
+            restored = checkpoint.load_newest(self.checkpoint_dir, partition, config.partitions)
+            if restored is not None:
+                info, storage = restored
+                settle_heap()  # a loaded checkpoint is long-lived (genesis_storage settles too)
+                log.info(
+                    "loaded checkpoint %s (epoch %d, %d rows, hash %016x)",
+                    info.path.name,
+                    info.epoch,
+                    storage.row_count(),
+                    info.state_hash,
+                )
+        if storage is None and config.genesis:
+            t0 = time.monotonic()
+            storage = genesis_storage(
+                config.genesis, config.genesis_args, partition, config.partitions
+            )
+            log.info(
+                "genesis %s: %d rows in %.1fs",
+                config.genesis,
+                storage.row_count(),
+                time.monotonic() - t0,
+            )
+        self.part = Partition(
+            replica,
+            partition,
+            config.partitions,
+            storage,
+            retain_checkpoints=max(2, config.checkpoint_keep),
+        )
+        self.part.hold_clock = time.monotonic  # honour ctx.hold_locks (benchmarks)
+        if restored is not None:
+            info = restored[0]
+            self.part.restore(info.epoch, info.next_txn_id, info.txns_applied)
+        self._child: int | None = None  # pid of the checkpoint writer
+        self._started = time.monotonic()
+        self._start_epoch = self.part.last_epoch
+        self._live = False
+        self._next_progress = time.monotonic() + PROGRESS_EVERY_S
+        self.ctx = ctx or zmq.Context.instance()
+        c = self.ctx
+        self.sub = c.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.RCVHWM, 0)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.connect(config.publish_addr)
+        self.logsvc = c.socket(zmq.DEALER)
+        self.logsvc.setsockopt(zmq.LINGER, 0)
+        self.logsvc.connect(config.log_service_addr)
+        self.inbox = c.socket(zmq.PULL)
+        self.inbox.setsockopt(zmq.RCVHWM, 0)
+        self.inbox.bind(config.partition_addr(replica, partition))
+        self.peers: dict[int, zmq.Socket] = {}
+        for q in range(config.partitions):
+            if q != partition:
+                s = c.socket(zmq.PUSH)
+                s.setsockopt(zmq.SNDHWM, 0)
+                s.setsockopt(zmq.LINGER, 0)
+                s.connect(config.partition_addr(replica, q))
+                self.peers[q] = s
+        self.results = c.socket(zmq.PUSH)
+        self.results.setsockopt(zmq.SNDHWM, 0)
+        self.results.setsockopt(zmq.LINGER, 1000)
+        self.results.connect(config.results_addr)
+        self.feed = BatchFeed(self.part, REPAIR_RETRY_S)  # ordered delivery, gap repair
+        self._received = 0
+        self._stop = False
+        self._gaps_reported: set[int] = set()  # peers that said they cannot resend
+        self._resend_wanted: dict[int, int] = {}  # peer -> first txn id it asked for
+        self._resent_at: dict[int, float] = {}  # peer -> when its reads were last resent
+        self.dropped = DroppedMessages(log, "inbound messages or reads")
+        self._status_requested = False  # MSG_STATUS_REQUEST, or a checkpoint became durable
+
+    def stop(self, *_: object) -> None:
+        self._stop = True
+
+    # Batches ------------------------------------------------------------------
+    # Checkpoints ----------------------------------------------------------------
+    def _maybe_checkpoint(self) -> None:
+        self._reap_child(block=False)
+        part = self.part
+        if not part.checkpoint_ready() or self._child is not None:
+            return
+        if self.config.checkpoint_keep <= 0:
+            part.checkpoint_taken()  # a boundary to compare, no file: never durable
+            self.feed.apply_held()
+            return
+        epoch = part.checkpoint_due
+        assert epoch is not None
+        pid = os.fork()
+        if pid == 0:  # child: write the snapshot from the copy-on-write image, then vanish
+            code = 1
+            try:
+                checkpoint.write_checkpoint(
+                    self.checkpoint_dir,
+                    part.storage,
+                    replica=self.replica,
+                    partition=self.partition_id,
+                    partitions=self.config.partitions,
+                    epoch=epoch,
+                    next_txn_id=part.next_txn_id,
+                    txns_applied=part.txns_applied,
+                )
+                code = 0
+            finally:
+                os._exit(code)
+        self._child = pid
+        self._child_epoch = epoch
+        part.checkpoint_taken()  # boundary recorded, batches resume; not durable yet
+        self.feed.apply_held()
+
+    def _reap_child(self, block: bool) -> None:
+        """Collect the checkpoint writer once it exits; only a clean exit (file renamed,
+        directory fsynced) makes the checkpoint count (``checkpoint_durable``)."""
+        if self._child is None:
+            return
+        pid, status = os.waitpid(self._child, 0 if block else os.WNOHANG)
+        if pid == 0:
+            return
+        self._child = None
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            log.error(
+                "checkpoint at epoch %d failed (writer exit status %d)", self._child_epoch, code
+            )
+            return
+        self.part.checkpoint_durable(self._child_epoch)
+        self._status_requested = True  # tell the sequencer now, not at the next tick
+        removed = checkpoint.prune(
+            self.checkpoint_dir, self.partition_id, self.config.checkpoint_keep
+        )
+        log.info("checkpoint at epoch %d written; pruned %d old", self._child_epoch, len(removed))
+
+    def _maybe_repair(self, now: float) -> None:
+        wanted = self.feed.repair(now)
+        if wanted is not None:
+            self.logsvc.send(swire.pack((swire.LOG_FETCH, *wanted)))
+
+    def _on_log_reply(self) -> None:
+        kind, batches, last_on_disk = swire.unpack(self.logsvc.recv())
+        self.feed.log_reply(batches, last_on_disk)
+
+    def _on_sub(self) -> None:
+        topic, payload = self.sub.recv_multipart()
+        if topic == swire.TOPIC_BATCH:
+            n = self.config.fault_drop_every_nth_batch
+            if n:
+                self._received += 1
+                if self._received % n == 0:
+                    return  # injected loss: the gap is repaired from the log service
+            self.feed.offer(payload)
+        elif topic == swire.TOPIC_HEARTBEAT:
+            (last,) = swire.unpack(payload)
+            self.feed.heartbeat(last)
+
+    def _on_inbox(self) -> None:
+        data = self.inbox.recv()
+        msg, problem = ewire.decode_inbound(data)
+        if msg is None:  # a stray or garbled message must not kill the partition
+            self.dropped.note(f"{problem} ({len(data)} bytes)")
+            return
+        kind = msg[0]
+        if kind == ewire.MSG_READS:
+            self.part.on_reads(msg[1], msg[2])
+        elif kind == ewire.MSG_QUERY:
+            for qid, tag, name, args, min_txn_id in msg[2]:
+                self.part.on_query(qid, tag, name, args, min_txn_id)
+        elif kind == ewire.MSG_RESEND:
+            self._on_resend(msg[1], msg[2])
+        elif kind == ewire.MSG_RESEND_GAP:
+            if msg[1] not in self.peers:
+                self.dropped.note(f"resend gap from partition {msg[1]}, not a peer")
+                return
+            if self._live or msg[1] in self._gaps_reported:
+                # Only a recovering partition asked for resends, and once is enough to
+                # say it cannot recover alone: anything more is noise (or hostile).
+                self.dropped.note(f"resend gap from partition {msg[1]}, not asked for")
+                return
+            self._gaps_reported.add(msg[1])
+            log.critical(
+                "cannot recover alone: partition %d retains reads only from txn %d, this "
+                "partition replays from txn %d; restore the whole replica from a common "
+                "checkpoint or copy a peer replica's",
+                msg[1],
+                msg[2],
+                self.part.next_txn_id,
+            )
+        else:
+            invariant(kind == ewire.MSG_STATUS_REQUEST, f"decode_inbound passed kind {kind}")
+            self._status_requested = True
+
+    def _on_resend(self, peer: int, first_txn_id: int) -> None:
+        """A peer restarted and asks for our reads again. Served at most once per
+        RESEND_EVERY_S per peer (each costs every retained read): requests in between
+        are merged and served when the interval ends, so a flood of them costs one."""
+        if peer not in self.peers:
+            self.dropped.note(f"resend for partition {peer}, not a peer")
+            return
+        waiting = self._resend_wanted.get(peer)
+        self._resend_wanted[peer] = first_txn_id if waiting is None else min(waiting, first_txn_id)
+        self._serve_resends(time.monotonic())
+
+    def _serve_resends(self, now: float) -> None:
+        for peer in list(self._resend_wanted):
+            if now < self._resent_at.get(peer, 0.0) + RESEND_EVERY_S:
+                continue
+            self._resent_at[peer] = now
+            self._resend(peer, self._resend_wanted.pop(peer))
+
+    def _resend(self, peer: int, first_txn_id: int) -> None:
+        if self.part.resend(peer, first_txn_id):
+            log.info("peer %d restarted: resending its reads from txn %d", peer, first_txn_id)
+        else:
+            log.error(
+                "peer %d asks for reads from txn %d; retained only from %d",
+                peer,
+                first_txn_id,
+                self.part.sent_complete_from,
+            )
+            self.peers[peer].send(
+                ewire.pack((ewire.MSG_RESEND_GAP, self.partition_id, self.part.sent_complete_from))
+            )
+
+    # Loop ---------------------------------------------------------------------
+    def _flush(self, force_status: bool) -> None:
+        peer_out, results, queries = self.part.take_outputs()
+        for q, entries in peer_out.items():
+            self.peers[q].send(ewire.pack((ewire.MSG_READS, self.partition_id, entries)))
+        if results or queries or force_status:
+            self.results.send(
+                ewire.pack(
+                    (
+                        ewire.MSG_RESULTS,
+                        self.replica,
+                        self.partition_id,
+                        results,
+                        queries,
+                        self.part.status(catching_up=not self._live),
+                    )
+                )
+            )
+
+    def _report_progress(self, now: float) -> None:
+        """Log catch-up progress until the partition has applied everything known."""
+        if self._live:
+            return
+        part = self.part
+        if self.feed.heard and self.feed.behind() <= 0 and part.idle():
+            elapsed = now - self._started
+            log.info(
+                "live: caught up from epoch %d to %d in %.1fs (%d txns applied)",
+                self._start_epoch,
+                part.last_epoch,
+                elapsed,
+                part.txns_applied,
+            )
+            self._live = True
+        elif now >= self._next_progress:
+            self._next_progress = now + PROGRESS_EVERY_S
+            log.info(
+                "recovering: epoch %d of %d known", part.last_epoch, self.feed.known_last_epoch
+            )
+
+    def run(self) -> None:
+        poller = zmq.Poller()
+        for s in (self.sub, self.logsvc, self.inbox):
+            poller.register(s, zmq.POLLIN)
+        # Reads our previous incarnation received are gone: ask the peers again.
+        for q, sock in self.peers.items():
+            sock.send(ewire.pack((ewire.MSG_RESEND, self.partition_id, self.part.next_txn_id)))
+            del q
+        # Catch up from the log service right away (slow-joiner safe: SUB is connected).
+        self.logsvc.send(swire.pack((swire.LOG_FETCH, self.part.last_epoch + 1, 1 << 62)))
+        self.feed.requested(time.monotonic())
+        next_status = 0.0
+        part = self.part
+        while not self._stop:
+            timeout_ms = 50.0
+            due = part.next_hold_due()
+            if due is not None:
+                timeout_ms = min(timeout_ms, max(0.0, 1000.0 * (due - time.monotonic())))
+            events = dict(poller.poll(math.ceil(timeout_ms)))
+            if due is not None:
+                part.release_holds(time.monotonic())
+            for _ in range(512):
+                progressed = False
+                if self.inbox.poll(0):
+                    self._on_inbox()
+                    progressed = True
+                if self.sub.poll(0):
+                    self._on_sub()
+                    progressed = True
+                if self.logsvc.poll(0):
+                    self._on_log_reply()
+                    progressed = True
+                if not progressed:
+                    break
+                if progressed and self.part.peer_out:
+                    break  # unblock peers promptly
+            del events
+            now = time.monotonic()
+            self._maybe_checkpoint()
+            self._maybe_repair(now)
+            if self._resend_wanted:
+                self._serve_resends(now)
+            self._report_progress(now)
+            self.dropped.report(now, part.inputs_dropped)
+            force = now >= next_status or self._status_requested
+            if force:
+                next_status = now + STATUS_EVERY_S
+                self._status_requested = False
+            self._flush(force)
+        self.close()
+
+    def close(self) -> None:
+        self._reap_child(block=True)
+        for s in [self.sub, self.logsvc, self.inbox, self.results, *self.peers.values()]:
+            s.close(linger=0)
+
+
+def main(config: ClusterConfig, replica: int, partition: int) -> None:
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s r{replica}p{partition} %(levelname)s %(message)s"
+    )
+    server = PartitionServer(config, replica, partition)
+    signal.signal(signal.SIGTERM, server.stop)
+    signal.signal(signal.SIGINT, server.stop)
+    log.info("partition r%d p%d up", replica, partition)
+    server.run()

@@ -1,0 +1,378 @@
+"""The traditional mode's partition process, its launcher, and a routing client.
+
+One OS process per partition, one thread, a zmq.Poller loop around
+executor.traditional.node.TraditionalPartition (coordinator and participant in one):
+
+  ROUTER client_addr(p)              client calls (sequencer/wire.py REQ_CALLS/REQ_STATUS),
+                                     so txn_library.client.Client works unchanged
+  PULL   config.partition_addr(0, p) batches of peer messages
+  PUSH   every other partition's PULL
+
+Every address is on 127.0.0.1. Partition 0's client port is ``config.client_addr``
+(there is no sequencer in this mode), so ``ordo call`` and ``ordo status`` work
+against it; partition p listens on ``base_port + p``.
+
+One turn of the loop: drain a bounded number of frames from both sockets, fire due
+timers, then take the role's outputs and, in this order, append the turn's log
+records as one CommandLog frame and fdatasync it (group commit: one sync per turn,
+whatever the number of prepares, decisions and commits in it), then send one
+message per peer and one reply frame per client. Nothing leaves before the records
+it depends on are durable.
+
+The 2PC log of partition p is a CommandLog (the sequencer's segmented CRC32C format,
+a frame per turn) in ``data_dir/traditional/partition-p``. On start the partition
+loads the genesis rows (if any) and redoes its log (TraditionalPartition.recover).
+
+Usage:
+    python -m cluster.traditional_server up --data-dir /tmp/t --partitions 2 --fresh
+    python -m cluster.traditional_server partition --data-dir /tmp/t --partition 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import signal
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import zmq
+
+from cluster.config import HOST, ClusterConfig
+from cluster.launcher import ProcessGroup
+from executor.core.genesis import genesis_storage
+from executor.traditional.node import (
+    FAULT_CRASH,
+    TraditionalOptions,
+    TraditionalPartition,
+    every_nth_prepare,
+    home_partition,
+    pack_records,
+)
+from sequencer.log import CommandLog, iter_frames
+from txn_library import limits, wire
+from txn_library.client import Client, Result
+from txn_library.errors import ERR_MALFORMED, ERR_TOO_LARGE, ERROR
+from txn_library.procedure import load_modules
+
+log = logging.getLogger("ordo.traditional")
+
+PARTITIONS_MAX = 16  # client ports are base_port + p, below the peer ports
+FRAMES_PER_TURN_MAX = 512  # per socket; bounds a turn's latency and its log frame
+POLL_MS_MAX = 50
+STOP_GRACE_S = 5.0
+CRASH_EXIT_CODE = 70
+
+
+def client_addr(config: ClusterConfig, partition: int) -> str:
+    """Where clients reach partition ``partition`` (0 is config.client_addr)."""
+    if not 0 <= partition < min(config.partitions, PARTITIONS_MAX):
+        raise ValueError(f"no partition {partition} (traditional mode: <= {PARTITIONS_MAX})")
+    return f"tcp://{HOST}:{config.base_port + partition}"
+
+
+def log_dir(config: ClusterConfig, partition: int) -> Path:
+    return Path(config.data_dir) / "traditional" / f"partition-{partition}"
+
+
+def _check_config(config: ClusterConfig) -> None:
+    if config.replicas != 1:
+        raise ValueError("the traditional mode is not replicated: use replicas=1")
+    if config.partitions > PARTITIONS_MAX:
+        raise ValueError(f"the traditional mode supports at most {PARTITIONS_MAX} partitions")
+
+
+class TraditionalServer:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        partition: int,
+        options: TraditionalOptions | None = None,
+        ctx: zmq.Context | None = None,
+    ) -> None:
+        _check_config(config)
+        self.config = config
+        self.partition_id = partition
+        self.options = options or TraditionalOptions.load(config.data_dir)
+        load_modules(config.procedure_modules)
+        storage = genesis_storage(config.genesis, config.genesis_args, partition, config.partitions)
+        self.log = CommandLog(log_dir(config, partition), fsync=config.fsync)
+        if self.log.recovered_truncated_bytes:
+            cut = self.log.recovered_truncated_bytes
+            log.warning("2PC log: truncated %d bytes of torn tail", cut)
+        self.part = TraditionalPartition(
+            partition,
+            config.partitions,
+            storage,
+            options=self.options,
+            prepare_fault=self._fault(),
+        )
+        self.part.pid = os.getpid()
+        t0 = time.monotonic()
+        replayed = self.part.recover(p for _e, p in iter_frames(log_dir(config, partition)))
+        if replayed:
+            log.info(
+                "recovered %d log records in %.2fs (%d in doubt)",
+                replayed,
+                time.monotonic() - t0,
+                self.part.status()[8],
+            )
+        c = self.ctx = ctx or zmq.Context.instance()
+        self.client = c.socket(zmq.ROUTER)
+        self.client.setsockopt(zmq.MAXMSGSIZE, limits.frame_bytes_hard_max)
+        self.client.setsockopt(zmq.SNDHWM, 0)
+        self.client.bind(client_addr(config, partition))
+        self.inbox = c.socket(zmq.PULL)
+        self.inbox.setsockopt(zmq.RCVHWM, 0)
+        self.inbox.bind(config.partition_addr(0, partition))
+        self.peers: dict[int, zmq.Socket] = {}
+        for q in range(config.partitions):
+            if q != partition:
+                s = c.socket(zmq.PUSH)
+                s.setsockopt(zmq.SNDHWM, 0)
+                s.setsockopt(zmq.LINGER, 0)
+                s.connect(config.partition_addr(0, q))
+                self.peers[q] = s
+        self._stop = False
+
+    def _fault(self) -> Any:
+        o = self.options
+        if o.fault_prepare is None or o.fault_partition != self.partition_id:
+            return None
+        fault = every_nth_prepare(o.fault_prepare, o.fault_every)
+        if o.fault_prepare != FAULT_CRASH:
+            return fault
+
+        def crash(aid: tuple) -> str | None:
+            if fault(aid) is not None:
+                log.error("injected fault: crashing before the vote on %s", aid)
+                logging.shutdown()
+                os._exit(CRASH_EXIT_CODE)
+            return None
+
+        return crash
+
+    def stop(self, *_: object) -> None:
+        self._stop = True
+
+    # Inputs ---------------------------------------------------------------------------
+    def _on_client(self, frames: list[bytes]) -> None:
+        identity = frames[0]
+        if len(frames) != 2:
+            self._reject(identity, ERR_MALFORMED, "expected exactly one frame")
+            return
+        if len(frames[1]) > limits.request_bytes_max:
+            self._reject(identity, ERR_TOO_LARGE, f"frame exceeds {limits.request_bytes_max}")
+            return
+        try:
+            msg = wire.unpack(frames[1])
+            kind = msg[0]
+        except Exception as e:
+            self._reject(identity, ERR_MALFORMED, f"not a msgpack array: {e}")
+            return
+        if kind == wire.REQ_CALLS and len(msg) == 3:
+            self.part.on_calls(identity, msg[1], msg[2])
+        elif kind == wire.REQ_STATUS:
+            report = self.part.status_report()
+            self.client.send_multipart([identity, wire.pack((wire.REP_STATUS, report))])
+        else:
+            self._reject(identity, ERR_MALFORMED, f"unknown request kind {kind!r}")
+
+    def _reject(self, identity: bytes, code: str, message: str) -> None:
+        self.part.client_out.setdefault(identity, []).append((None, ERROR, (code, message)))
+
+    def _on_peer(self, data: bytes) -> None:
+        try:
+            src, msgs = msgpack.unpackb(data, use_list=False)
+            if not isinstance(src, int) or src not in self.peers:
+                raise ValueError(f"from unknown partition {src!r}")
+        except Exception as e:  # a stray or garbled message must not kill the partition
+            log.warning("dropped malformed peer message (%d bytes): %s", len(data), e)
+            return
+        self.part.on_peer(src, msgs)
+
+    # Loop -------------------------------------------------------------------------------
+    def _flush(self) -> None:
+        records, peer_out, client_out = self.part.take_outputs()
+        if records:
+            self._append(records)
+            self.log.sync()  # group commit: the turn's records are durable before any send
+        me = self.partition_id
+        for q, msgs in peer_out.items():
+            self.peers[q].send(msgpack.packb((me, msgs)))
+        for identity, replies in client_out.items():
+            try:
+                self.client.send_multipart(
+                    [identity, wire.pack((wire.REP_RESULTS, replies))], flags=zmq.NOBLOCK
+                )
+            except zmq.ZMQError:
+                log.warning("client gone; dropped %d replies", len(replies))
+
+    def _append(self, records: list[tuple]) -> None:
+        data = pack_records(records)
+        if len(data) <= limits.log_frame_bytes_max or len(records) == 1:
+            self.log.append(self.log.last_epoch + 1, data)
+            return
+        half = len(records) // 2
+        self._append(records[:half])
+        self._append(records[half:])
+
+    def _poll_ms(self) -> float:
+        due = self.part.next_deadline_us()
+        if due is None:
+            return POLL_MS_MAX
+        return min(POLL_MS_MAX, max(0.0, (due - time.time_ns() // 1000) / 1000.0))
+
+    def run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.inbox, zmq.POLLIN)
+        poller.register(self.client, zmq.POLLIN)
+        self._flush()  # recovery's resends and queries
+        while not self._stop:
+            events = dict(poller.poll(math.ceil(self._poll_ms())))
+            peer_ready, client_ready = self.inbox in events, self.client in events
+            # Alternate between the sockets so neither starves; one zmq.Again per socket
+            # per turn at most (an exception per message would cost more than the work).
+            for _ in range(FRAMES_PER_TURN_MAX):
+                if not (peer_ready or client_ready):
+                    break
+                if peer_ready:
+                    try:
+                        data = self.inbox.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        peer_ready = False
+                    else:
+                        self._on_peer(data)
+                if client_ready:
+                    try:
+                        frames = self.client.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        client_ready = False
+                    else:
+                        self._on_client(frames)
+            self.part.tick()
+            self._flush()
+        self.close()
+
+    def close(self) -> None:
+        for s in [self.client, self.inbox, *self.peers.values()]:
+            s.close(linger=0)
+        self.log.close()
+
+
+def serve(config: ClusterConfig, partition: int) -> None:
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s t-p{partition} %(levelname)s %(message)s"
+    )
+    server = TraditionalServer(config, partition)
+    signal.signal(signal.SIGTERM, server.stop)
+    signal.signal(signal.SIGINT, server.stop)
+    log.info("traditional partition %d up at %s", partition, client_addr(config, partition))
+    server.run()
+
+
+# Launcher -----------------------------------------------------------------------------
+class TraditionalCluster(ProcessGroup):
+    """P traditional partition processes on 127.0.0.1, tracked by PID and always stopped.
+
+    The counterpart of cluster.launcher.LocalCluster for the baseline mode.
+    """
+
+    def __init__(self, config: ClusterConfig, options: TraditionalOptions | None = None) -> None:
+        _check_config(config)
+        super().__init__(config)
+        self.options = options or TraditionalOptions()
+
+    @property
+    def client_addrs(self) -> list[str]:
+        return [client_addr(self.config, p) for p in range(self.config.partitions)]
+
+    def start(self, wait_s: float = 60.0) -> TraditionalCluster:
+        self.config.save()
+        self.options.save(self.config.data_dir)
+        for p in range(self.config.partitions):
+            self.start_partition(p)
+        self.wait_ready(wait_s)
+        return self
+
+    def start_partition(self, p: int) -> None:
+        self.spawn(
+            f"p{p}",
+            ["partition", "--data-dir", self.config.data_dir, "--partition", str(p)],
+            f"traditional-partition-{p}.log",
+            module="cluster.traditional_server",
+        )
+
+    def wait_ready(self, wait_s: float = 60.0) -> None:
+        """Every partition answers status and has heard from all its peers."""
+        deadline = time.monotonic() + wait_s
+        want = self.config.partitions
+        last_err: Exception | None = None
+        for addr in self.client_addrs:
+            with Client(addr, timeout_s=5) as c:
+                while True:
+                    self.check_alive()
+                    try:
+                        if len(c.status(timeout_s=2)["partitions"]) >= want:
+                            break
+                    except Exception as e:  # not up yet
+                        last_err = e
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(
+                            f"{addr} not ready after {wait_s}s ({last_err}); see {self.logs_dir}"
+                        )
+                    time.sleep(0.1)
+
+
+# Client side ----------------------------------------------------------------------------
+class RoutingClient:
+    """One txn_library.client.Client per partition; each call goes to its home partition.
+
+    Any partition can coordinate any call; sending it home saves remote lock requests
+    (a single-partition call then never leaves its partition).
+    """
+
+    def __init__(self, addrs: Sequence[str], **client_kw: Any) -> None:
+        self.clients = [Client(a, **client_kw) for a in addrs]
+
+    def submit(self, proc: str, *args: Any) -> Future:
+        return self.clients[home_partition(proc, args, len(self.clients))].submit(proc, *args)
+
+    def call(self, proc: str, *args: Any, timeout_s: float | None = None) -> Result:
+        c = self.clients[home_partition(proc, args, len(self.clients))]
+        return c.call(proc, *args, timeout_s=timeout_s)
+
+    def status(self, timeout_s: float = 5.0) -> dict:
+        return self.clients[0].status(timeout_s)
+
+    def close(self) -> None:
+        for c in self.clients:
+            c.close()
+
+    def __enter__(self) -> RoutingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# Command line ---------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m cluster.traditional_server")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    one = sub.add_parser("partition", help="run one partition of the cluster in DATA_DIR")
+    one.add_argument("--data-dir", required=True)
+    one.add_argument("--partition", type=int, required=True)
+    a = ap.parse_args(argv)
+    if a.cmd == "partition":
+        serve(ClusterConfig.load(a.data_dir), a.partition)
+
+
+if __name__ == "__main__":
+    main()

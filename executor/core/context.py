@@ -1,0 +1,131 @@
+"""The view a procedure body gets of the database while it runs.
+
+Invariants:
+- Every access is checked against the declared footprint: ``get``/``scan`` need a
+  covering read entry, ``put``/``delete`` a covering write entry (an entry covers a
+  key when it equals the key or is a prefix of it). Anything else raises
+  FootprintViolation, which the executor turns into an identical abort everywhere.
+- Writes are buffered and become visible to the body's own later reads; the executor
+  validates the whole buffer (executor.core.execution.run_txn) and applies it (only the
+  local writes) after the body returns OK, or none of it.
+- Time and randomness come only from the batch: ``timestamp_ms`` and ``rng`` (seeded
+  from the batch seed and the txn id).
+- ``hold_locks`` (a benchmark hook) only asks the live engine to keep the
+  transaction's locks longer; it changes no value, so outcomes stay deterministic.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+
+import msgpack
+import xxhash
+
+from txn_library.errors import FootprintViolation
+
+Getter = Callable[[str, tuple], "tuple | None"]
+Scanner = Callable[[str, tuple], list]
+
+
+def txn_seed(batch_seed: int, txn_id: int) -> int:
+    return xxhash.xxh3_64_intdigest(msgpack.packb((batch_seed, txn_id)))
+
+
+def cover_set(entries: Iterable[tuple[str, tuple]]) -> frozenset[tuple[str, tuple]]:
+    return frozenset(entries)
+
+
+def covered(cover: frozenset, table: str, key: tuple) -> bool:
+    if (table, key) in cover:
+        return True
+    for n in range(len(key) - 1, 0, -1):
+        if (table, key[:n]) in cover:
+            return True
+    return False
+
+
+class TxnContext:
+    __slots__ = (
+        "txn_id",
+        "timestamp_ms",
+        "_seed",
+        "_rng",
+        "_reads",
+        "_writes",
+        "_get",
+        "_scan",
+        "writes",
+        "hold_ms",
+    )
+
+    def __init__(
+        self,
+        txn_id: int,
+        timestamp_ms: int,
+        batch_seed: int,
+        reads: frozenset,
+        writes: frozenset,
+        get: Getter,
+        scan: Scanner,
+    ) -> None:
+        self.txn_id = txn_id
+        self.timestamp_ms = timestamp_ms
+        self._seed = batch_seed
+        self._rng: random.Random | None = None
+        self._reads = reads
+        self._writes = writes
+        self._get = get
+        self._scan = scan
+        self.writes: dict[tuple[str, tuple], tuple | None] = {}
+        self.hold_ms = 0
+
+    @property
+    def rng(self) -> random.Random:
+        """A random.Random fixed by (batch seed, txn id): the same on every replica."""
+        if self._rng is None:
+            self._rng = random.Random(txn_seed(self._seed, self.txn_id))
+        return self._rng
+
+    def get(self, table: str, key: tuple) -> tuple | None:
+        if (table, key) not in self._reads and not covered(self._reads, table, key):
+            raise FootprintViolation(f"read of {table}{key!r} outside the footprint")
+        w = self.writes
+        if w and (table, key) in w:
+            return w[(table, key)]
+        return self._get(table, key)
+
+    def scan(self, table: str, prefix: tuple) -> list[tuple[tuple, tuple]]:
+        """Rows whose key starts with ``prefix``, in key order, with own writes merged."""
+        if not covered(self._reads, table, prefix):
+            raise FootprintViolation(f"scan of {table}{prefix!r} outside the footprint")
+        rows = self._scan(table, prefix)
+        n = len(prefix)
+        mine = {k[1]: v for k, v in self.writes.items() if k[0] == table and k[1][:n] == prefix}
+        if not mine:
+            return rows
+        merged = dict(rows)
+        merged.update(mine)
+        return sorted((k, v) for k, v in merged.items() if v is not None)
+
+    def put(self, table: str, key: tuple, row: tuple) -> None:
+        if (table, key) not in self._writes and not covered(self._writes, table, key):
+            raise FootprintViolation(f"write of {table}{key!r} outside the footprint")
+        if not isinstance(row, tuple):
+            raise TypeError(f"rows are tuples, got {type(row).__name__}")
+        self.writes[(table, key)] = row
+
+    def delete(self, table: str, key: tuple) -> None:
+        if not covered(self._writes, table, key):
+            raise FootprintViolation(f"delete of {table}{key!r} outside the footprint")
+        self.writes[(table, key)] = None
+
+    def hold_locks(self, ms: int) -> None:
+        """BENCHMARK HOOK: ask the engine to keep this transaction's locks (and its
+        result) for ``ms`` more milliseconds after the body returns, as if it were
+        stalled on slow I/O, without blocking anything else. Changes no value, so
+        every replica computes the same outcome; replay and in-process engines ignore
+        it. Used by the clogging experiment (scripts/paper_experiments.py b)."""
+        if type(ms) is not int or ms < 0:
+            raise ValueError(f"hold_locks needs a non-negative int, got {ms!r}")
+        self.hold_ms = max(self.hold_ms, ms)

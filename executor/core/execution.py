@@ -1,0 +1,96 @@
+"""Running one procedure body and turning its outcome into a result.
+
+Shared by the live partition, the single-process serial executor, recovery replay,
+Spark replay and the traditional (2PL) mode, so that all of them compute exactly the
+same thing.
+
+Invariants:
+- A body's outcome is a pure function of (args, rows read, timestamp, seed).
+  Exceptions are outcomes too: a FootprintViolation is a logical abort and any other
+  Exception an ERROR result (ERR_PROCEDURE_FAILED); either way the outcome is the
+  same on every replica, because the inputs are.
+- Nothing a procedure produces can stop a partition: its returned value (or abort
+  reason, or restart prediction) must encode with msgpack within
+  ``limits.result_bytes_max`` bytes, and its whole write set must pass
+  ``Storage.prepare_writes``; otherwise the result is ERROR (ERR_PROCEDURE_FAILED) and
+  no write is applied anywhere. These checks look only at what the body produced, so
+  every executor, the serial oracle and replay reach the same outcome.
+- ``run_txn`` returns writes only with status OK; applying them cannot fail.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from executor.core.context import TxnContext
+from executor.core.storage import (
+    KEY_INT_MAX,
+    KEY_INT_MIN,
+    PreparedWrite,
+    Storage,
+    encode_failure,
+    failure_text,
+)
+from txn_library import limits
+from txn_library.errors import ABORTED, ERR_PROCEDURE_FAILED, ERROR, OK, RESTART, FootprintViolation
+from txn_library.procedure import Abort, Procedure, Restart
+
+_packb = msgpack.packb
+
+
+def value_problem(value: Any) -> str | None:
+    """Why a procedure's value cannot travel as a result (None if it can)."""
+    tp = type(value)
+    if tp is int:
+        return None if KEY_INT_MIN <= value <= KEY_INT_MAX else "integer out of range for msgpack"
+    if value is None or tp is bool or tp is float:
+        return None
+    try:
+        n = len(_packb(value))
+    # The value is the procedure's: packing it may run its code (subclasses), so
+    # anything it raises is the procedure's failure, identical on every replica.
+    except Exception as e:
+        return encode_failure(e)
+    if n > limits.result_bytes_max:
+        return f"{n} bytes exceeds result_bytes_max ({limits.result_bytes_max})"
+    return None
+
+
+def run_body(proc: Procedure, args: tuple, ctx: TxnContext) -> tuple[int, Any]:
+    """Run the body; return (status, value). Writes stay in ctx.writes (see run_txn)."""
+    try:
+        out = proc.body(ctx, *args)
+    except FootprintViolation as e:
+        return ABORTED, f"footprint violation: {e}"
+    except Exception as e:  # a bug in the procedure: deterministic, so identical everywhere
+        return ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name} raised {failure_text(e)}")
+    if isinstance(out, Abort):
+        status, value, what = ABORTED, out.reason, "abort reason"
+    elif isinstance(out, Restart):
+        status, value, what = RESTART, out.prediction, "restart prediction"
+    else:
+        status, value, what = OK, out, "result"
+    problem = value_problem(value)
+    if problem is not None:
+        return ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name}: {what} rejected: {problem}")
+    return status, value
+
+
+def run_txn(
+    proc: Procedure, args: tuple, ctx: TxnContext, storage: Storage
+) -> tuple[int, Any, list[PreparedWrite]]:
+    """Run the body and validate its whole write set: (status, value, writes).
+
+    ``writes`` is empty unless status is OK; pass it to ``Storage.apply`` (an executor
+    of a multi-partition txn applies only its local ones). ``storage`` only lends its
+    packer: the outcome does not depend on what it holds.
+    """
+    status, value = run_body(proc, args, ctx)
+    if status != OK or not ctx.writes:
+        return status, value, []
+    writes, problem = storage.prepare_writes(ctx.writes)
+    if problem is not None:
+        return ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name}: {problem}"), []
+    return OK, value, writes

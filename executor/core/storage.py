@@ -1,0 +1,353 @@
+"""In-memory tables of one partition, with an incrementally maintained state hash.
+
+Rows are tuples (positional, in the table's column order); keys are tuples.
+
+State hash: the sum mod 2**64 of xxh3_64(msgpack([table, key, row])) over every row
+of every *partitioned* table held here. It is independent of dict order, process
+and partition layout (the sum over partitions equals the hash of the whole
+database), and costs O(1) per write (subtract the old row's digest, add the new).
+Replicated read-only tables (TPC-C ITEM) are hashed separately in ``static_hash``.
+
+Ordered tables keep a SortedList of keys so that a key prefix can be scanned in key
+order (NEW-ORDER oldest per district, a customer's newest order, ...). The index is
+updated in the same write path as the table.
+
+Writes of a transaction go in two steps, so that a bad write can never leave half a
+transaction applied (or kill the process):
+- ``prepare_writes`` validates the WHOLE write set and computes each new row's digest
+  (the one packing of that row). It depends only on the writes and the catalog, never
+  on what this Storage holds, so every executor of a transaction, the serial oracle
+  and every replay accept or reject the same set. A rejected set is applied nowhere.
+- ``apply`` then installs prepared writes; it cannot fail (the checks above are
+  exactly what the table dict, the SortedList index and msgpack need).
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import msgpack
+import xxhash
+from sortedcontainers import SortedList
+
+from txn_library import catalog, limits
+
+MASK64 = (1 << 64) - 1
+GC_THRESHOLDS = (50_000, 20, 100)  # gen0 allocations, gen1 and gen2 collection ratios
+KEY_INT_MIN, KEY_INT_MAX = -(1 << 63), (1 << 64) - 1  # what msgpack can encode
+_packb = msgpack.packb
+_digest = xxhash.xxh3_64_intdigest
+_KEY_PART_TYPES = frozenset(catalog.KEY_PART_TYPES)
+_REPR_CHARS_MAX = 120  # of a key quoted in an error message
+FAILURE_CHARS_MAX = 500  # of an exception's text in an ERROR result
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+# (table, key, row or None = delete, digest of the new row (0 for a delete))
+PreparedWrite = tuple[str, tuple, tuple | None, int]
+
+
+def row_digest(table: str, key: tuple, row: tuple) -> int:
+    return _digest(_packb((table, key, row)))
+
+
+def failure_text(e: Exception) -> str:
+    """A short message for an exception raised by a procedure (or by msgpack on a
+    procedure's value), the same on every replica: str() of it may run procedure code
+    (so it may fail) and may show object addresses (so they are removed)."""
+    try:
+        text = str(e)
+    except Exception:  # the procedure's own __str__/__repr__ failed: still its failure
+        text = "<unprintable>"
+    text = _ADDRESS.sub("", text)
+    if len(text) > FAILURE_CHARS_MAX:
+        text = text[: FAILURE_CHARS_MAX - 3] + "..."
+    return f"{type(e).__name__}: {text}"
+
+
+def encode_failure(e: Exception) -> str:
+    """failure_text for msgpack refusing a procedure's value (its only OverflowError
+    is an int outside [-2**63, 2**64-1])."""
+    return "integer out of range for msgpack" if isinstance(e, OverflowError) else failure_text(e)
+
+
+def key_parts_problem(key: Any) -> str | None:
+    """Why ``key`` (or a key prefix) cannot travel or be stored (None if it can)."""
+    if not isinstance(key, tuple):
+        return f"key is {type(key).__name__}, not a tuple"
+    for i, part in enumerate(key):
+        tp = type(part)
+        if tp not in _KEY_PART_TYPES:
+            return f"key part {i} is {tp.__name__}, not int, str or bytes"
+        if tp is int and not KEY_INT_MIN <= part <= KEY_INT_MAX:
+            return "integer out of range for msgpack"
+    return None
+
+
+def _write_problem(spec: catalog.Table | None, table: Any, key: Any, row: Any) -> str | None:
+    """Why a write cannot be applied, before packing it (None if it may be packed, or
+    if it is a valid delete). The slow path of ``Storage.prepare_writes``."""
+    if spec is None:
+        return "unknown table"
+    if spec.replicated:
+        return "the table is replicated (read-only)"
+    problem = _key_problem(spec, key)
+    if problem is not None:
+        return problem
+    if row is not None and not isinstance(row, tuple):
+        return f"row is {type(row).__name__}, not a tuple"
+    return None
+
+
+def _key_problem(spec: catalog.Table, key: Any) -> str | None:
+    """Why ``key`` cannot be a key of ``spec`` (None if it can)."""
+    if not isinstance(key, tuple):
+        return f"key is {type(key).__name__}, not a tuple"
+    if len(key) != spec.key_len:
+        return f"key has {len(key)} parts, the table's keys have {spec.key_len}"
+    declared = spec.key_types
+    for i, part in enumerate(key):
+        tp = type(part)
+        if declared:
+            if tp is not declared[i]:
+                return f"key part {i} is {tp.__name__}, the table declares {declared[i].__name__}"
+        elif tp not in _KEY_PART_TYPES:
+            return f"key part {i} is {tp.__name__}, not int, str or bytes"
+        if tp is int and not KEY_INT_MIN <= part <= KEY_INT_MAX:
+            return "integer out of range for msgpack"
+    return None
+
+
+class Storage:
+    def __init__(self) -> None:
+        self.tables: dict[str, dict[tuple, tuple]] = {}
+        self.indexes: dict[str, SortedList] = {}
+        self.state_hash = 0
+        self.static_hash = 0
+        self._replicated: dict[str, bool] = {}
+        # One Packer per Storage (a Storage is single-threaded): the same bytes as
+        # msgpack.packb, without building a Packer per row.
+        self._pack = msgpack.Packer(autoreset=True).pack
+
+    def _table(self, name: str) -> dict[tuple, tuple]:
+        t = self.tables.get(name)
+        if t is None:
+            spec = catalog.table(name)
+            t = self.tables[name] = {}
+            self._replicated[name] = spec.replicated
+            if spec.ordered:
+                self.indexes[name] = SortedList()
+        return t
+
+    def get(self, table: str, key: tuple) -> tuple | None:
+        t = self.tables.get(table)
+        return None if t is None else t.get(key)
+
+    def put(self, table: str, key: tuple, row: tuple | None) -> None:
+        """Insert, overwrite, or (row None) delete one trusted row (loaders, tests).
+
+        Transactions' writes go through ``prepare_writes`` and ``apply`` instead.
+        """
+        digest = 0 if row is None else _digest(self._pack((table, key, row)))
+        self._install(table, key, row, digest)
+
+    def prepare_writes(
+        self, writes: dict[tuple[str, tuple], tuple | None]
+    ) -> tuple[list[PreparedWrite], str | None]:
+        """Validate a transaction's whole write set; (prepared writes, None) or ([], why).
+
+        Checked per write, in the body's order (so the reason is the same everywhere):
+        the table is registered and partitioned, the key has the table's shape and part
+        types, the row is a tuple (or None to delete), encodes with msgpack (which also
+        bounds the key's ints), and is at most ``limits.row_bytes_max`` bytes with its
+        table and key. The footprint was enforced when the body wrote (TxnContext).
+        Depends on nothing this Storage holds. This runs for every write of every
+        transaction: the common case costs one type-tuple comparison and one packing.
+        """
+        out: list[PreparedWrite] = []
+        append = out.append
+        pack = self._pack
+        spec_of = catalog.table_or_none
+        row_bytes_max = limits.row_bytes_max
+        for (t, key), row in writes.items():
+            spec = spec_of(t)
+            types = spec.key_types if spec is not None else None
+            if (
+                not types  # unknown table, or one without declared key types
+                or spec is None
+                or spec.replicated
+                or type(row) is not tuple
+                or type(key) is not tuple
+                or tuple(map(type, key)) != types
+            ):
+                problem = _write_problem(spec, t, key, row)
+                if problem is not None:
+                    return [], f"write rejected: {_quote(t, key)}: {problem}"
+                if row is None:
+                    append((t, key, None, 0))
+                    continue
+            try:
+                data = pack((t, key, row))
+            # The row is the procedure's value: packing it may run its code
+            # (subclasses), so anything it raises is the procedure's failure.
+            except Exception as e:
+                return [], f"write rejected: {_quote(t, key)}: {encode_failure(e)}"
+            if len(data) > row_bytes_max:
+                return [], (
+                    f"write rejected: {_quote(t, key)}: row of {len(data)} bytes exceeds "
+                    f"row_bytes_max ({row_bytes_max})"
+                )
+            append((t, key, row, _digest(data)))
+        return out, None
+
+    def apply(self, writes: Iterable[PreparedWrite]) -> None:
+        """Install writes from ``prepare_writes`` (of any Storage); cannot fail.
+
+        The hot path of every transaction, so ``_install`` is inlined: prepared writes
+        never touch a replicated table, so only ``state_hash`` moves, once per call.
+        """
+        tables, indexes, pack = self.tables, self.indexes, self._pack
+        delta = 0
+        for t, key, row, digest in writes:
+            tab = tables.get(t)
+            if tab is None:
+                tab = self._table(t)
+            old = tab.get(key)
+            if old is None:
+                if row is None:
+                    continue
+                tab[key] = row
+                idx = indexes.get(t)
+                if idx is not None:
+                    idx.add(key)
+                delta += digest
+                continue
+            delta += digest - _digest(pack((t, key, old)))
+            if row is None:
+                del tab[key]
+                idx = indexes.get(t)
+                if idx is not None:
+                    idx.remove(key)
+            else:
+                tab[key] = row
+        self.state_hash = (self.state_hash + delta) & MASK64
+
+    def _install(self, table: str, key: tuple, row: tuple | None, digest: int) -> None:
+        """Insert, overwrite, or (row None) delete one row, keeping hash and index."""
+        t = self._table(table)
+        old = t.get(key)
+        if old is None and row is None:
+            return
+        delta = digest
+        if old is not None:
+            delta -= _digest(self._pack((table, key, old)))
+        if row is None:
+            del t[key]
+            idx = self.indexes.get(table)
+            if idx is not None:
+                idx.remove(key)
+        else:
+            t[key] = row
+            if old is None:
+                idx = self.indexes.get(table)
+                if idx is not None:
+                    idx.add(key)
+        if self._replicated[table]:
+            self.static_hash = (self.static_hash + delta) & MASK64
+        else:
+            self.state_hash = (self.state_hash + delta) & MASK64
+
+    def load(self, rows: Iterable[tuple[str, tuple, tuple]]) -> int:
+        """Bulk insert (loader, checkpoint restore). Returns rows loaded."""
+        n = 0
+        pending_idx: dict[str, list[tuple]] = {}
+        pack = self._pack
+        for table, key, row in rows:
+            t = self._table(table)
+            old = t.get(key)
+            d = _digest(pack((table, key, row)))
+            if old is not None:
+                d -= _digest(pack((table, key, old)))
+            elif table in self.indexes:
+                pending_idx.setdefault(table, []).append(key)
+            t[key] = row
+            if self._replicated[table]:
+                self.static_hash = (self.static_hash + d) & MASK64
+            else:
+                self.state_hash = (self.state_hash + d) & MASK64
+            n += 1
+        for table, keys in pending_idx.items():
+            self.indexes[table].update(keys)
+        return n
+
+    def scan(self, table: str, prefix: tuple) -> list[tuple[tuple, tuple]]:
+        """Rows whose key starts with ``prefix``, in key order (ordered tables only)."""
+        t = self.tables.get(table)
+        if t is None:
+            return []
+        idx = self.indexes.get(table)
+        n = len(prefix)
+        if idx is None:
+            if n == catalog.table(table).key_len:
+                row = t.get(prefix)
+                return [] if row is None else [(prefix, row)]
+            raise ValueError(f"table {table} is not ordered: cannot scan a prefix")
+        out = []
+        for key in idx.irange(minimum=prefix):
+            if key[:n] != prefix:
+                break
+            out.append((key, t[key]))
+        return out
+
+    def rows(self) -> Iterator[tuple[str, tuple, tuple]]:
+        """Every row, tables in name order and keys in sorted order (stable output)."""
+        for name in sorted(self.tables):
+            t = self.tables[name]
+            for key in sorted(t):
+                yield name, key, t[key]
+
+    def row_count(self) -> int:
+        return sum(len(t) for t in self.tables.values())
+
+    def recompute_hash(self) -> tuple[int, int]:
+        """(state_hash, static_hash) from scratch; must equal the incremental ones."""
+        state = static = 0
+        for name, t in self.tables.items():
+            s = 0
+            for key, row in t.items():
+                s += _digest(_packb((name, key, row)))
+            if catalog.table(name).replicated:
+                static += s
+            else:
+                state += s
+        return state & MASK64, static & MASK64
+
+
+def _quote(table: Any, key: Any) -> str:
+    """``table(key)`` for an error message. Only values of known types are shown: the
+    repr of anything else may run procedure code or contain an address, and the
+    message must be the same on every replica."""
+    name = table if type(table) is str else f"<{type(table).__name__}>"
+    if isinstance(key, tuple) and all(type(p) in _KEY_PART_TYPES for p in key):
+        text = f"{name}{key!r}"
+    else:
+        text = f"{name}(<{type(key).__name__}>)"
+    return text if len(text) <= _REPR_CHARS_MAX else text[: _REPR_CHARS_MAX - 3] + "..."
+
+
+def settle_heap() -> None:
+    """Keep the collector off a loaded database (after a genesis or a checkpoint load).
+
+    A TPC-C warehouse is ~560,000 rows that live as long as the process. With CPython's
+    default thresholds the cyclic collector walks the big table dicts and index lists
+    over and over (they are re-tracked on the first insert after every full
+    collection), which cost about half of a partition's CPU under New Order. So:
+    collect once, freeze the survivors (gc.freeze: never scanned again, which also
+    keeps a forked checkpoint writer from touching their pages) and make young
+    collections rare. Rows are tuples without cycles; collections still run.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)

@@ -1,0 +1,93 @@
+"""Reliable, totally ordered batch delivery to one partition, without sockets.
+
+Batches reach a partition over PUB/SUB, which may drop or (across a reconnect)
+reorder them, and from the sequencer's log service on request. ``BatchFeed`` turns
+both into what the Partition role needs: every batch exactly once, in epoch order.
+The live partition process and the whole-cluster simulator drive the same object
+(its owner moves the bytes and says what time it is).
+
+Invariants:
+- A batch reaches ``Partition.on_batch`` only when its epoch is ``last_epoch + 1``;
+  a batch at or below ``last_epoch`` is dropped, one ahead of a gap is held back.
+- Nothing is applied while the partition waits for a checkpoint (``checkpoint_due``);
+  the owner calls ``apply_held`` once it has taken it.
+- ``known_last_epoch`` only grows: the highest epoch seen in a batch, a heartbeat or
+  a log-service reply. While it is above ``last_epoch`` the feed asks the log service
+  for the gap (``repair``), at most once per ``repair_retry`` unless a reply came in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from executor.deterministic.partition import Partition
+from txn_library import wire as swire
+
+STATUS_EVERY_S = 0.2  # a partition reports its status at least this often
+REPAIR_RETRY_S = 0.5  # an unanswered log fetch is asked again after this long
+
+
+class BatchFeed:
+    def __init__(
+        self,
+        part: Partition,
+        repair_retry: float,
+        on_offer: Callable[[tuple], tuple] | None = None,
+    ) -> None:
+        self.part = part
+        self.repair_retry = repair_retry  # in the owner's clock units
+        # The simulator's hook to plant a bug in what one partition receives.
+        self.on_offer = on_offer
+        self.held: dict[int, tuple] = {}  # epoch -> batch, arrived ahead of a gap
+        self.known_last_epoch = 0
+        self.heard = False  # a heartbeat or log reply came: we know the sequencer's epoch
+        self._repair_sent_at: float | None = None
+
+    def offer(self, data: bytes) -> None:
+        """A batch's bytes, from PUB/SUB or the log service."""
+        batch = swire.unpack(data)
+        epoch = batch[swire.B_EPOCH]
+        self.known_last_epoch = max(self.known_last_epoch, epoch)
+        if epoch <= self.part.last_epoch:
+            return
+        self.held[epoch] = batch if self.on_offer is None else self.on_offer(batch)
+        self.apply_held()
+
+    def apply_held(self) -> None:
+        part, held = self.part, self.held
+        while part.checkpoint_due is None and part.last_epoch + 1 in held:
+            part.on_batch(held.pop(part.last_epoch + 1))
+
+    def heartbeat(self, last_epoch: int) -> None:
+        self.heard = True
+        self.known_last_epoch = max(self.known_last_epoch, last_epoch)
+
+    def log_reply(self, batches: tuple, last_on_disk: int) -> None:
+        self.heartbeat(last_on_disk)
+        for data in batches:
+            self.offer(data)
+        self._repair_sent_at = None  # ask for the next chunk at once if still behind
+
+    def requested(self, now: float) -> None:
+        """The owner asked the log service itself (e.g. a catch-up at start)."""
+        self._repair_sent_at = now
+
+    def repair(self, now: float) -> tuple[int, int] | None:
+        """The epochs to fetch from the log service now, or None."""
+        want = self.part.last_epoch + 1
+        if self.known_last_epoch < want:
+            return None
+        sent = self._repair_sent_at
+        if sent is not None and now - sent < self.repair_retry:
+            return None
+        last = self.known_last_epoch
+        if self.held:
+            last = min(self.held) - 1
+            if last < want:
+                return None
+        self._repair_sent_at = now
+        return want, last
+
+    def behind(self) -> int:
+        """Epochs known to exist that are not applied yet."""
+        return self.known_last_epoch - self.part.last_epoch

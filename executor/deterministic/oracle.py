@@ -1,0 +1,45 @@
+"""The serial oracle: what a replica must equal.
+
+``SerialExecutor`` holds one Storage and runs transactions one at a time in txn id
+order, with no locks and no partitions. Invariant: after the same log, its state hash
+equals the sum of a replica's partition hashes and its results equal the replica's;
+both run bodies and validate write sets with executor.core.execution.run_txn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from executor.core.context import TxnContext, cover_set
+from executor.core.execution import run_txn
+from executor.core.storage import Storage
+from txn_library.procedure import lookup
+from txn_library.wire import B_FIRST_TXN, B_SEED, B_TS, B_TXNS, T_ARGS, T_PROC
+
+
+class SerialExecutor:
+    def __init__(self, storage: Storage | None = None) -> None:
+        self.storage = storage if storage is not None else Storage()
+        self.results: dict[int, tuple[int, Any]] = {}
+        self.last_epoch = 0
+
+    def apply(self, batch: tuple) -> None:
+        txn_id = batch[B_FIRST_TXN]
+        ts, seed = batch[B_TS], batch[B_SEED]
+        s = self.storage
+        for txn in batch[B_TXNS]:
+            proc = lookup(txn[T_PROC])
+            args = txn[T_ARGS]
+            fp = proc.footprint(*args)
+            ctx = TxnContext(
+                txn_id, ts, seed, cover_set(fp.reads), cover_set(fp.writes), s.get, s.scan
+            )
+            status, value, writes = run_txn(proc, args, ctx, s)
+            s.apply(writes)
+            self.results[txn_id] = (status, value)
+            txn_id += 1
+        self.last_epoch = batch[0]
+
+    @property
+    def state_hash(self) -> int:
+        return self.storage.state_hash

@@ -1,0 +1,527 @@
+"""One partition of one replica: ordered locking, read exchange, execution.
+
+The Partition is a role object with no sockets: it takes inputs (``on_batch``,
+``on_reads``, ``on_query``) and leaves outputs in ``peer_out`` (reads for other
+partitions of the same replica), ``results_out`` and ``query_out``. The process loop
+in cluster.partition_server moves those over ZeroMQ; executor.deterministic.replica
+moves them in memory (tests, recovery replay, Spark replay). Same code either way.
+
+Invariants:
+- Batches are applied strictly in epoch order (epoch == last_epoch + 1).
+- Transactions of a batch are admitted in sequence order and each requests all of
+  its local locks before the next one requests any (so grants follow global order).
+- A multi-partition transaction runs its body only at its *executors* (participants
+  with local writes; the lowest participant if none writes), after every participant
+  with local reads has sent them. Each executor applies only its local writes. No
+  votes, no two-phase commit: every executor reaches the same outcome because it runs
+  the same deterministic body on the same reads.
+- Exactly one partition per replica reports a transaction's result: the lowest
+  executor.
+- A partition keeps the reads it sent for the last ``retain_checkpoints`` checkpoint
+  intervals, so a peer restarted from one of those checkpoints can ask for them again
+  (``resend``). Reads are idempotent on arrival: a duplicate, or a read for a txn that
+  already finished here, is dropped. So are reads claiming to come from a partition
+  that is not a peer. Reads that arrive before their txn wait in ``_early``: at most
+  one entry per (txn, peer), for at most ``limits.early_reads_txns_max`` txns.
+- Unsequenced queries waiting here are at most ``limits.queries_pending_max``, and
+  are served in ``min_txn_id`` order (one that must wait never blocks a ready one).
+  Refused inputs are counted in ``inputs_dropped`` (the server logs them, rate-limited).
+- A body's whole write set is validated (executor.core.execution.run_txn) before any of
+  it is applied; a rejected set is applied by no executor (every executor validates
+  the same set, including the writes that belong to other partitions).
+- ``newest_checkpoint_epoch`` only grows, and only when the owner reports the
+  snapshot durable (``checkpoint_durable``); the boundary is recorded at the drain.
+- Read-only queries run between transactions, once every local transaction sequenced
+  at or before the query's ``min_txn_id`` has finished. The set of finished local
+  transactions is always closed under conflict order, so the partition's state is
+  the state after a serial prefix, and the query is serializable (and sees every
+  write acknowledged before it was sent).
+- A body that called ``ctx.hold_locks(ms)`` (benchmark hook) keeps its locks and its
+  result for ms after it ran, when ``hold_clock`` is set (the live server); the loop
+  goes on meanwhile and its owner calls ``release_holds``. Without a clock (replay,
+  in-process engines) holds end at once. A hold changes only timing, never a value.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import Any
+
+from executor.core.context import TxnContext, cover_set
+from executor.core.execution import failure_text, run_body, run_txn
+from executor.core.storage import Storage
+from scheduler.lock_manager import LockManager
+from txn_library import catalog, limits, placement
+from txn_library.errors import (
+    ERR_BAD_ARGUMENTS,
+    ERR_PROCEDURE_FAILED,
+    ERROR,
+    BadRequest,
+    invariant,
+)
+from txn_library.partition_wire import RESULT_LOOKUP, PartitionStatus
+from txn_library.procedure import Procedure, lookup
+
+REPLICATED = catalog.REPLICATED
+
+
+class _Txn:
+    __slots__ = (
+        "txn_id",
+        "proc",
+        "args",
+        "ts",
+        "seed",
+        "reads",
+        "writes",
+        "local_reads",
+        "send_to",
+        "need",
+        "executor",
+        "reporter",
+        "locked",
+        "exact",
+        "prefixes",
+        "single",
+    )
+    txn_id: int
+    proc: Procedure
+    args: tuple
+    ts: int
+    seed: int
+    reads: frozenset
+    writes: frozenset
+    local_reads: tuple
+    send_to: tuple[int, ...]
+    need: set[int]
+    executor: bool
+    reporter: bool
+    locked: bool
+    exact: dict[tuple[str, tuple], Any]
+    prefixes: dict[tuple[str, tuple], Any]
+    single: bool
+
+
+class Partition:
+    def __init__(
+        self,
+        replica: int,
+        partition: int,
+        partitions: int,
+        storage: Storage | None = None,
+        retain_checkpoints: int = 3,
+    ) -> None:
+        self.replica = replica
+        self.partition = partition
+        self.partitions = partitions
+        self.storage = storage if storage is not None else Storage()
+        self.locks = LockManager()
+        self.last_epoch = 0
+        self.next_txn_id = 0  # one past the last txn id of the last applied batch
+        self.txns_applied = 0
+        self._active: dict[int, _Txn] = {}
+        self._ready: deque[_Txn] = deque()
+        # Reads that arrived before their txn: txn id -> {from partition: (exact, prefixes)}.
+        self._early: dict[int, dict[int, tuple[tuple, tuple]]] = {}
+        self._early_purged_at = -1  # next_txn_id at the last purge of stale early reads
+        self.inputs_dropped = 0  # reads and queries refused (not a peer, over a bound)
+        # Waiting queries, a heap on min_txn_id: (min_txn_id, arrival, id, tag, proc, args).
+        # Served in min_txn_id order, so one that waits long never holds up the rest.
+        self._queries: list[tuple[int, int, int, int, Any, Any]] = []
+        self._queries_seen = 0
+        self.peer_out: dict[int, list] = {}
+        self.results_out: list[tuple[int, int, Any]] = []
+        self.query_out: list[tuple[int, int, int, Any]] = []
+        # Checkpoints: set when a flagged batch arrives; the owner drains, snapshots,
+        # then calls checkpoint_taken(). No later batch is applied meanwhile. Once the
+        # snapshot is durable the owner calls checkpoint_durable().
+        self.checkpoint_due: int | None = None
+        self.newest_checkpoint_epoch = 0
+        self.boundary: tuple[int, int] = (0, 0)  # (epoch, state hash) at last flagged epoch
+        self._result_cache: OrderedDict[int, tuple[int, Any]] = OrderedDict()
+        # Sent reads, for restarted peers: txn id -> (destinations, entry).
+        self._sent: OrderedDict[int, tuple[tuple[int, ...], tuple]] = OrderedDict()
+        self._sent_complete_from = 0  # every read of txns >= this is retained
+        self._boundary_txn_ids: deque[int] = deque(maxlen=max(1, retain_checkpoints))
+        # Held transactions (ctx.hold_locks): heap of (due, txn id, txn, status, value).
+        self.hold_clock: Callable[[], float] | None = None
+        self._holds: list[tuple[float, int, _Txn, int, Any]] = []
+
+    def restore(self, epoch: int, next_txn_id: int, txns_applied: int) -> None:
+        """Resume from a checkpoint taken at the end of ``epoch`` (storage already loaded)."""
+        invariant(self.last_epoch == 0 and not self._active, "restore into a used partition")
+        self.last_epoch = epoch
+        self.next_txn_id = next_txn_id
+        self.txns_applied = txns_applied
+        self.newest_checkpoint_epoch = epoch
+        self.boundary = (epoch, self.storage.state_hash)
+        self._sent_complete_from = next_txn_id
+        self._boundary_txn_ids.append(next_txn_id)
+
+    # Inputs -------------------------------------------------------------------
+    def on_batch(self, batch: tuple) -> None:
+        epoch, prev_epoch, first_txn_id, ts, seed, txns = batch[:6]
+        invariant(self.checkpoint_due is None, "batch applied before a due checkpoint")
+        invariant(
+            epoch == self.last_epoch + 1 and prev_epoch == self.last_epoch,
+            f"partition {self.partition}: batch {epoch} (prev {prev_epoch}) "
+            f"after {self.last_epoch}",
+        )
+        invariant(first_txn_id >= self.next_txn_id, "txn ids went backwards")
+        me = self.partition
+        txn_id = first_txn_id
+        for txn in txns:
+            if me in txn[2]:
+                self._admit(txn_id, txn[0], txn[1], txn[2], ts, seed)
+            txn_id += 1
+        self.last_epoch = epoch
+        self.next_txn_id = txn_id
+        if len(batch) > 6 and batch[6] & 1:
+            self.checkpoint_due = epoch
+        self._run()
+
+    def checkpoint_ready(self) -> bool:
+        """A flagged epoch is fully applied here: state is exactly that boundary's."""
+        return self.checkpoint_due is not None and self.idle()
+
+    def checkpoint_taken(self) -> None:
+        """Record the boundary (hash comparable across replicas) and resume batches.
+
+        The snapshot may still be being written: it counts (``newest_checkpoint_epoch``)
+        only once its owner reports it durable (``checkpoint_durable``).
+        """
+        invariant(self.checkpoint_ready(), "checkpoint taken before the drain finished")
+        epoch = self.checkpoint_due
+        assert epoch is not None
+        self.boundary = (epoch, self.storage.state_hash)
+        self.checkpoint_due = None
+        bounds = self._boundary_txn_ids
+        if len(bounds) == bounds.maxlen:
+            self._forget_sent_before(bounds[0])
+        bounds.append(self.next_txn_id)
+
+    def checkpoint_durable(self, epoch: int) -> None:
+        """The snapshot of boundary ``epoch`` is on disk (renamed, directory fsynced)."""
+        invariant(
+            self.newest_checkpoint_epoch < epoch <= self.boundary[0],
+            f"checkpoint {epoch} durable out of order (newest {self.newest_checkpoint_epoch}, "
+            f"boundary {self.boundary[0]})",
+        )
+        self.newest_checkpoint_epoch = epoch
+
+    def _forget_sent_before(self, txn_id: int) -> None:
+        sent = self._sent
+        while sent and next(iter(sent)) < txn_id:
+            sent.popitem(last=False)
+        self._sent_complete_from = max(self._sent_complete_from, txn_id)
+
+    def resend(self, to_partition: int, first_txn_id: int) -> bool:
+        """Queue again every retained read for ``to_partition`` from ``first_txn_id`` on.
+
+        False if reads that far back are no longer retained (the peer then cannot
+        recover alone from that checkpoint).
+        """
+        if first_txn_id < self._sent_complete_from:
+            return False
+        out = self.peer_out.setdefault(to_partition, [])
+        for txn_id, (dests, entry) in self._sent.items():
+            if txn_id >= first_txn_id and to_partition in dests:
+                out.append(entry)
+        return True
+
+    @property
+    def sent_complete_from(self) -> int:
+        return self._sent_complete_from
+
+    def on_reads(self, from_partition: int, entries: tuple) -> None:
+        """Reads a peer sent (shape checked by the caller: partition_wire.reads_problem)."""
+        if from_partition == self.partition or not 0 <= from_partition < self.partitions:
+            self.inputs_dropped += 1  # not a peer: nothing it says can be ours to use
+            return
+        early = self._early
+        for txn_id, exact, prefixes in entries:
+            st = self._active.get(txn_id)
+            if st is None:
+                if txn_id < self.next_txn_id:
+                    continue  # finished here already: a peer replaying after a restart
+                waiting = early.get(txn_id)
+                if waiting is None:
+                    if len(early) >= limits.early_reads_txns_max and not self._purge_early():
+                        self.inputs_dropped += 1
+                        continue
+                    waiting = early[txn_id] = {}
+                waiting[from_partition] = (exact, prefixes)  # a resend replaces its twin
+                continue
+            self._merge(st, from_partition, exact, prefixes)
+            if st.locked and not st.need:
+                self._execute(st)
+        self._run()
+
+    def _purge_early(self) -> bool:
+        """Drop early reads whose txn has passed without being admitted here (no peer
+        sends those: they are stray). True if that freed room. O(n), only when full."""
+        if self._early_purged_at == self.next_txn_id:
+            return False
+        self._early_purged_at = self.next_txn_id
+        stale = [txn_id for txn_id in self._early if txn_id < self.next_txn_id]
+        for txn_id in stale:
+            del self._early[txn_id]
+        self.inputs_dropped += len(stale)
+        return bool(stale)
+
+    def on_query(
+        self, query_id: int, replica_tag: int, proc_name: Any, args: Any, min_txn_id: int
+    ) -> None:
+        """An unsequenced read (shape checked by the caller: partition_wire.query_problem)."""
+        if len(self._queries) >= limits.queries_pending_max:
+            self.inputs_dropped += 1  # more than the sequencer can have pending: junk
+            return
+        self._queries_seen += 1
+        entry = (min_txn_id, self._queries_seen, query_id, replica_tag, proc_name, args)
+        heapq.heappush(self._queries, entry)
+        self._serve_queries()
+
+    # Admission ----------------------------------------------------------------
+    def _admit(
+        self, txn_id: int, proc_name: str, args: tuple, participants: tuple, ts: int, seed: int
+    ) -> None:
+        proc = lookup(proc_name)
+        fp = proc.footprint(*args)
+        st = _Txn()
+        st.txn_id, st.proc, st.args, st.ts, st.seed = txn_id, proc, args, ts, seed
+        st.reads = cover_set(fp.reads)
+        st.writes = cover_set(fp.writes)
+        st.locked = False
+        st.exact = {}
+        st.prefixes = {}
+        # Lock names, executors, reporter and read exchange: txn_library.placement, the
+        # one rule every engine uses (computed in one pass over the footprint).
+        if len(participants) == 1:
+            st.single = True
+            st.local_reads = ()
+            st.send_to = ()
+            st.need = set()
+            st.executor = st.reporter = True
+            shared, exclusive = placement.single_partition_locks(fp.reads, fp.writes)
+        else:
+            st.single = False
+            share = placement.LocalShare(
+                fp.reads, fp.writes, participants, self.partition, self.partitions
+            )
+            shared, exclusive = share.shared, share.exclusive
+            st.executor, st.reporter = share.executor, share.reporter
+            st.local_reads, st.send_to, st.need = share.local_reads, share.send_to, share.need
+        self._active[txn_id] = st
+        early = self._early.pop(txn_id, None)
+        if early:
+            for q, (exact, prefixes) in early.items():
+                self._merge(st, q, exact, prefixes)
+        if self.locks.request(txn_id, shared, exclusive):
+            self._ready.append(st)
+
+    def _merge(self, st: _Txn, q: int, exact: tuple, prefixes: tuple) -> None:
+        if q not in st.need:
+            return  # a duplicate (the sender restarted and resent); reads are idempotent
+        st.need.discard(q)
+        for t, key, row in exact:
+            st.exact[(t, key)] = row
+        for t, prefix, rows in prefixes:
+            st.prefixes[(t, prefix)] = rows
+            for key, row in rows:
+                st.exact[(t, key)] = row
+
+    # Execution ----------------------------------------------------------------
+    def _run(self) -> None:
+        ready = self._ready
+        while ready:
+            st = ready.popleft()
+            st.locked = True
+            if st.send_to:
+                self._send_reads(st)
+            if not st.executor:
+                self._finish(st)
+            elif not st.need:
+                self._execute(st)
+        if self._queries:
+            self._serve_queries()
+
+    def _send_reads(self, st: _Txn) -> None:
+        storage = self.storage
+        key_len: dict[str, int] = {}
+        exact = []
+        prefixes = []
+        for t, key in st.local_reads:
+            n = key_len.get(t)
+            if n is None:
+                n = key_len[t] = catalog.table(t).key_len
+            if len(key) == n:
+                exact.append((t, key, storage.get(t, key)))
+            else:
+                prefixes.append((t, key, storage.scan(t, key)))
+        entry = (st.txn_id, exact, prefixes)
+        for q in st.send_to:
+            self.peer_out.setdefault(q, []).append(entry)
+        sent = self._sent
+        sent[st.txn_id] = (st.send_to, entry)
+        if len(sent) > limits.sent_reads_txns_max:
+            oldest, _ = sent.popitem(last=False)
+            self._sent_complete_from = oldest + 1
+
+    def _execute(self, st: _Txn) -> None:
+        storage = self.storage
+        if st.single:
+            get, scan = storage.get, storage.scan
+        else:
+            get, scan = self._remote_view(st)
+        ctx = TxnContext(st.txn_id, st.ts, st.seed, st.reads, st.writes, get, scan)
+        # The whole write set (remote writes too) is validated before any is applied:
+        # every executor reaches the same outcome, or partitions would diverge.
+        status, value, writes = run_txn(st.proc, st.args, ctx, storage)
+        if writes:
+            if st.single:
+                storage.apply(writes)
+            else:
+                me, n, where = self.partition, self.partitions, placement.partition_of
+                storage.apply(w for w in writes if where(w[0], w[1], n) == me)
+        if ctx.hold_ms and self.hold_clock is not None:
+            due = self.hold_clock() + ctx.hold_ms / 1000.0
+            heapq.heappush(self._holds, (due, st.txn_id, st, status, value))
+            return
+        self._complete(st, status, value)
+
+    def _complete(self, st: _Txn, status: int, value: Any) -> None:
+        if st.reporter:
+            self.results_out.append((st.txn_id, status, value))
+            cache = self._result_cache
+            cache[st.txn_id] = (status, value)
+            if len(cache) > limits.result_cache_txns_max:
+                cache.popitem(last=False)
+        self._finish(st)
+
+    def next_hold_due(self) -> float | None:
+        """When the earliest held transaction may release its locks (hold_clock time)."""
+        return self._holds[0][0] if self._holds else None
+
+    def release_holds(self, now: float) -> None:
+        """Finish every held transaction whose hold is over at ``now``."""
+        holds = self._holds
+        if not holds or holds[0][0] > now:
+            return
+        while holds and holds[0][0] <= now:
+            _, _, st, status, value = heapq.heappop(holds)
+            self._complete(st, status, value)
+        self._run()
+
+    def _remote_view(self, st: _Txn) -> tuple:
+        storage, me, n = self.storage, self.partition, self.partitions
+        exact, prefixes = st.exact, st.prefixes
+
+        def get(t: str, key: tuple) -> tuple | None:
+            p = placement.partition_of(t, key, n)
+            if p == me or p == REPLICATED:
+                return storage.get(t, key)
+            return exact.get((t, key))
+
+        def scan(t: str, prefix: tuple) -> list:
+            p = placement.partition_of(t, prefix, n)
+            if p == me or p == REPLICATED:
+                return storage.scan(t, prefix)
+            rows = prefixes.get((t, prefix))
+            if rows is not None:
+                return list(rows)
+            m = len(prefix)
+            return sorted(
+                (k[1], v)
+                for k, v in exact.items()
+                if k[0] == t and k[1][:m] == prefix and v is not None
+            )
+
+        return get, scan
+
+    def _finish(self, st: _Txn) -> None:
+        del self._active[st.txn_id]
+        self.txns_applied += 1
+        for txn_id in self.locks.release(st.txn_id):
+            self._ready.append(self._active[txn_id])
+
+    # Queries ------------------------------------------------------------------
+    def _oldest_active(self) -> int | None:
+        for txn_id in self._active:
+            return txn_id
+        return None
+
+    def _serve_queries(self) -> None:
+        oldest = self._oldest_active()
+        queries = self._queries
+        while queries:
+            min_txn_id = queries[0][0]
+            if min_txn_id >= self.next_txn_id or (oldest is not None and oldest <= min_txn_id):
+                return  # not yet (nor any later one): an earlier txn here is pending
+            _, _, query_id, tag, proc_name, args = heapq.heappop(queries)
+            if proc_name == RESULT_LOOKUP:
+                out = self._lookup_result(args)
+            else:
+                out = self.run_query(proc_name, args)
+            self.query_out.append((query_id, tag) + out)
+
+    def _lookup_result(self, args: Any) -> tuple[int, Any]:
+        txn_id = args[0] if isinstance(args, tuple) and args else None
+        hit = self._result_cache.get(txn_id) if isinstance(txn_id, int) else None
+        if hit is None:
+            return ERROR, ("result_unknown", f"result of txn {txn_id} is no longer cached")
+        return hit
+
+    def run_query(self, proc_name: Any, args: Any) -> tuple[int, Any]:
+        """Run a read-only procedure against this partition's current state."""
+        try:
+            proc: Procedure = lookup(proc_name)
+            if not proc.read_only:
+                return ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name} is not read-only")
+            proc.validate(args)
+        except BadRequest as e:
+            return ERROR, (e.code, e.message)
+        n, me = self.partitions, self.partition
+        try:
+            fp = proc.footprint_of(args)
+            homes = [placement.partition_of(t, key, n) for t, key in fp.reads]
+        except BadRequest as e:
+            return ERROR, (e.code, e.message)
+        # The procedure's footprint function (and the placement of the keys it made)
+        # ran on unsequenced arguments: whatever it raises is the call's failure.
+        except Exception as e:
+            return ERROR, (ERR_BAD_ARGUMENTS, f"footprint of {proc.name}: {failure_text(e)}")
+        for (t, key), p in zip(fp.reads, homes, strict=True):
+            if p != me and p != REPLICATED:
+                return ERROR, (ERR_PROCEDURE_FAILED, f"{t}{key!r} is not on partition {me}")
+        storage = self.storage
+        ctx = TxnContext(-1, 0, 0, cover_set(fp.reads), frozenset(), storage.get, storage.scan)
+        return run_body(proc, tuple(args), ctx)
+
+    # Introspection ------------------------------------------------------------
+    def status(self, catching_up: bool = False) -> PartitionStatus:
+        return PartitionStatus(
+            self.last_epoch,
+            self.txns_applied,
+            self.storage.state_hash,
+            len(self._active),
+            self.next_txn_id,
+            self.newest_checkpoint_epoch,
+            self.boundary[0],
+            self.boundary[1],
+            catching_up,
+            os.getpid(),
+            self.locks.lock_waits,
+            self.locks.txn_waits,
+            self.locks.blocked,
+        )
+
+    def idle(self) -> bool:
+        return not self._active and not self._ready
+
+    def take_outputs(self) -> tuple[dict[int, list], list, list]:
+        out = (self.peer_out, self.results_out, self.query_out)
+        self.peer_out, self.results_out, self.query_out = {}, [], []
+        return out

@@ -1,0 +1,487 @@
+"""PySpark jobs over a replica's history: verify it in parallel across time, rebuild the
+database at any epoch, and turn the command log into a table.
+
+Spark only places the work; every task runs executor.replay.history, which runs the live
+Partition code in-process (LocalReplica). Task layout:
+
+- verify: one task per interval between consecutive checkpoints (genesis first, then
+  the tail after the last checkpoint), scheduled longest first. A task loads its start
+  state, replays its epochs, compares hashes and, on a mismatch, locates the bad epoch.
+  Each returns one small row; the driver annotates them across intervals (a checkpoint
+  found corrupt when loaded as a start marks the interval that ends at it; the other
+  replicas' checkpoint hashes) and writes them as one Parquet file.
+- state: one task (the state at E depends on every epoch before it, from the nearest
+  checkpoint) rebuilds the replica and writes each table with pyarrow, directly to the
+  output directory: ``OUT/<table>/`` with the catalog's column names, hive-partitioned
+  by the warehouse column for tables placed by warehouse (``OUT/stock/s_w_id=3/``).
+- history: the log's epoch range cut into chunks (segment-aligned, then split to about
+  twice the default parallelism); each task streams its frames into rows; Spark writes
+  them partitioned by procedure. The summary is computed with Spark SQL on the table.
+
+Invariants: the log is read only with sequencer.log.iter_frames (constant memory per
+task, torn tail = end of log, corruption raised and reported); workers import the
+cluster's procedure modules before touching a batch; an output directory is replaced
+only if it is empty or was written by these jobs (marker file ``_ordo.json``).
+Workers must see LOG_DIR, CHECKPOINT_DIR and the output path at the same paths.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from executor.replay import history as replay
+from executor.replay.history import Boundary, ReplaySpec
+
+MARKER = "_ordo.json"
+PACKAGES = ("cluster", "executor", "scheduler", "sequencer", "tpcc", "txn_library")
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+_UTC = dt.UTC
+
+
+# Session ------------------------------------------------------------------------------
+def make_session(
+    master: str | None = None,
+    app_name: str = "ordo-replay",
+    conf: Mapping[str, str] | None = None,
+) -> Any:
+    """A SparkSession on ``master`` (default local[*]) with this interpreter as Python.
+
+    On a local or loopback master the driver binds to 127.0.0.1. On any other master
+    the Ordo packages are shipped to the executors as a zip (they may not have them).
+    """
+    from pyspark.sql import SparkSession
+
+    master = master or "local[*]"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    builder = SparkSession.builder.master(master).appName(app_name)
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.python.worker.reuse": "true",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.sources.partitionOverwriteMode": "static",
+    }
+    if _is_loopback(master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        settings["spark.driver.host"] = "127.0.0.1"
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
+    settings.update(conf or {})
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    if not master.startswith("local"):
+        spark.sparkContext.addPyFile(str(_code_zip()))
+    return spark
+
+
+def _is_loopback(master: str) -> bool:
+    if master.startswith("local"):
+        return True
+    hosts = [urlparse(u if "://" in u else f"x://{u}").hostname for u in master.split(",")]
+    return all(h in _LOOPBACK for h in hosts)
+
+
+def _code_zip() -> Path:
+    """The Ordo packages as one zip for executors (built once per driver process)."""
+    root = Path(__file__).resolve().parent.parent
+    path = Path(tempfile.gettempdir()) / f"ordo-code-{os.getpid()}.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for package in PACKAGES:
+            for f in sorted((root / package).rglob("*.py")):
+                z.write(f, f.relative_to(root))
+    return path
+
+
+def parallelism(spark: Any) -> int:
+    return int(spark.sparkContext.defaultParallelism)
+
+
+# Output directories -----------------------------------------------------------------------
+def prepare_output(out: str | Path, command: str) -> Path:
+    """Make ``out`` writable for ``command``: refuse to replace anything we did not write."""
+    path = Path(out)
+    if path.exists():
+        if not path.is_dir():
+            raise FileExistsError(f"{path} exists and is not a directory")
+        if any(path.iterdir()) and not (path / MARKER).exists():
+            raise FileExistsError(
+                f"{path} is not empty and was not written by `ordo replay`; choose another --out"
+            )
+        shutil.rmtree(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_marker(out: Path, command: str, info: Mapping[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    body = {"command": command, "written_at": time.strftime("%Y-%m-%d %H:%M:%S"), **info}
+    (out / MARKER).write_text(json.dumps(body, indent=2, default=str) + "\n")
+
+
+def _ts(ms: int | None) -> dt.datetime | None:
+    return None if ms is None else dt.datetime.fromtimestamp(ms / 1000.0, tz=_UTC)
+
+
+def spark_schema(columns: Sequence[tuple[str, str]]) -> Any:
+    """A Spark StructType for replay's (name, kind) column lists (all nullable)."""
+    from pyspark.sql import types as T
+
+    kinds = {
+        "int": T.LongType(),
+        "str": T.StringType(),
+        "float": T.DoubleType(),
+        "bool": T.BooleanType(),
+        "ts": T.TimestampType(),
+        "bytes": T.BinaryType(),
+        "json": T.StringType(),
+        "int_list": T.ArrayType(T.LongType()),
+    }
+    return T.StructType([T.StructField(n, kinds[k], True) for n, k in columns])
+
+
+def _convert(columns: Sequence[tuple[str, str]], row: Sequence[Any]) -> tuple:
+    return tuple(_ts(v) if kind == "ts" else v for (_, kind), v in zip(columns, row, strict=True))
+
+
+# verify -----------------------------------------------------------------------------------
+@dataclass
+class VerifyReport:
+    rows: list[dict[str, Any]]
+    out: Path | None
+    job_s: float
+    master: str
+    parallelism: int
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r["verdict"] not in replay.PASSED | replay.UNCHECKED]
+
+    @property
+    def passed(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r["verdict"] in replay.PASSED]
+
+    @property
+    def unchecked(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r["verdict"] in replay.UNCHECKED]
+
+    @property
+    def txns(self) -> int:
+        return sum(r["txns"] for r in self.rows)
+
+    def summary(self) -> dict[str, Any]:
+        replay_s = sum(r["replay_s"] for r in self.rows)
+        return {
+            "intervals": len(self.rows),
+            "ok": len(self.passed),
+            "failed": len(self.failed),
+            "unchecked": len(self.unchecked),
+            "txns": self.txns,
+            "epochs": sum(r["epochs"] for r in self.rows),
+            "job_s": round(self.job_s, 3),
+            "task_s_sum": round(sum(r["total_s"] for r in self.rows), 3),
+            "task_cpu_s_sum": round(sum(r["cpu_s"] for r in self.rows), 3),
+            "replay_s_sum": round(replay_s, 3),
+            "txns_per_s_job": round(self.txns / self.job_s, 1) if self.job_s else None,
+            "txns_per_s_replay": round(self.txns / replay_s, 1) if replay_s else None,
+            "master": self.master,
+            "parallelism": self.parallelism,
+            "workers": sorted({r["worker"] for r in self.rows if r["worker"]}),
+            "out": None if self.out is None else str(self.out),
+        }
+
+
+def run_verify(
+    spark: Any,
+    spec: ReplaySpec,
+    checkpoint_dir: str | Path,
+    out: str | Path | None,
+    *,
+    tail: bool = True,
+    locate: bool = True,
+) -> VerifyReport:
+    """Verify every interval of one replica's history in parallel; write the table."""
+    boundaries = replay.scan_checkpoints(checkpoint_dir, spec.partitions)
+    tasks = replay.plan_verify(
+        spec,
+        boundaries,
+        log_first_epoch=replay.log_first_epoch(spec.log_dir),
+        tail=tail,
+        locate=locate,
+    )
+    ordered = sorted(tasks, key=lambda t: (-t.cost, t.index))  # longest first
+    sc = spark.sparkContext
+    t0 = time.perf_counter()
+    rows = sc.parallelize(ordered, max(1, len(ordered))).map(replay.verify_interval).collect()
+    job_s = time.perf_counter() - t0
+    peers = {
+        r: replay.scan_checkpoints(d, spec.partitions)
+        for r, d in replay.peer_checkpoint_dirs(checkpoint_dir).items()
+    }
+    rows = replay.annotate_results(rows, peers)
+    report = VerifyReport(rows, None, job_s, sc.master, parallelism(spark))
+    if out is not None:
+        path = prepare_output(out, "verify")
+        cols = replay.VERIFY_COLUMNS
+        data = [_convert(cols, [r[c] for c, _ in cols]) for r in rows]
+        df = spark.createDataFrame(data, spark_schema(cols))
+        df.coalesce(1).write.mode("overwrite").parquet(str(path))
+        write_marker(
+            path,
+            "verify",
+            {"log_dir": spec.log_dir, "checkpoint_dir": str(checkpoint_dir), **report.summary()},
+        )
+        report.out = path
+    return report
+
+
+# state ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StateTask:
+    spec: ReplaySpec
+    boundaries: tuple[Boundary, ...]
+    epoch: int
+    out: str
+
+
+@dataclass
+class StateReport:
+    epoch: int
+    state_hash: int
+    partition_hashes: list[int]
+    start_epoch: int
+    epochs: int
+    txns: int
+    tables: dict[str, int]
+    partition_columns: dict[str, str | None]
+    load_s: float
+    replay_s: float
+    write_s: float
+    notes: list[str] = field(default_factory=list)
+    out: str = ""
+    job_s: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["state_hash"] = f"{self.state_hash:016x}"
+        d["partition_hashes"] = [f"{h:016x}" for h in self.partition_hashes]
+        return d
+
+
+def build_state(task: StateTask) -> dict[str, Any]:
+    """Worker side of ``state``: rebuild the replica at task.epoch and write every table."""
+    rc = replay.reconstruct(task.spec, task.boundaries, task.epoch)
+    t0 = time.perf_counter()
+    out = Path(task.out)
+    storages = [p.storage for p in rc.replica.parts]
+    names = sorted({name for s in storages for name, rows in s.tables.items() if rows})
+    counts, partition_columns = {}, {}
+    for name in names:
+        layout = replay.table_layout(name)
+        counts[name] = write_table(storages, layout, out / name)
+        partition_columns[name] = layout.partition_by
+    report = StateReport(
+        epoch=task.epoch,
+        state_hash=rc.state_hash,
+        partition_hashes=rc.partition_hashes,
+        start_epoch=rc.start_epoch,
+        epochs=rc.stats.epochs,
+        txns=rc.stats.txns,
+        tables=counts,
+        partition_columns=partition_columns,
+        load_s=round(rc.load_s, 3),
+        replay_s=round(rc.replay_s, 3),
+        write_s=round(time.perf_counter() - t0, 3),
+        notes=rc.notes,
+        out=str(out),
+    )
+    return report.summary()
+
+
+def write_table(storages: Sequence[Any], layout: replay.TableLayout, directory: Path) -> int:
+    """One table as Parquet under ``directory`` (hive-partitioned by layout.partition_by)."""
+    import pyarrow as pa
+    import pyarrow.dataset as pads
+    import pyarrow.parquet as pq
+
+    cols, n = replay.table_columns(storages, layout)
+    table = pa.table(
+        {name: arrow_array(col) for name, col in zip(layout.columns, cols, strict=True)}
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    if layout.partition_by is None:
+        pq.write_table(table, directory / "part-0.parquet")
+    else:
+        pads.write_dataset(
+            table,
+            directory,
+            format="parquet",
+            partitioning=[layout.partition_by],
+            partitioning_flavor="hive",
+            basename_template="part-{i}.parquet",
+            existing_data_behavior="overwrite_or_ignore",
+        )
+    return n
+
+
+def arrow_array(values: list[Any]) -> Any:
+    """A column as Arrow: its natural type, int64 when all null, else JSON text."""
+    import pyarrow as pa
+
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return pa.array([None if v is None else replay.to_json(v) for v in values], pa.string())
+    if pa.types.is_null(arr.type):
+        return arr.cast(pa.int64())  # no value to type it by: nullable ints are the common case
+    return arr
+
+
+def run_state(
+    spark: Any,
+    spec: ReplaySpec,
+    checkpoint_dir: str | Path | None,
+    epoch: int | None,
+    out: str | Path,
+) -> StateReport:
+    """Rebuild the database at the end of ``epoch`` (default: the log's last) as Parquet."""
+    boundaries = replay.scan_checkpoints(checkpoint_dir, spec.partitions) if checkpoint_dir else []
+    if epoch is None:
+        epoch = replay.log_last_epoch(spec.log_dir)
+    path = prepare_output(out, "state")
+    task = StateTask(spec, tuple(boundaries), epoch, str(path))
+    t0 = time.perf_counter()
+    (result,) = spark.sparkContext.parallelize([task], 1).map(build_state).collect()
+    job_s = time.perf_counter() - t0
+    result["state_hash"] = int(result["state_hash"], 16)
+    result["partition_hashes"] = [int(h, 16) for h in result["partition_hashes"]]
+    report = StateReport(**{**result, "job_s": round(job_s, 3)})
+    write_marker(path, "state", {"log_dir": spec.log_dir, **report.summary()})
+    return report
+
+
+# history ----------------------------------------------------------------------------------
+@dataclass
+class HistoryReport:
+    out: Path
+    txns: int
+    epochs: int
+    first_epoch: int
+    last_epoch: int
+    log_seconds: float
+    txns_per_s: float | None
+    peak_txns_per_s: int
+    multi_partition_share: float
+    by_procedure: list[dict[str, Any]]
+    tasks: int
+    job_s: float
+
+    def summary(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["out"] = str(self.out)
+        return d
+
+
+def history_ranges(log_dir: str, pieces: int) -> list[tuple[int, int]]:
+    """Epoch ranges covering the log: per segment, split to about ``pieces`` in total."""
+    firsts = replay.log_segments(log_dir)
+    if not firsts:
+        return []
+    last = replay.log_last_epoch(log_dir)
+    bounds = [(f, nxt - 1) for f, nxt in zip(firsts, [*firsts[1:], last + 1], strict=True)]
+    bounds = [(lo, hi) for lo, hi in bounds if hi >= lo]
+    total = sum(hi - lo + 1 for lo, hi in bounds)
+    out: list[tuple[int, int]] = []
+    for lo, hi in bounds:
+        share = max(1, round(pieces * (hi - lo + 1) / max(1, total)))
+        out.extend(replay.split_epochs(lo, hi, share))
+    return out
+
+
+def _history_chunk(
+    spec: ReplaySpec, layout: replay.HistoryLayout, lo: int, hi: int
+) -> Iterator[tuple]:
+    spec.prepare()
+    columns = layout.columns
+    for row in replay.history_rows(spec, layout, lo, hi):
+        yield _convert(columns, row)
+
+
+def run_history(
+    spark: Any, spec: ReplaySpec, out: str | Path, *, tasks: int | None = None
+) -> HistoryReport:
+    """The command log as a Parquet table of transactions, with a Spark SQL summary."""
+    spec.prepare()
+    layout = replay.history_layout()
+    ranges = history_ranges(spec.log_dir, tasks or 2 * parallelism(spark))
+    path = prepare_output(out, "history")
+    schema = spark_schema(layout.columns)
+    t0 = time.perf_counter()
+    rdd = spark.sparkContext.parallelize(ranges, max(1, len(ranges))).flatMap(
+        lambda r: _history_chunk(spec, layout, r[0], r[1])
+    )
+    df = spark.createDataFrame(rdd, schema, verifySchema=False)
+    df.write.mode("overwrite").partitionBy("procedure").parquet(str(path))
+    report = history_summary(spark, path, len(ranges))
+    report.job_s = round(time.perf_counter() - t0, 3)
+    write_marker(path, "history", {"log_dir": spec.log_dir, **report.summary()})
+    return report
+
+
+def history_summary(spark: Any, path: Path, tasks: int = 0) -> HistoryReport:
+    """Counts, log-time throughput and multi-partition share, with Spark SQL."""
+    h = spark.read.parquet(str(path))
+    h.createOrReplaceTempView("ordo_history")
+    totals = spark.sql(
+        """
+        SELECT count(*) AS txns, count(DISTINCT epoch) AS epochs,
+               min(epoch) AS first_epoch, max(epoch) AS last_epoch,
+               min(batch_ts_ms) AS t0, max(batch_ts_ms) AS t1,
+               avg(CAST(multi_partition AS INT)) AS multi
+        FROM ordo_history
+        """
+    ).first()
+    procs = spark.sql(
+        """
+        SELECT procedure, count(*) AS txns,
+               round(avg(CAST(multi_partition AS INT)), 4) AS multi_partition_share
+        FROM ordo_history GROUP BY procedure ORDER BY txns DESC, procedure
+        """
+    ).collect()
+    peak = spark.sql(
+        """
+        SELECT coalesce(max(n), 0) AS peak FROM (
+          SELECT floor(batch_ts_ms / 1000) AS second, count(*) AS n
+          FROM ordo_history GROUP BY floor(batch_ts_ms / 1000))
+        """
+    ).first()
+    txns = int(totals["txns"] or 0)
+    seconds = ((totals["t1"] or 0) - (totals["t0"] or 0)) / 1000.0
+    return HistoryReport(
+        out=path,
+        txns=txns,
+        epochs=int(totals["epochs"] or 0),
+        first_epoch=int(totals["first_epoch"] or 0),
+        last_epoch=int(totals["last_epoch"] or 0),
+        log_seconds=round(seconds, 3),
+        txns_per_s=round(txns / seconds, 1) if seconds > 0 else None,
+        peak_txns_per_s=int(peak["peak"]),
+        multi_partition_share=round(float(totals["multi"] or 0.0), 4),
+        by_procedure=[r.asDict() for r in procs],
+        tasks=tasks,
+        job_s=0.0,
+    )

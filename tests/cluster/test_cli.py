@@ -1,0 +1,295 @@
+"""The `ordo` command line: against a real `ordo up` (call, status, checkpoint, dump,
+log prune, and Ctrl-C stopping every child process), and in-process against a scripted
+stand-in for the sequencer (argument handling, waiting for checkpoints, clear errors
+instead of tracebacks)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+from click.testing import CliRunner, Result
+
+from cluster.cli import main
+from cluster.config import CONFIG_FILE, ClusterConfig
+from cluster.launcher import free_base_port
+from txn_library import limits, wire
+from txn_library.errors import OK
+
+
+def _ordo(*args: str, data_dir: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "cluster.cli", *args, "--data-dir", data_dir],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(x) for x in out.stdout.split()]
+
+
+def test_ordo_up_call_status_dump_and_ctrl_c(tmp_path: Path) -> None:
+    data = str(tmp_path / "d")
+    up = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cluster.cli",
+            "up",
+            "--replicas",
+            "2",
+            "--partitions",
+            "2",
+            "--base-port",
+            str(free_base_port()),
+            "--data-dir",
+            data,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    children: list[int] = []
+    try:
+        assert up.stdout is not None
+        line = up.stdout.readline()
+        deadline = time.monotonic() + 60
+        while "ordo up: sequencer at" not in line and time.monotonic() < deadline:
+            assert up.poll() is None, line
+            line = up.stdout.readline()
+        children = _children(up.pid)
+        assert len(children) == 5  # sequencer + 2 x 2 partitions
+
+        r = _ordo("call", "bank.open", "first=0", "count=10", "balance=100", data_dir=data)
+        assert r.returncode == 0 and json.loads(r.stdout) == {"status": "ok", "value": 10}
+        r = _ordo("call", "bank.transfer", "src=1", "dst=2", "amount=30", data_dir=data)
+        assert json.loads(r.stdout) == {"status": "ok", "value": 70}
+        r = _ordo("call", "bank.transfer", "src=1", "dst=2", "amount=1000", data_dir=data)
+        assert r.returncode == 1 and json.loads(r.stdout)["reason"] == "insufficient funds"
+        r = _ordo("call", "bank.balance", "2", data_dir=data)
+        assert json.loads(r.stdout)["value"] == 130
+        r = _ordo("call", "bank.transfer", "src=x", "dst=2", "amount=1", data_dir=data)
+        assert r.returncode != 0 and "src" in r.stderr
+        r = _ordo("call", "no.such.proc", data_dir=data)
+        assert r.returncode != 0 and "no procedure" in r.stderr
+        r = _ordo("call", "bank.balance", "1", "2", "3", data_dir=data)
+        assert r.returncode == 2 and "bank.balance takes 1 argument(s), got 3" in r.stderr
+        r = _ordo("call", "kv.add", "neg", "-5", "--timeout", "20", data_dir=data)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout) == {"status": "ok", "value": -5}
+        r = _ordo("call", "bank.transfer", "1", "2", str(2**70), data_dir=data)
+        assert r.returncode == 2 and "cannot be encoded" in r.stderr, r.stderr
+        assert "client closed" not in r.stderr
+        # Too large for one client frame (in-process: an OS caps one exec argument).
+        big = CliRunner().invoke(
+            main,
+            ["call", "kv.put", "big", json.dumps("x" * limits.request_bytes_max)]
+            + ["--data-dir", data],
+        )
+        assert big.exit_code == 2 and "too_large" in big.stderr, big.output
+
+        r = _ordo("status", data_dir=data)
+        assert r.returncode == 0
+        rows = [ln.split() for ln in r.stdout.splitlines()[2:]]
+        assert len(rows) == 4
+        hashes = {(row[1], row[6]) for row in rows}  # (partition, state hash)
+        assert len(hashes) == 2  # both replicas agree per partition
+        assert all(row[-1] == "live" for row in rows)
+
+        r = _ordo("checkpoint", data_dir=data)
+        assert r.returncode == 0, r.stderr
+        out = tmp_path / "dump"
+        r = _ordo("dump", "--replica", "1", "--out", str(out), "--format", "csv", data_dir=data)
+        assert r.returncode == 0, r.stderr
+        balances = {}
+        for f in (out / "account").glob("*.csv"):
+            with open(f) as fh:
+                for rec in csv.DictReader(fh):
+                    balances[int(rec["key_0"])] = int(rec["balance"])
+        assert balances[1] == 70 and balances[2] == 130 and sum(balances.values()) == 1000
+
+        r = _ordo("log", "prune", data_dir=data)
+        assert r.returncode == 0, r.stderr
+        assert "segment(s) deleted" in r.stdout
+    finally:
+        if up.poll() is None:
+            os.kill(up.pid, signal.SIGINT)  # Ctrl-C
+        try:
+            up.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
+    for pid in children:
+        assert (
+            not Path(f"/proc/{pid}").exists()
+            or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+        ), pid
+
+
+# In-process, against a scripted stand-in for the sequencer ------------------------------
+
+
+class FakeSequencer(threading.Thread):
+    """Answers the client port like the sequencer: calls are recorded and answered OK
+    with their arguments, status reports ``partitions``, a checkpoint request ``epoch``."""
+
+    def __init__(self, addr: str, partitions: list[dict[str, Any]], epoch: int = 5) -> None:
+        super().__init__(daemon=True)
+        self.addr, self.partitions, self.epoch = addr, partitions, epoch
+        self.calls: list[tuple] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        sock = zmq.Context.instance().socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.bind(self.addr)
+        try:
+            while not self.stopping.is_set():
+                if sock.poll(50):
+                    identity, frame = sock.recv_multipart()
+                    sock.send_multipart([identity, wire.pack(self._answer(wire.unpack(frame)))])
+        finally:
+            sock.close()
+
+    def _answer(self, msg: tuple) -> tuple:
+        if msg[0] == wire.REQ_CALLS:
+            self.calls += msg[2]
+            return (wire.REP_RESULTS, [(c[0], OK, c[2]) for c in msg[2]])
+        if msg[0] == wire.REQ_CHECKPOINT:
+            return (wire.REP_OK, self.epoch)
+        return (wire.REP_STATUS, {"partitions": self.partitions})
+
+
+def _partition(p: int, newest_checkpoint_epoch: int, down: bool = False) -> dict[str, Any]:
+    return {
+        "replica": 0,
+        "partition": p,
+        "newest_checkpoint_epoch": newest_checkpoint_epoch,
+        "down": down,
+    }
+
+
+@pytest.fixture
+def fake_cluster(tmp_path: Path) -> Iterator[tuple[str, FakeSequencer]]:
+    """(data dir, its sequencer stand-in) of a 1 x 2 cluster; no real process runs."""
+    cfg = ClusterConfig(
+        replicas=1, partitions=2, base_port=free_base_port(), data_dir=str(tmp_path / "d")
+    )
+    cfg.save()
+    fake = FakeSequencer(cfg.client_addr, [_partition(0, 5), _partition(1, 5)])
+    fake.start()
+    try:
+        yield cfg.data_dir, fake
+    finally:
+        fake.stopping.set()
+        fake.join(timeout=5)
+
+
+def _invoke(*args: str, data_dir: str) -> Result:
+    return CliRunner().invoke(main, [*args, "--data-dir", data_dir])
+
+
+def test_call_checks_arity_and_names_before_sending(fake_cluster) -> None:  # type: ignore[no-untyped-def]
+    data, fake = fake_cluster
+    cases = {
+        ("bank.balance", "1", "2", "3"): "bank.balance takes 1 argument(s), got 3 values",
+        ("bank.transfer", "1", "2", "3", "4"): "bank.transfer takes 3 argument(s), got 4",
+        ("bank.transfer", "1", "2", "3", "src=4"): "argument src given both positionally",
+        ("bank.transfer", "1", "2", "amount=3", "amount=4"): "argument amount given twice",
+        ("bank.transfer", "1", "2", "amout=3"): "has no argument named 'amout'",
+        ("bank.transfer", "1", "2"): "missing argument amount",
+        ("bank.transfer", "1", "2", "amount=abc"): "argument amount (int): invalid literal",
+        ("bank.transfer", "1", "2", "--amount", "3"): "no such option: --amount",
+        ("bank.transfer", "1", "2", str(2**70)): "argument 3 (int) cannot be encoded",
+    }
+    for args, message in cases.items():
+        r = _invoke("call", *args, data_dir=data)
+        assert r.exit_code == 2 and message in r.stderr, (args, r.output)
+    assert fake.calls == []  # none of them reached the sequencer
+
+
+def test_call_takes_negative_numbers_as_values_and_options_anywhere(fake_cluster) -> None:  # type: ignore[no-untyped-def]
+    data, fake = fake_cluster
+    r = _invoke("call", "bank.transfer", "1", "2", "-5", "--timeout", "5", data_dir=data)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == {"status": "ok", "value": [1, 2, -5]}
+    r = _invoke("call", "--timeout", "5", "kv.add", "k", "-7", data_dir=data)
+    assert r.exit_code == 0, r.output
+    r = _invoke("call", "kv.add", "key=a=b", "delta=-1", data_dir=data)  # "=" in a value
+    assert r.exit_code == 0, r.output
+    assert [c[1:] for c in fake.calls] == [
+        ("bank.transfer", (1, 2, -5)),
+        ("kv.add", ("k", -7)),
+        ("kv.add", ("a=b", -1)),
+    ]
+
+
+def test_dump_waits_for_every_partition_with_progress_then_fails_clearly(
+    fake_cluster,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    data, fake = fake_cluster
+    monkeypatch.setattr("cluster.cli.CHECKPOINT_FILE_WAIT_S", 0.5, raising=False)
+    fake.partitions = [_partition(0, 5), _partition(1, 4, down=True)]
+    r = _invoke("dump", "--out", str(Path(data) / "out"), "--timeout", "1", data_dir=data)
+    assert r.exit_code == 1, r.output
+    assert "waiting for checkpoint at epoch 5: 1/2 partitions durable" in r.stderr
+    assert "not durable within 1 s on replica 0 partition 1 (down)" in r.stderr
+    assert "Traceback" not in r.output
+
+    # Reported durable, yet the files are not there: a clear error, not a traceback.
+    fake.partitions = [_partition(0, 5), _partition(1, 5)]
+    t0 = time.monotonic()
+    r = _invoke("dump", "--out", str(Path(data) / "out"), data_dir=data)
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), r.output
+    assert "2/2 partitions durable" in r.stderr
+    assert "000000000005-p0.ckpt" in r.stderr and "is missing" in r.stderr
+    assert time.monotonic() - t0 < 10
+
+
+def test_every_command_without_a_valid_cluster_config_fails_with_one_clear_line(
+    tmp_path: Path,
+) -> None:
+    missing = str(tmp_path / "nowhere")
+    commands = [
+        ["status"],
+        ["call", "bank.balance", "1"],
+        ["checkpoint"],
+        ["dump", "--out", str(tmp_path / "out")],
+        ["log", "prune"],
+        ["sequencer"],
+        ["replica", "--replica", "0"],
+        ["tpcc", "check"],
+    ]
+    broken = {"not json": "{not json", "wrong fields": '{"replicas": 2, "bogus": 1}'}
+    dirs = {"missing": missing}
+    for name, text in broken.items():
+        d = tmp_path / name.replace(" ", "-")
+        d.mkdir()
+        (d / CONFIG_FILE).write_text(text)
+        dirs[name] = str(d)
+    runs = [(cmd, d) for cmd in commands for d in dirs.values()]
+    runs += [(["up"], dirs["not json"]), (["procedures"], dirs["wrong fields"])]
+    runs += [(["tpcc", "run", "--attach", d], None) for d in dirs.values()]
+    for cmd, d in runs:
+        args = cmd if d is None else [*cmd, "--data-dir", d]
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 1 and isinstance(r.exception, SystemExit), (args, r.output)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1, (args, r.stderr)
+        assert "no cluster config at" in lines[0] or "not a valid cluster config" in lines[0]

@@ -1,0 +1,442 @@
+"""Replay core (executor.replay), no Spark: verify intervals, rebuild state, find the bad epoch.
+
+Histories are built in-process (the honest LocalReplica writes the log and the
+checkpoints exactly as live partitions do), then damaged in each way replay must
+catch: a doctored batch with a valid CRC, a doctored routing, a flipped byte, a
+corrupt or missing checkpoint, a torn tail, a pruned log, and an executor bug. One
+test runs a real cluster and checks replay against the live replicas' hashes.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgpack
+import pytest
+
+import txn_library.builtin  # noqa: F401  (registers the bank)
+from cluster.config import ClusterConfig
+from executor.core import checkpoint
+from executor.deterministic.oracle import SerialExecutor
+from executor.deterministic.partition import Partition
+from executor.deterministic.replica import LocalReplica
+from executor.replay import history as replay
+from sequencer.log import CommandLog, encode_frame, iter_frames
+from sequencer.sequencer import make_batch
+from txn_library import limits, placement, wire
+
+ACCOUNTS = 200
+START = 1_000
+TS0 = 1_700_000_000_000
+
+
+@dataclass
+class Built:
+    cfg: ClusterConfig
+    spec: replay.ReplaySpec
+    serial_hashes: dict[int, int]  # epoch -> whole-database hash after it (oracle)
+    txn_epochs: dict[int, int]  # txn id -> epoch
+
+    @property
+    def ckpt(self) -> Path:
+        return self.cfg.checkpoint_dir(0)
+
+
+def build_history(
+    d: Path,
+    *,
+    partitions: int = 2,
+    epochs: int = 60,
+    every: int = 10,
+    per_epoch: int = 40,
+    replicas: int = 1,
+    seed: int = 1,
+    chained: bool = False,
+) -> Built:
+    """A log of bank transfers and every replica's checkpoints every ``every`` epochs;
+    ``chained``: each batch records its predecessor's digest, as the sequencer does."""
+    cfg = ClusterConfig(
+        replicas=replicas,
+        partitions=partitions,
+        data_dir=str(d),
+        procedure_modules=("txn_library.builtin",),
+    )
+    cfg.save()
+    rng = random.Random(seed)
+    log = CommandLog(cfg.log_dir, fsync=False)
+    reps = [LocalReplica(partitions, replica=r, shuffle_seed=r) for r in range(replicas)]
+    serial = SerialExecutor()
+    hashes, txn_epochs, txn_id, prev_digest = {}, {}, 0, 0
+    for e in range(1, epochs + 1):
+        if e == 1:
+            calls = [("bank.open", (0, ACCOUNTS, START))]
+        else:
+            calls = [
+                (
+                    "bank.transfer",
+                    (rng.randrange(ACCOUNTS), rng.randrange(ACCOUNTS), rng.randint(1, 300)),
+                )
+                for _ in range(per_epoch)
+            ]
+        flags = wire.FLAG_CHECKPOINT if e % every == 0 else 0
+        batch = make_batch(e, txn_id, TS0 + 10 * e, rng.getrandbits(63), calls, partitions)
+        batch = (*batch, flags, prev_digest) if chained else (*batch, flags)
+        payload = wire.pack(batch)
+        prev_digest = wire.batch_digest(payload)
+        log.append(e, payload)
+        for r, rep in enumerate(reps):
+            rep.apply(batch, _writer(cfg, r, partitions))
+        serial.apply(batch)
+        hashes[e] = serial.state_hash
+        for i in range(len(calls)):
+            txn_epochs[txn_id + i] = e
+        txn_id += len(calls)
+    log.close()
+    return Built(cfg, replay.ReplaySpec.from_config(cfg, cfg.log_dir), hashes, txn_epochs)
+
+
+def _writer(cfg: ClusterConfig, r: int, partitions: int):  # type: ignore[no-untyped-def]
+    def on_checkpoint(epoch: int, parts: list[Partition]) -> None:
+        for p in parts:
+            checkpoint.write_checkpoint(
+                cfg.checkpoint_dir(r),
+                p.storage,
+                replica=r,
+                partition=p.partition,
+                partitions=partitions,
+                epoch=epoch,
+                next_txn_id=p.next_txn_id,
+                txns_applied=p.txns_applied,
+            )
+
+    return on_checkpoint
+
+
+def rewrite_log(log_dir: Path, change: dict[int, bytes]) -> None:
+    """Re-encode the log with some payloads replaced: valid frames, valid CRCs."""
+    frames = [(e, change.get(e, p)) for e, p in iter_frames(log_dir)]
+    for seg in log_dir.glob("segment-*.log"):
+        seg.unlink()
+    with CommandLog(log_dir, fsync=False) as log:
+        for e, p in frames:
+            log.append(e, p)
+
+
+def frame_offset(segment: Path, index: int) -> int:
+    data, offset = segment.read_bytes(), 0
+    for _ in range(index):
+        (length,) = struct.unpack_from("<I", data, offset)
+        offset += 8 + length
+    return offset
+
+
+def verdicts(rows: list[dict]) -> list[str]:
+    return [r["verdict"] for r in rows]
+
+
+def by_end(rows: list[dict], end: int | None) -> dict:
+    return next(r for r in rows if r["end_epoch"] == end)
+
+
+# Clean history --------------------------------------------------------------------------
+def test_every_interval_of_a_clean_history_verifies(tmp_path: Path) -> None:
+    b = build_history(tmp_path, replicas=2)
+    rows = replay.verify_local(b.spec, b.ckpt)
+    assert [(r["start_epoch"], r["end_epoch"]) for r in rows] == [
+        (0, 10), (10, 20), (20, 30), (30, 40), (40, 50), (50, 60), (60, None)
+    ]  # fmt: skip
+    assert verdicts(rows) == ["ok"] * 6 + [replay.TAIL]
+    assert sum(r["txns"] for r in rows) == 1 + 59 * 40
+    assert rows[0]["start_source"] == "genesis" and rows[1]["start_source"] == "checkpoint"
+    assert all(r["replicas_agree"] for r in rows[:6])
+    for r in rows[:6]:
+        assert r["actual_hash"] == r["expected_hash"] == f"{b.serial_hashes[r['end_epoch']]:016x}"
+
+
+@pytest.mark.parametrize("epoch", [1, 7, 10, 33, 60])
+def test_reconstruct_any_epoch_equals_the_serial_oracle(tmp_path: Path, epoch: int) -> None:
+    b = build_history(tmp_path)
+    rc = replay.reconstruct(b.spec, replay.scan_checkpoints(b.ckpt, 2), epoch)
+    assert rc.state_hash == b.serial_hashes[epoch]
+    assert rc.start_epoch == epoch // 10 * 10  # the nearest checkpoint at or before
+    assert rc.stats.epochs == epoch - rc.start_epoch
+    assert rc.replica.last_epoch == epoch
+
+
+def test_reconstruct_past_the_end_of_the_log_says_where_it_ends(tmp_path: Path) -> None:
+    b = build_history(tmp_path, epochs=25)
+    with pytest.raises(replay.LogGap, match="ends at epoch 25"):
+        replay.reconstruct(b.spec, replay.scan_checkpoints(b.ckpt, 2), 30)
+    assert replay.log_last_epoch(b.cfg.log_dir) == 25
+
+
+# A changed history -------------------------------------------------------------------------
+def test_doctored_argument_with_valid_crc_is_located(tmp_path: Path) -> None:
+    b = build_history(tmp_path)
+    target_epoch = 37
+    batch = wire.unpack(dict(iter_frames(b.cfg.log_dir, target_epoch, target_epoch))[target_epoch])
+    txns = list(batch[wire.B_TXNS])
+    name, (src, dst, amount), *rest = txns[-1]  # the last transfer of the epoch
+    txns[-1] = (name, (src, dst, amount + 1), *rest)
+    doctored = list(batch)
+    doctored[wire.B_TXNS] = txns
+    rewrite_log(b.cfg.log_dir, {target_epoch: wire.pack(doctored)})
+
+    rows = replay.verify_local(b.spec, b.ckpt)
+    bad = by_end(rows, 40)
+    assert bad["verdict"] == replay.DIVERGED
+    assert bad["located_by"] == replay.BY_DEPENDENCY
+    assert bad["suspect_first_epoch"] <= target_epoch <= bad["suspect_last_epoch"] <= 40
+    assert bad["diff_rows"] >= 1
+    assert f"account({src},)@" in bad["diff_sample"] or f"account({dst},)@" in bad["diff_sample"]
+    assert bad["replicas_agree"] is None  # only one replica here
+    others = [r for r in rows if r is not bad]
+    assert set(verdicts(others)) == {"ok", replay.TAIL}  # later intervals start from checkpoints
+
+
+@pytest.mark.parametrize("target_epoch", [37, 40])  # inside an interval, and at its end
+def test_doctored_chained_batch_is_located_at_its_exact_epoch(
+    tmp_path: Path, target_epoch: int
+) -> None:
+    """With prev_digest (the sequencer's format) a batch changed after it was logged is
+    found exactly, even when its frame CRC is valid: its successor vouches for it."""
+    b = build_history(tmp_path, chained=True)
+    assert set(verdicts(replay.verify_local(b.spec, b.ckpt))) == {"ok", replay.TAIL}
+    batch = wire.unpack(dict(iter_frames(b.cfg.log_dir, target_epoch, target_epoch))[target_epoch])
+    txns = list(batch[wire.B_TXNS])
+    name, (src, dst, amount), *rest = txns[-1]
+    txns[-1] = (name, (src, dst, amount + 1), *rest)
+    doctored = list(batch)
+    doctored[wire.B_TXNS] = txns  # its own prev_digest is untouched, and still right
+    rewrite_log(b.cfg.log_dir, {target_epoch: wire.pack(doctored)})
+
+    rows = replay.verify_local(b.spec, b.ckpt)
+    bad = by_end(rows, 40)
+    assert bad["verdict"] == replay.BATCH_INVALID
+    assert bad["located_by"] == replay.BY_DIGEST
+    assert bad["bad_epoch"] == target_epoch
+    assert f"batch {target_epoch} is not the batch the sequencer logged" in bad["detail"]
+    others = [r for r in rows if r is not bad]
+    assert set(verdicts(others)) == {"ok", replay.TAIL}  # reported once, by its interval
+    if target_epoch % 10:  # (a rebuild from checkpoint 40 on trusts that checkpoint)
+        with pytest.raises(replay.BatchAltered, match=f"epoch {target_epoch}:"):
+            replay.reconstruct(b.spec, replay.scan_checkpoints(b.ckpt, 2), target_epoch)
+
+
+def test_doctored_routing_is_located_at_its_exact_epoch(tmp_path: Path) -> None:
+    b = build_history(tmp_path)
+    e = 23
+    batch = wire.unpack(dict(iter_frames(b.cfg.log_dir, e, e))[e])
+    txns = list(batch[wire.B_TXNS])
+    i = next(i for i, t in enumerate(txns) if len(t[wire.T_PARTS]) == 2)
+    t = list(txns[i])
+    t[wire.T_PARTS] = (t[wire.T_PARTS][0],)  # drop a participant
+    txns[i] = tuple(t)
+    doctored = list(batch)
+    doctored[wire.B_TXNS] = txns
+    rewrite_log(b.cfg.log_dir, {e: wire.pack(doctored)})
+    rows = replay.verify_local(b.spec, b.ckpt)
+    bad = by_end(rows, 30)
+    assert (bad["verdict"], bad["bad_epoch"], bad["located_by"]) == (
+        replay.BATCH_INVALID,
+        e,
+        replay.BY_BATCH,
+    )
+    assert "logged participants" in bad["detail"]
+    assert sum(r["verdict"] != "ok" for r in rows) == 2  # this one and the tail
+
+
+def test_flipped_byte_mid_log_is_located(tmp_path: Path) -> None:
+    b = build_history(tmp_path)
+    (segment,) = b.cfg.log_dir.glob("segment-*.log")
+    data = bytearray(segment.read_bytes())
+    data[frame_offset(segment, 44 - 1) + 8 + 20] ^= 0x10  # inside epoch 44's payload
+    segment.write_bytes(bytes(data))
+    rows = replay.verify_local(b.spec, b.ckpt)
+    bad = by_end(rows, 50)
+    assert (bad["verdict"], bad["bad_epoch"], bad["located_by"]) == (
+        replay.LOG_CORRUPT,
+        44,
+        replay.BY_LOG,
+    )
+    assert verdicts(rows)[:4] == ["ok"] * 4
+    # Frames after a corrupt one in the same segment cannot be read: reported, not skipped.
+    assert by_end(rows, 60)["verdict"] == replay.LOG_CORRUPT
+    assert "before this interval" in by_end(rows, 60)["detail"]
+
+
+def test_torn_tail_is_cut_like_the_sequencer_does(tmp_path: Path) -> None:
+    b = build_history(tmp_path, epochs=55)
+    (segment,) = b.cfg.log_dir.glob("segment-*.log")
+    segment.write_bytes(segment.read_bytes()[:-7])  # epoch 55 torn
+    rows = replay.verify_local(b.spec, b.ckpt)
+    assert verdicts(rows) == ["ok"] * 5 + [replay.TAIL]
+    assert by_end(rows, None)["epochs"] == 4  # 51..54
+    assert replay.log_last_epoch(b.cfg.log_dir) == 54
+
+
+def test_pruned_and_corrupt_segments_affect_only_their_intervals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "segment_bytes_max", 16 * 1024)
+    b = build_history(tmp_path, epochs=80)
+    segments = sorted(b.cfg.log_dir.glob("segment-*.log"))
+    assert len(segments) >= 4
+    segments[0].unlink()  # pruned: the log now starts later
+    first = replay.log_first_epoch(b.cfg.log_dir)
+    rows = replay.verify_local(b.spec, b.ckpt)
+    for r in rows:
+        if r["start_epoch"] + 1 < first:
+            assert r["verdict"] == replay.PRUNED
+        else:
+            assert r["verdict"] in ("ok", replay.TAIL), r
+    assert any(r["verdict"] == replay.PRUNED for r in rows)
+
+
+# Broken checkpoints ----------------------------------------------------------------------
+def test_corrupt_checkpoint_rows_are_reported_and_replay_falls_back(tmp_path: Path) -> None:
+    b = build_history(tmp_path)
+    path = b.ckpt / checkpoint.checkpoint_name(20, 1)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01  # inside the rows: the header still reads fine
+    path.write_bytes(bytes(data))
+    rows = replay.verify_local(b.spec, b.ckpt)
+    ending, starting = by_end(rows, 20), by_end(rows, 30)
+    assert (ending["verdict"], ending["bad_epoch"]) == (replay.BAD_CHECKPOINT, 20)
+    # The next interval is still verified, from the checkpoint before the bad one.
+    assert (starting["verdict"], starting["replayed_from_epoch"]) == ("ok", 10)
+    assert "invalid" in starting["detail"]
+    assert sum(r["verdict"] == replay.BAD_CHECKPOINT for r in rows) == 1
+
+
+def test_checkpoint_with_a_doctored_hash_and_valid_crcs_is_reported(tmp_path: Path) -> None:
+    b = build_history(tmp_path)
+    path = b.ckpt / checkpoint.checkpoint_name(40, 0)
+    data = path.read_bytes()
+    (length,) = struct.unpack_from("<I", data, 0)
+    header = list(msgpack.unpackb(data[8 : 8 + length]))
+    header[8] ^= 1  # state_hash
+    path.write_bytes(encode_frame(msgpack.packb(header)) + data[8 + length :])
+    rows = replay.verify_local(b.spec, b.ckpt)
+    bad = by_end(rows, 40)
+    assert (bad["verdict"], bad["bad_epoch"], bad["located_by"]) == (
+        replay.BAD_CHECKPOINT,
+        40,
+        replay.BY_CHECKPOINT,
+    )
+    assert "rows hash to" in bad["detail"]
+    assert by_end(rows, 50)["verdict"] == "ok"
+
+
+def test_missing_and_unreadable_checkpoints_do_not_merge_intervals(tmp_path: Path) -> None:
+    b = build_history(tmp_path)
+    (b.ckpt / checkpoint.checkpoint_name(30, 1)).unlink()
+    (b.ckpt / checkpoint.checkpoint_name(50, 0)).write_bytes(b"\0" * 5)
+    rows = replay.verify_local(b.spec, b.ckpt)
+    assert [r["end_epoch"] for r in rows] == [10, 20, 30, 40, 50, 60, None]
+    assert by_end(rows, 30)["verdict"] == by_end(rows, 50)["verdict"] == replay.BAD_CHECKPOINT
+    assert "p1: missing" in by_end(rows, 30)["detail"]
+    assert by_end(rows, 40)["replayed_from_epoch"] == 20
+    assert by_end(rows, 40)["verdict"] == by_end(rows, 60)["verdict"] == "ok"
+
+
+# An executor bug ----------------------------------------------------------------------------
+def test_executor_bug_is_located_exactly_by_the_serial_oracle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = build_history(tmp_path)
+    bug_txn = 1 + 40 * 25 + 3  # some transfer of epoch 27
+    original = Partition._execute
+
+    def buggy(self: Partition, st) -> None:  # type: ignore[no-untyped-def]
+        original(self, st)
+        if st.txn_id == bug_txn:  # a lost update, as a broken executor would make
+            for t, key in st.writes:
+                if catalog_partition(t, key) == self.partition:
+                    row = self.storage.get(t, key)
+                    self.storage.put(t, key, (row[0] + 1,))
+                    break
+
+    def catalog_partition(t: str, key: tuple) -> int:
+
+        return placement.partition_of(t, key, 2)
+
+    monkeypatch.setattr(Partition, "_execute", buggy)
+    rows = replay.verify_local(b.spec, b.ckpt)
+    bad = by_end(rows, 30)
+    assert (bad["verdict"], bad["located_by"], bad["bad_epoch"]) == (
+        replay.DIVERGED,
+        replay.BY_SERIAL,
+        b.txn_epochs[bug_txn],
+    )
+    assert [r["verdict"] for r in rows if r is not bad] == ["ok"] * 5 + [replay.TAIL]
+
+
+# Localization logic ------------------------------------------------------------------------
+def _fp(epoch: int, txn: int, reads: set, writes: set) -> tuple:
+    return (epoch, txn, frozenset(reads), frozenset(writes))
+
+
+def test_dependency_suspects_follow_reads_into_writes() -> None:
+    a, b, c, d = ("t", (1,)), ("t", (2,)), ("t", (3,)), ("t", (4,))
+    txns = [
+        _fp(1, 0, {a}, {a}),  # writes a; txn 2 reads a and writes c
+        _fp(2, 1, {b}, {b}),  # writes b only
+        _fp(3, 2, {a}, {c}),
+        _fp(4, 3, {d}, {d}),  # unrelated
+        _fp(5, 4, {b}, {b}),  # a later writer of b
+    ]
+    s = replay.dependency_suspects(txns, [c])
+    assert s.complete and s.txns == ((1, 0), (3, 2))
+    s = replay.dependency_suspects(txns, [b])
+    assert s.txns == ((2, 1), (5, 4))  # a declared write may not happen: no kill
+    s = replay.dependency_suspects(txns, [c, b])
+    assert not s.complete  # no single txn reaches both; the best reach one each
+    assert s.txns == ((1, 0), (2, 1), (3, 2), (5, 4))
+    assert replay.dependency_suspects(txns, [("t", (9,))]).txns == ()
+
+
+# History rows -----------------------------------------------------------------------------
+def test_history_rows_flatten_arguments_per_procedure(tmp_path: Path) -> None:
+    b = build_history(tmp_path, epochs=5)
+    layout = replay.history_layout()
+    cols = [c for c, _ in layout.columns]
+    assert {"arg_src", "arg_dst", "arg_amount", "arg_first", "arg_count"} <= set(cols)
+    rows = [dict(zip(cols, r, strict=True)) for r in replay.history_rows(b.spec, layout, 1, 5)]
+    assert len(rows) == 1 + 4 * 40
+    assert [r["txn_id"] for r in rows] == list(range(len(rows)))
+    first, t = rows[0], rows[1]
+    assert (first["procedure"], first["arg_first"], first["arg_count"]) == ("bank.open", 0, 200)
+    assert first["arg_src"] is None and first["multi_partition"] is True
+    assert t["procedure"] == "bank.transfer" and t["seq"] == 0 and t["epoch"] == 2
+    assert t["args_json"] == f"[{t['arg_src']},{t['arg_dst']},{t['arg_amount']}]"
+    assert t["batch_ts_ms"] == TS0 + 20
+    assert t["multi_partition"] == (len(t["participants"]) > 1)
+
+
+def test_history_layout_qualifies_conflicting_argument_names() -> None:
+    from txn_library.procedure import Arg, Footprint, Procedure
+
+    def proc(name: str, args: list[Arg]) -> Procedure:
+        return Procedure(name, tuple(args), lambda *a: Footprint(), lambda ctx, *a: None)
+
+    procs = {
+        "x.a": proc("x.a", [Arg("k", "int"), Arg("ids", "list")]),
+        "x.b": proc("x.b", [Arg("k", "str"), Arg("v", "any")]),
+    }
+    layout = replay.history_layout(procs)
+    assert dict(layout.arg_columns) == {
+        "arg_x_a_k": "int",
+        "arg_x_b_k": "str",
+        "arg_ids": "int_list",
+        "arg_v": "json",
+    }
+
+
+def test_split_epochs_covers_the_range_exactly() -> None:
+    assert replay.split_epochs(1, 10, 3) == [(1, 4), (5, 7), (8, 10)]
+    assert replay.split_epochs(5, 6, 8) == [(5, 5), (6, 6)]
+    assert replay.split_epochs(3, 2, 4) == []

@@ -1,0 +1,293 @@
+"""The sequencer's intake under hostile and unlucky input, in-process (no sockets).
+
+Each test here failed before the fix it names: batches cut by bytes, fair sharing
+between clients, a retry cache bounded by bytes, reused client ids, and frames that
+used to be misread or to fail-stop the sequencer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgpack
+import pytest
+
+import txn_library.builtin  # noqa: F401
+from sequencer.log import CommandLog, iter_frames
+from sequencer.sequencer import Sequencer
+from txn_library import limits, wire
+from txn_library.errors import ERROR, OK
+from txn_library.partition_wire import MSG_RESULTS, PartitionStatus
+
+STATUS = (1, 1, 0, 0, 1, 0, 0, 0, False, 1, 0, 0, 0)  # a well-formed partition status
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _seq(d: Path, **kw: object) -> Sequencer:
+    return Sequencer(CommandLog(d, fsync=False), replicas=1, partitions=2, **kw)  # type: ignore[arg-type]
+
+
+def _frame(client: bytes, *calls: object) -> bytes:
+    return msgpack.packb([wire.REQ_CALLS, client, list(calls)])
+
+
+def _errors(s: Sequencer, identity: bytes) -> list[tuple]:
+    return [r for r in s.take_client_out().get(identity, []) if r[1] == ERROR]
+
+
+def _logged_txns(d: Path) -> list[tuple]:
+    return [t for _e, data in iter_frames(d) for t in wire.unpack(data)[wire.B_TXNS]]
+
+
+def test_batches_are_cut_by_bytes_and_big_calls_wait_for_the_next_epoch(tmp_path: Path) -> None:
+    """Defect 2: 48 kv.put of 0.95 MB made one 45.6 MB batch and fail-stopped."""
+    s = _seq(tmp_path)
+    value = "v" * 950_000
+    sizes = []
+
+    def tick() -> None:
+        data = s.tick(1000 + len(sizes))
+        assert data is not None
+        sizes.append(len(data))
+        assert wire.pack(wire.unpack(data)) == data  # encoded once, byte-identical
+
+    for i in range(48):  # a burst arriving faster than epochs: several epochs' worth
+        s.on_frame(b"big", _frame(b"c1", [i, "kv.put", [f"k{i}", value]]))
+        s.run_intake()
+        if i % 2 == 1:
+            tick()
+    while s.has_pending():
+        tick()
+    assert s.failed is None
+    assert max(sizes) <= limits.batch_bytes_max and len(sizes) >= 6
+    keys = [t[wire.T_ARGS][0] for t in _logged_txns(tmp_path)]
+    assert keys == [f"k{i}" for i in range(48)]  # every call, in order
+
+
+def test_a_flood_of_bad_calls_does_not_delay_another_clients_call(tmp_path: Path) -> None:
+    """Defect 3: one client's frames of 10,000 bad calls stalled everyone else."""
+    s = _seq(tmp_path, clock=FakeClock())
+    bad = [[i, "bank.transfer", ["x", 1, 2]] for i in range(limits.calls_per_frame_max)]
+    for _ in range(3):
+        s.on_frame(b"flooder", _frame(b"f", *bad))
+    s.on_frame(b"good", _frame(b"g", [1, "bank.transfer", [1, 2, 3]]))
+    handled = s.run_intake(deadline=0.0)  # one round-robin chunk, then the turn ends
+    assert handled <= 4 * limits.intake_quantum_calls
+    assert s.stats.calls_accepted == 1  # the good call got in at once
+    assert s.has_intake()  # most of the flood still waits
+    s.run_intake()
+    assert s.stats.calls_rejected == 3 * limits.calls_per_frame_max
+
+
+def test_each_batch_takes_calls_round_robin_between_clients(tmp_path: Path) -> None:
+    s = _seq(tmp_path)
+    n = limits.calls_per_frame_max
+    for k in range(3):
+        flood = [[i, "kv.put", [f"f{i}", i]] for i in range(k * n, (k + 1) * n)]
+        s.on_frame(b"flooder", _frame(b"f", *flood))
+    s.on_frame(b"good", _frame(b"g", [1, "kv.put", ["mine", 1]]))
+    s.run_intake()
+    data = s.tick(1)
+    assert data is not None
+    txns = wire.unpack(data)[wire.B_TXNS]
+    assert len(txns) == limits.batch_txns_max
+    assert ("mine", 1) in [t[wire.T_ARGS] for t in txns]
+
+
+def test_one_client_cannot_take_every_pending_slot(tmp_path: Path) -> None:
+    s = _seq(tmp_path)
+    n = limits.client_pending_calls_max
+    calls = tuple((i, "kv.put", (f"k{i}", 0)) for i in range(n + 5))
+    for i in range(0, len(calls), limits.calls_per_frame_max):
+        s.on_calls(b"greedy", b"c1", calls[i : i + limits.calls_per_frame_max])
+    over = _errors(s, b"greedy")
+    assert len(over) == 5 and all(r[2][0] == "overloaded" for r in over)
+    s.on_calls(b"other", b"c2", ((1, "kv.put", ("x", 1)),))
+    assert not _errors(s, b"other")
+
+
+def _answer_queries(s: Sequencer, value: object) -> None:
+    for (_r, p), queries in s.take_query_out().items():
+        qres = tuple((q[0], q[1], OK, value) for q in queries)
+        assert s.on_results_message((MSG_RESULTS, 0, p, (), qres, STATUS))
+
+
+def test_retry_cache_is_bounded_by_bytes_and_an_evicted_retry_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Defect 4: 300 kv.get of a 0.9 MB value kept ~290 MB in the retry cache."""
+    s = _seq(tmp_path)
+    big = "x" * 900_000
+    for req in range(1, 301):
+        s.on_calls(b"id", b"c1", ((req, "kv.get", ("k",)),))
+        _answer_queries(s, big)
+    assert s.retries.answered_bytes <= limits.retry_cache_bytes_max
+    s.take_client_out()
+    s.on_calls(b"id", b"c1", ((300, "kv.get", ("k",)),))  # recent: the same answer
+    assert s.take_client_out()[b"id"] == [(300, OK, big)]
+    s.on_calls(b"id", b"c1", ((1, "kv.get", ("k",)),))  # evicted: refused, not re-run
+    (r,) = s.take_client_out()[b"id"]
+    assert r[1] == ERROR and r[2][0] == "retry_expired"
+    assert not s.take_query_out()
+
+
+def test_reused_client_id_gets_an_error_never_another_calls_result(tmp_path: Path) -> None:
+    """Defect 5: a second client with the same id got the first client's old result."""
+    s = _seq(tmp_path)
+    s.on_calls(b"a", b"same-id", ((1, "bank.transfer", (0, 1, 5)),))
+    s.tick(1)
+    assert s.on_results_message((MSG_RESULTS, 0, 0, ((0, OK, 95),), (), STATUS))
+    assert s.take_client_out()[b"a"] == [(1, OK, 95)]
+    s.on_calls(b"b", b"same-id", ((1, "bank.transfer", (0, 1, 7)),))
+    (r,) = s.take_client_out()[b"b"]
+    assert r[1] == ERROR and r[2][0] == "request_id_reused"
+    s.on_calls(b"a", b"same-id", ((1, "bank.transfer", (0, 1, 5)),))  # a true retry
+    assert s.take_client_out()[b"a"] == [(1, OK, 95)]
+    assert s.tick(2) is None  # nothing was sequenced again
+
+
+def test_reused_client_id_is_caught_after_a_restart_too(tmp_path: Path) -> None:
+    s = _seq(tmp_path)
+    s.on_calls(b"a", b"same-id", ((1, "bank.transfer", (0, 1, 5)),))
+    s.tick(1)
+    s.log.close()
+    s = _seq(tmp_path)  # the dedup table is rebuilt from the log
+    s.on_calls(b"b", b"same-id", ((1, "bank.transfer", (0, 1, 7)),))
+    (r,) = s.take_client_out()[b"b"]
+    assert r[2][0] == "request_id_reused"
+    s.on_calls(b"a", b"same-id", ((1, "bank.transfer", (0, 1, 5)),))
+    assert [q[2] for qs in s.take_query_out().values() for q in qs] == ["__result__"]
+
+
+def _nested(depth: int) -> bytes:
+    return b"\x91" * depth + b"\x00"
+
+
+@pytest.mark.parametrize(
+    ("name", "frame", "expect"),
+    [
+        ("calls frame with 2 fields", msgpack.packb([wire.REQ_CALLS, b"c"]), "REQ_CALLS is"),
+        ("calls frame with 4 fields", msgpack.packb([wire.REQ_CALLS, b"c", [], 1]), "REQ_CALLS is"),
+        ("kind True", msgpack.packb([True, b"c", [[1, "kv.put", ["k", 1]]]]), "kind:int"),
+        ("kind 1.0", msgpack.packb([1.0, b"c", [[1, "kv.put", ["k", 1]]]]), "kind:int"),
+        ("kind str", msgpack.packb(["1", b"c", []]), "kind:int"),
+        ("too deep to decode", msgpack.packb([1, b"c"])[:-2] + _nested(100_000), "not msgpack"),
+        ("map with a list key", b"\x81\x91\x00\x00", "not msgpack"),
+        ("req id past int64", _frame(b"c", [2**64 - 1, "kv.put", ["k", 1]]), "int64"),
+        ("negative req id", _frame(b"c", [-1, "kv.put", ["k", 1]]), "int64"),
+        ("replica hint True", _frame(b"c", [1, "kv.get", ["k"], True]), "no replica"),
+    ],
+)
+def test_malformed_frames_get_a_precise_error_and_log_nothing(
+    tmp_path: Path, name: str, frame: bytes, expect: str
+) -> None:
+    """Defect 8: wrong field counts were 'unknown request kind'; True/1.0 were calls."""
+    s = _seq(tmp_path)
+    s.on_frame(b"x", frame)
+    s.run_intake()
+    (r,) = s.take_client_out()[b"x"]
+    assert r[1] == ERROR and expect in r[2][1], (name, r)
+    assert s.tick(1) is None and s.failed is None
+
+
+def test_deeply_nested_fields_get_a_short_error_and_no_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Defect 8: a deeply nested procedure name or replica hint made the error message's
+    repr() recurse, and the sequencer logged a full traceback per frame."""
+    s = _seq(tmp_path)
+    deep = _nested(1015)
+    head = msgpack.packb([wire.REQ_CALLS, b"c", [[1, None, []]]])
+    s.on_frame(b"x", head[:-2] + deep + b"\x90")  # procedure name nested 1015 deep
+    head = msgpack.packb([wire.REQ_CALLS, b"c", [[2, "kv.get", ["k"], None]]])
+    s.on_frame(b"x", head[:-1] + deep)  # replica hint nested
+    head = msgpack.packb([wire.REQ_CALLS, b"c", [[3, "kv.put", ["k", None]]]])
+    s.on_frame(b"x", head[:-1] + deep)  # a deep value is fine: it is data
+    s.run_intake()
+    replies = s.take_client_out()[b"x"]
+    assert [(r[0], r[2][0]) for r in replies] == [(1, "unknown_procedure"), (2, "bad_arguments")]
+    assert all(len(r[2][1]) < 200 for r in replies)
+    assert s.tick(1) is not None and s.failed is None
+    assert [t[wire.T_REQ] for t in _logged_txns(tmp_path)] == [3]
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+def test_junk_prune_requests_get_an_error_reply(tmp_path: Path) -> None:
+    s = _seq(tmp_path)
+    for junk in (
+        [wire.REQ_PRUNE],
+        [wire.REQ_PRUNE, 5],
+        [wire.REQ_PRUNE, ["a"]],
+        [wire.REQ_PRUNE, ""],
+    ):
+        s.on_frame(b"x", msgpack.packb(junk))
+    replies = s.take_control_out()
+    assert len(replies) == 4 and all(body[0] == wire.REP_ERROR for _i, body in replies)
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        (MSG_RESULTS, 0, 0, 5, (), STATUS),
+        (MSG_RESULTS, 0, 0, ((1, 2),), (), STATUS),
+        (MSG_RESULTS, 7, 0, (), (), STATUS),
+        (MSG_RESULTS, "0", 0, (), (), STATUS),
+        (MSG_RESULTS, 0, 0, (), ((1, 0, 99, None),), STATUS),
+        (MSG_RESULTS, 0, 0, (), (), ("a",) * 13),
+        (MSG_RESULTS, 0, 0, (), (), STATUS[:5]),
+        (MSG_RESULTS, 0, 0, ((1, {1: 2}, 3),), (), STATUS),
+        (1, 2),
+        "x",
+    ],
+)
+def test_malformed_partition_reports_change_nothing(tmp_path: Path, msg: object) -> None:
+    s = _seq(tmp_path)
+    assert not s.on_results_message(msg)
+    assert s.stats.bad_partition_messages == 1
+    assert s.status_report()["partitions"] == []
+
+
+def _status(last_epoch: int, catching_up: bool = False) -> PartitionStatus:
+    return PartitionStatus._make(STATUS)._replace(last_epoch=last_epoch, catching_up=catching_up)
+
+
+def test_flow_control_holds_batches_until_the_fastest_replica_applies_them(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    s = Sequencer(CommandLog(tmp_path, fsync=False), replicas=2, partitions=2, clock=clock)
+    for r in range(2):
+        for p in range(2):
+            s.on_results(r, p, (), (), _status(0))
+    value = "v" * 900_000
+    for i in range(12):
+        s.on_calls(b"big", b"c", ((i, "kv.put", (f"k{i}", value)),))
+    cut = 0
+    while s.tick(cut) is not None:
+        cut += 1
+    assert s.unapplied_bytes() >= limits.unapplied_bytes_max and s.has_pending()
+    s.on_results(1, 0, (), (), _status(s.epoch))  # replica 1 is fast on partition 0,
+    s.on_results(0, 1, (), (), _status(s.epoch))  # replica 0 on partition 1: enough
+    assert s.unapplied_bytes() == 0 and s.tick(100) is not None
+    clock.now = 10.0  # every partition falls silent: nothing to wait for
+    while s.tick(200 + s.epoch) is not None:
+        pass
+    assert not s.has_pending()
+
+
+def test_a_recovering_replica_does_not_hold_back_flow_control(tmp_path: Path) -> None:
+    s = _seq(tmp_path)
+    s.on_results(0, 0, (), (), _status(0, catching_up=True))
+    s.on_results(0, 1, (), (), _status(0, catching_up=True))
+    for i in range(12):
+        s.on_calls(b"big", b"c", ((i, "kv.put", (f"k{i}", "v" * 900_000)),))
+    while s.tick(s.epoch) is not None:
+        pass
+    assert not s.has_pending()

@@ -1,0 +1,143 @@
+"""The sequencer role without sockets: numbering across restarts and torn tails,
+fail-stop on storage errors, dedup of retried calls across a restart, dependent-txn
+restarts, and checkpoint flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import txn_library.builtin  # noqa: F401
+from sequencer.log import CommandLog, LogCorruption, iter_frames
+from sequencer.sequencer import Sequencer
+from txn_library import wire
+from txn_library.errors import ERROR, OK, RESTART
+from txn_library.partition_wire import PartitionStatus
+
+CLIENT = b"client-1"
+STATUS = PartitionStatus(1, 1, 0, 0, 1, 0, 0, 0, False, 1, 0, 0, 0)  # one partition's report
+
+
+def _seq(d: Path, **kw: object) -> Sequencer:
+    return Sequencer(CommandLog(d), replicas=2, partitions=2, **kw)  # type: ignore[arg-type]
+
+
+def _submit(s: Sequencer, *calls: tuple) -> None:
+    s.on_calls(b"id", CLIENT, tuple((r, p, tuple(a)) for r, p, a in calls))
+
+
+def test_numbering_continues_after_restart_and_after_a_torn_tail(tmp_path: Path) -> None:
+    s = _seq(tmp_path)
+    for i in range(5):
+        _submit(s, (i, "kv.put", (f"k{i}", i)))
+        assert s.tick(1000 + i) is not None
+    s.log.close()
+    s = _seq(tmp_path)
+    assert (s.epoch, s.next_txn_id) == (5, 5)
+    s.log.close()
+    seg = next(tmp_path.glob("segment-*.log"))
+    seg.write_bytes(seg.read_bytes()[:-7])  # last frame cut in half
+    s = _seq(tmp_path)
+    assert (s.epoch, s.next_txn_id) == (4, 4)
+    assert s.log.recovered_truncated_bytes > 0
+    _submit(s, (99, "kv.put", ("again", 1)))
+    batch = wire.unpack(s.tick(2000))  # type: ignore[arg-type]
+    assert (batch[wire.B_EPOCH], batch[wire.B_PREV], batch[wire.B_FIRST_TXN]) == (5, 4, 4)
+
+
+def test_each_batch_records_the_digest_of_the_previous_one_across_restarts(
+    tmp_path: Path,
+) -> None:
+    s = _seq(tmp_path)
+    for i in range(3):
+        _submit(s, (i, "kv.put", (f"k{i}", i)))
+        s.tick(1000 + i)
+    s.log.close()
+    s = _seq(tmp_path)  # the digest of epoch 3 is recovered from the log
+    _submit(s, (9, "kv.put", ("k9", 9)))
+    s.tick(2000)
+    s.log.close()
+    payloads = [p for _e, p in iter_frames(tmp_path)]
+    batches = [wire.unpack(p) for p in payloads]
+    assert [b[wire.B_EPOCH] for b in batches] == [1, 2, 3, 4]
+    assert batches[0][wire.B_PREV_DIGEST] == 0
+    for prev, batch in zip(payloads, batches[1:], strict=False):
+        assert batch[wire.B_PREV_DIGEST] == wire.batch_digest(prev)
+
+
+def test_flipped_byte_in_the_middle_is_corruption_not_skipped(tmp_path: Path) -> None:
+    s = _seq(tmp_path)
+    for i in range(5):
+        _submit(s, (i, "kv.put", (f"k{i}", i)))
+        s.tick(i)
+    s.log.close()
+    seg = next(tmp_path.glob("segment-*.log"))
+    data = bytearray(seg.read_bytes())
+    data[len(data) // 3] ^= 0x01
+    seg.write_bytes(bytes(data))
+    with pytest.raises(LogCorruption, match="epoch"):
+        _seq(tmp_path)
+
+
+class _FailingLog(CommandLog):
+    def sync(self) -> None:
+        raise OSError(28, "No space left on device")
+
+
+def test_fail_stop_when_the_log_cannot_sync(tmp_path: Path) -> None:
+    s = Sequencer(_FailingLog(tmp_path), replicas=1, partitions=1)
+    _submit(s, (1, "kv.put", ("a", 1)), (2, "kv.put", ("b", 2)))
+    assert s.tick(1) is None  # nothing published
+    replies = s.take_client_out()[b"id"]
+    assert [r[0] for r in replies] == [1, 2]
+    assert all(r[1] == ERROR and r[2][0] == "unavailable" for r in replies)
+    assert "outcome unknown" in replies[0][2][1]
+    _submit(s, (3, "kv.put", ("c", 3)))
+    (r,) = s.take_client_out()[b"id"]
+    assert r[1] == ERROR and r[2][0] == "unavailable" and "No space" in r[2][1]
+    assert s.status_report()["failed"]
+
+
+def test_retried_call_is_not_executed_twice_across_a_restart(tmp_path: Path) -> None:
+    s = _seq(tmp_path)
+    _submit(s, (7, "kv.add", ("x", 1)))
+    s.tick(1)
+    s.log.close()
+    s = _seq(tmp_path)  # "crash": the result was never delivered
+    _submit(s, (7, "kv.add", ("x", 1)))  # the client's retry, same ids
+    assert s.tick(2) is None  # not sequenced again
+    queries = s.take_query_out()
+    assert len(queries) == 1
+    (qid, _replica, name, args, min_txn) = next(iter(queries.values()))[0]
+    assert name == "__result__" and args == (0,) and min_txn == 0
+    s.on_results(0, 0, (), ((qid, 0, OK, 1),), STATUS)
+    (r,) = s.take_client_out()[b"id"]
+    assert r == (7, OK, 1)
+    _submit(s, (7, "kv.add", ("x", 1)))  # and again: answered from the dedup cache
+    assert s.take_client_out()[b"id"] == [(7, OK, 1)]
+
+
+def test_restart_result_resequences_with_the_new_prediction(tmp_path: Path) -> None:
+    s = _seq(tmp_path)
+    _submit(s, (1, "kv.add", ("x", 1)))
+    s.tick(1)
+    # Pretend this were a dependent txn: a RESTART result re-sequences it.
+    f = s._inflight[0]
+    f.call.args = ("x", 0)  # the last argument plays the prediction
+    s.on_results(0, 0, ((0, RESTART, 5),), (), STATUS)
+    batch = wire.unpack(s.tick(2))  # type: ignore[arg-type]
+    assert batch[wire.B_TXNS][0][wire.T_ARGS] == ("x", 5)
+    assert s.stats.restarts == 1
+
+
+def test_checkpoint_flags_every_n_epochs_and_on_request(tmp_path: Path) -> None:
+    s = _seq(tmp_path, checkpoint_every_epochs=3)
+    flags = []
+    for i in range(6):
+        _submit(s, (i, "kv.put", ("k", i)))
+        flags.append(wire.unpack(s.tick(i))[wire.B_FLAGS])  # type: ignore[arg-type]
+    assert flags == [0, 0, 1, 0, 0, 1]
+    assert s.request_checkpoint() == 7
+    empty = wire.unpack(s.tick(7))  # type: ignore[arg-type]
+    assert empty[wire.B_FLAGS] == 1 and empty[wire.B_TXNS] == ()

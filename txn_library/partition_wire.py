@@ -1,0 +1,186 @@
+"""Wire contract of the executor role: messages partitions send and receive.
+
+All messages are positional msgpack arrays (never maps); decoding uses
+``use_list=False`` so keys and rows arrive as tuples, ready to be dict keys.
+
+Inbound on a partition's PULL socket (from peers of the same replica, and from the
+sequencer):
+  [MSG_READS, from_partition, [[txn_id, exact, prefixes], ...]]
+      exact    = [[table, key, row_or_None], ...]      local reads of a multi-partition txn
+      prefixes = [[table, prefix, [[key, row], ...]], ...]
+  [MSG_QUERY, replica, [[query_id, replica_tag, proc_name, args, min_txn_id], ...]]
+      unsequenced read-only calls (and reconnaissance reads of dependent txns);
+      executed once every txn with id <= min_txn_id that touches this partition is done.
+  [MSG_STATUS_REQUEST]
+  [MSG_RESEND, from_partition, first_txn_id]
+      a restarted peer replays from first_txn_id: send it again every retained read
+      it needs (reads sent to its previous incarnation were lost with it)
+  [MSG_RESEND_GAP, from_partition, oldest_retained_txn_id]
+      the peer no longer retains reads that far back
+
+Outbound to the sequencer's results PULL socket:
+  [MSG_RESULTS, replica, partition, results, query_results, status]
+      results       = [[txn_id, status, value], ...]   (one partition per replica reports a txn)
+      query_results = [[query_id, status, value], ...]
+      status        = PartitionStatus (below: one record, 13 fields, positional on
+                       the wire)
+      boundary_* is the state hash at the end of the last checkpoint-flagged epoch
+      applied: comparable across replicas (the sequencer compares them).
+
+A query whose proc_name is RESULT_LOOKUP with args (txn_id,) asks the reporting
+partition for a past txn's result (exactly-once retries after a sequencer restart).
+
+Invariant: a partition hands an inbound message to its role only after
+``decode_inbound`` accepted it: it decodes, its kind is known, and every field has
+the shape and type written above (ids are ints, never bools; tables are str; keys
+are tuples of scalars, so they can be dict keys). Anything else is dropped whole,
+never half-applied; reads for a partition that is not a peer are the role's to
+refuse. Row *contents* are not checked: they only reach procedure bodies, whose
+failures are results (executor.core.execution).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import msgpack
+
+
+class PartitionStatus(NamedTuple):
+    """What a partition reports with every results message (and at least every 0.2 s)."""
+
+    last_epoch: int  # the last batch admitted (applied in order)
+    txns_applied: int
+    state_hash: int
+    active_txns: int
+    next_txn_id: int
+    newest_checkpoint_epoch: int  # durable: renamed and its directory fsynced
+    boundary_epoch: int  # the last checkpoint-flagged epoch applied ...
+    boundary_hash: int  # ... and the state hash there (compared across replicas)
+    catching_up: bool  # recovering from the log, not live yet
+    pid: int
+    lock_waits: int  # lock requests that had to queue, so far
+    txn_waits: int  # admissions that waited for a lock, so far
+    blocked: int  # transactions waiting for locks now
+
+
+MSG_READS = 1
+MSG_QUERY = 2
+MSG_STATUS_REQUEST = 3
+MSG_RESEND = 4
+MSG_RESEND_GAP = 5
+MSG_RESULTS = 10
+
+RESULT_LOOKUP = "__result__"
+
+
+def pack(msg: Any) -> bytes:
+    return msgpack.packb(msg)
+
+
+def unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, use_list=False)
+
+
+# Inbound validation -------------------------------------------------------------
+_KEY_SCALARS = frozenset((int, str, bytes, float, bool, type(None)))
+
+
+def _is_int(x: Any) -> bool:
+    return type(x) is int
+
+
+def _is_key(x: Any) -> bool:
+    """A tuple of scalars: hashable, so usable in the role's dicts."""
+    return type(x) is tuple and all(type(p) in _KEY_SCALARS for p in x)
+
+
+def _is_array(x: Any, width: int) -> bool:
+    return type(x) is tuple and len(x) == width
+
+
+def _exact_problem(exact: Any) -> str | None:
+    if type(exact) is not tuple:
+        return "exact reads are not an array"
+    for r in exact:
+        if not (_is_array(r, 3) and type(r[0]) is str and _is_key(r[1])):
+            return "an exact read is not [table, key, row]"
+    return None
+
+
+def _prefixes_problem(prefixes: Any) -> str | None:
+    if type(prefixes) is not tuple:
+        return "prefix reads are not an array"
+    for r in prefixes:
+        if not (_is_array(r, 3) and type(r[0]) is str and _is_key(r[1])):
+            return "a prefix read is not [table, prefix, rows]"
+        rows = r[2]
+        if type(rows) is not tuple or not all(_is_array(kv, 2) and _is_key(kv[0]) for kv in rows):
+            return "a prefix read's rows are not [[key, row], ...]"
+    return None
+
+
+def reads_problem(msg: tuple) -> str | None:
+    """[MSG_READS, from_partition, [[txn_id, exact, prefixes], ...]]"""
+    if not (len(msg) == 3 and _is_int(msg[1]) and type(msg[2]) is tuple):
+        return "reads: not [kind, from_partition, entries]"
+    for entry in msg[2]:
+        if not (_is_array(entry, 3) and _is_int(entry[0])):
+            return "reads: an entry is not [txn_id, exact, prefixes]"
+        problem = _exact_problem(entry[1]) or _prefixes_problem(entry[2])
+        if problem is not None:
+            return f"reads: {problem}"
+    return None
+
+
+def query_problem(msg: tuple) -> str | None:
+    """[MSG_QUERY, replica, [[query_id, replica_tag, proc_name, args, min_txn_id], ...]]"""
+    if not (len(msg) == 3 and _is_int(msg[1]) and type(msg[2]) is tuple):
+        return "query: not [kind, replica, queries]"
+    for q in msg[2]:
+        if not (
+            _is_array(q, 5)
+            and _is_int(q[0])
+            and _is_int(q[1])
+            and type(q[2]) is str
+            and type(q[3]) is tuple
+            and _is_int(q[4])
+        ):
+            return "query: not [query_id, replica_tag, proc_name, args, min_txn_id]"
+    return None
+
+
+def resend_problem(msg: tuple) -> str | None:
+    """[MSG_RESEND or MSG_RESEND_GAP, from_partition, txn_id]"""
+    if not (len(msg) == 3 and _is_int(msg[1]) and _is_int(msg[2])):
+        return "resend: not [kind, from_partition, txn_id]"
+    return None
+
+
+def status_request_problem(msg: tuple) -> str | None:
+    """[MSG_STATUS_REQUEST]"""
+    return None if len(msg) == 1 else "status request: not [kind]"
+
+
+_INBOUND_CHECKS = {
+    MSG_READS: reads_problem,
+    MSG_QUERY: query_problem,
+    MSG_STATUS_REQUEST: status_request_problem,
+    MSG_RESEND: resend_problem,
+    MSG_RESEND_GAP: resend_problem,
+}
+
+
+def decode_inbound(data: bytes) -> tuple[tuple | None, str | None]:
+    """(message, None) if ``data`` is a well-formed inbound message, else (None, why)."""
+    try:
+        msg = unpack(data)
+    except (ValueError, msgpack.UnpackException) as e:  # every msgpack decode failure
+        return None, f"not msgpack ({type(e).__name__})"
+    if type(msg) is not tuple or not msg or not _is_int(msg[0]):
+        return None, "not an array starting with a message kind"
+    check = _INBOUND_CHECKS.get(msg[0])
+    if check is None:
+        return None, f"unknown message kind {msg[0]}"
+    problem = check(msg)
+    return (None, problem) if problem is not None else (msg, None)
