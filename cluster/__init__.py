@@ -1,5 +1,5 @@
-"""Plumbing shared by every Ordo role: cluster configuration, limits, process launch, CLI.
-
-Roles (sequencer, scheduler, executor) never import each other's internals through
-this package; it only holds what all of them need to agree on (addresses, limits).
+"""The top layer: every process and socket. Role servers (sequencer_server,
+partition_server, traditional_server) run the I/O-free roles over ZeroMQ; launcher
+starts and watches them; config is the cluster description; cli is ``ordo``; loadgen
+drives load for the benchmarks and the TPC-C driver. Nothing below imports this.
 """

@@ -3,6 +3,8 @@
   ordo up           start sequencer + replicas on 127.0.0.1, foreground until Ctrl-C
   ordo sequencer    run the sequencer process of a cluster
   ordo replica      run one partition (or all partitions) of one replica
+  ordo traditional-partition
+                    run one partition process of a 2PL + 2PC cluster (`ordo up` starts it)
   ordo call         submit one stored-procedure call and print the result
   ordo status       per partition of every replica: last epoch, txns applied, hash
   ordo checkpoint   checkpoint every partition after the next epoch; wait until durable
@@ -114,7 +116,8 @@ def up(
     )
     cluster: ProcessGroup
     if mode == "traditional":
-        from cluster.traditional_server import TraditionalCluster, TraditionalOptions
+        from cluster.traditional_server import TraditionalCluster
+        from executor.traditional.options import TraditionalOptions
 
         if replicas != 1:
             click.echo("ordo up: the traditional mode is not replicated; using 1 replica")
@@ -227,6 +230,19 @@ def replica(replica: int, partition: int | None, copy_from: int | None, data_dir
             time.sleep(0.5)
     finally:
         lc.stop()
+
+
+@main.command("traditional-partition")
+@click.option("--partition", "-p", type=int, required=True)
+@data_dir_option
+def traditional_partition(partition: int, data_dir: str) -> None:
+    """Run one partition process of the 2PL + 2PC cluster in DATA_DIR.
+
+    `ordo up --mode traditional` starts one per partition (its options are
+    DATA_DIR/traditional.json)."""
+    from cluster.traditional_server import serve
+
+    serve(load_config(data_dir), partition)
 
 
 def _load_modules(cfg: ClusterConfig) -> None:

@@ -210,11 +210,11 @@ class PartitionServer:
     def _maybe_repair(self, now: float) -> None:
         wanted = self.feed.repair(now)
         if wanted is not None:
-            self.logsvc.send(swire.pack((swire.LOG_FETCH, *wanted)))
+            self.logsvc.send(swire.encode(swire.LogFetch(*wanted)))
 
     def _on_log_reply(self) -> None:
-        kind, batches, last_on_disk = swire.unpack(self.logsvc.recv())
-        self.feed.log_reply(batches, last_on_disk)
+        reply = swire.LogBatches._make(swire.unpack(self.logsvc.recv())[1:])
+        self.feed.log_reply(reply.batches, reply.last_epoch_on_disk)
 
     def _on_sub(self) -> None:
         topic, payload = self.sub.recv_multipart()
@@ -226,8 +226,7 @@ class PartitionServer:
                     return  # injected loss: the gap is repaired from the log service
             self.feed.offer(payload)
         elif topic == swire.TOPIC_HEARTBEAT:
-            (last,) = swire.unpack(payload)
-            self.feed.heartbeat(last)
+            self.feed.heartbeat(swire.Heartbeat._make(swire.unpack(payload)).last_epoch)
 
     def _on_inbox(self) -> None:
         data = self.inbox.recv()
@@ -235,34 +234,34 @@ class PartitionServer:
         if msg is None:  # a stray or garbled message must not kill the partition
             self.dropped.note(f"{problem} ({len(data)} bytes)")
             return
-        kind = msg[0]
-        if kind == ewire.MSG_READS:
-            self.part.on_reads(msg[1], msg[2])
-        elif kind == ewire.MSG_QUERY:
-            for qid, tag, name, args, min_txn_id in msg[2]:
+        if isinstance(msg, ewire.Reads):
+            self.part.on_reads(msg.from_partition, msg.entries)
+        elif isinstance(msg, ewire.Query):
+            for qid, tag, name, args, min_txn_id in msg.calls:
                 self.part.on_query(qid, tag, name, args, min_txn_id)
-        elif kind == ewire.MSG_RESEND:
-            self._on_resend(msg[1], msg[2])
-        elif kind == ewire.MSG_RESEND_GAP:
-            if msg[1] not in self.peers:
-                self.dropped.note(f"resend gap from partition {msg[1]}, not a peer")
+        elif isinstance(msg, ewire.Resend):
+            self._on_resend(msg.from_partition, msg.first_txn_id)
+        elif isinstance(msg, ewire.ResendGap):
+            peer = msg.from_partition
+            if peer not in self.peers:
+                self.dropped.note(f"resend gap from partition {peer}, not a peer")
                 return
-            if self._live or msg[1] in self._gaps_reported:
+            if self._live or peer in self._gaps_reported:
                 # Only a recovering partition asked for resends, and once is enough to
                 # say it cannot recover alone: anything more is noise (or hostile).
-                self.dropped.note(f"resend gap from partition {msg[1]}, not asked for")
+                self.dropped.note(f"resend gap from partition {peer}, not asked for")
                 return
-            self._gaps_reported.add(msg[1])
+            self._gaps_reported.add(peer)
             log.critical(
                 "cannot recover alone: partition %d retains reads only from txn %d, this "
                 "partition replays from txn %d; restore the whole replica from a common "
                 "checkpoint or copy a peer replica's",
-                msg[1],
-                msg[2],
+                peer,
+                msg.oldest_retained_txn_id,
                 self.part.next_txn_id,
             )
         else:
-            invariant(kind == ewire.MSG_STATUS_REQUEST, f"decode_inbound passed kind {kind}")
+            invariant(isinstance(msg, ewire.StatusRequest), f"decode_inbound passed {msg!r}")
             self._status_requested = True
 
     def _on_resend(self, peer: int, first_txn_id: int) -> None:
@@ -294,19 +293,18 @@ class PartitionServer:
                 self.part.sent_complete_from,
             )
             self.peers[peer].send(
-                ewire.pack((ewire.MSG_RESEND_GAP, self.partition_id, self.part.sent_complete_from))
+                ewire.encode(ewire.ResendGap(self.partition_id, self.part.sent_complete_from))
             )
 
     # Loop ---------------------------------------------------------------------
     def _flush(self, force_status: bool) -> None:
         peer_out, results, queries = self.part.take_outputs()
         for q, entries in peer_out.items():
-            self.peers[q].send(ewire.pack((ewire.MSG_READS, self.partition_id, entries)))
+            self.peers[q].send(ewire.encode(ewire.Reads(self.partition_id, entries)))
         if results or queries or force_status:
             self.results.send(
-                ewire.pack(
-                    (
-                        ewire.MSG_RESULTS,
+                ewire.encode(
+                    ewire.Results(
                         self.replica,
                         self.partition_id,
                         results,
@@ -343,10 +341,10 @@ class PartitionServer:
             poller.register(s, zmq.POLLIN)
         # Reads our previous incarnation received are gone: ask the peers again.
         for q, sock in self.peers.items():
-            sock.send(ewire.pack((ewire.MSG_RESEND, self.partition_id, self.part.next_txn_id)))
+            sock.send(ewire.encode(ewire.Resend(self.partition_id, self.part.next_txn_id)))
             del q
         # Catch up from the log service right away (slow-joiner safe: SUB is connected).
-        self.logsvc.send(swire.pack((swire.LOG_FETCH, self.part.last_epoch + 1, 1 << 62)))
+        self.logsvc.send(swire.encode(swire.LogFetch(self.part.last_epoch + 1, 1 << 62)))
         self.feed.requested(time.monotonic())
         next_status = 0.0
         part = self.part

@@ -13,6 +13,11 @@ the cluster config (partitions, procedure modules, genesis) is LOG_DIR/../cluste
 or --config. Runs on local[*] unless --master names a Spark cluster (whose workers
 must see these paths). Registered on the ``ordo`` group by cluster/cli.py; pyspark is
 imported only inside the commands.
+
+This is where the cluster's configuration meets replay: ``find_config`` reads the
+cluster.json that describes a log, and ``replay_spec`` turns it into the plain
+ReplaySpec the executor layer replays with (the executor never reads cluster.json).
+Scripts and tests build their specs here too.
 """
 
 from __future__ import annotations
@@ -20,13 +25,42 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from cluster.config import DEFAULT_DATA_DIR
+from cluster.config import CONFIG_FILE, DEFAULT_DATA_DIR, ClusterConfig
+
+if TYPE_CHECKING:
+    from executor.replay.spec import ReplaySpec
 
 F = Callable[..., Any]
+
+
+def find_config(log_dir: str | Path, config_path: str | Path | None = None) -> ClusterConfig:
+    """The cluster.json that describes LOG_DIR: ``config_path``, else LOG_DIR/../cluster.json."""
+    if config_path is not None:
+        return ClusterConfig.from_json(Path(config_path).read_text())
+    parent = Path(log_dir).resolve().parent
+    path = parent / CONFIG_FILE
+    if not path.exists():
+        raise FileNotFoundError(
+            f"no {CONFIG_FILE} next to {log_dir} (looked in {parent}); pass --config PATH"
+        )
+    return ClusterConfig.from_json(path.read_text())
+
+
+def replay_spec(cfg: ClusterConfig, log_dir: str | Path) -> ReplaySpec:
+    """What a replay worker needs from ``cfg``, to replay the log in ``log_dir``."""
+    from executor.replay.spec import ReplaySpec
+
+    return ReplaySpec(
+        log_dir=str(log_dir),
+        partitions=cfg.partitions,
+        procedure_modules=tuple(cfg.procedure_modules),
+        genesis=cfg.genesis,
+        genesis_args=dict(cfg.genesis_args),
+    )
 
 
 def _spark_options(f: F) -> F:
@@ -64,10 +98,10 @@ def _parse_confs(confs: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _resolve(data_dir: str, log_dir: str | None, config_path: str | None) -> tuple[Any, Any, Path]:
+def _resolve(
+    data_dir: str, log_dir: str | None, config_path: str | None
+) -> tuple[ClusterConfig, ReplaySpec, Path]:
     """(ClusterConfig, ReplaySpec, the directory holding the log) for LOG_DIR."""
-    from executor.replay.history import ReplaySpec, find_config
-
     log = Path(log_dir) if log_dir else Path(data_dir) / "log"
     if not log.is_dir():
         raise click.ClickException(f"no command log directory {log}")
@@ -75,7 +109,7 @@ def _resolve(data_dir: str, log_dir: str | None, config_path: str | None) -> tup
         cfg = find_config(log, config_path)
     except (FileNotFoundError, ValueError, TypeError) as e:
         raise click.ClickException(str(e)) from None
-    return cfg, ReplaySpec.from_config(cfg, log.resolve()), log.resolve().parent
+    return cfg, replay_spec(cfg, log.resolve()), log.resolve().parent
 
 
 def _session(master: str, confs: tuple[str, ...]) -> Any:
@@ -192,8 +226,9 @@ def state(
     confs: tuple[str, ...],
 ) -> None:
     """Rebuild the database at the end of an epoch and write every table as Parquet."""
-    from executor.replay.history import ReplayFailure, log_last_epoch
+    from executor.replay.batches import ReplayFailure
     from executor.replay.spark_jobs import run_state
+    from executor.replay.spec import log_last_epoch
     from sequencer.log import LogCorruption
 
     cfg, spec, root = _resolve(data_dir, log_dir, config_path)

@@ -21,6 +21,7 @@ import time
 import zmq
 
 from cluster.config import ClusterConfig
+from sequencer.calls import parse_log_fetch
 from sequencer.log import CommandLog, LogCorruption
 from sequencer.sequencer import HEARTBEAT_MS, Sequencer
 from txn_library import limits, wire
@@ -111,36 +112,31 @@ class SequencerServer:
 
     def _on_results(self) -> None:
         data = self.results.recv()
-        try:
-            msg = ewire.unpack(data)
-        except (ValueError, TypeError):
-            msg = None
-        if msg is None or not self.seq.on_results_message(msg):
+        if not self.seq.on_results_frame(data):
             self._junk.note(f"malformed results message ({len(data)} bytes)")
 
     def _on_log_fetch(self) -> None:
         frames = self.logsvc.recv_multipart()
-        request = _log_fetch_request(frames)
+        request = parse_log_fetch(frames[1]) if len(frames) == 2 else None
         if request is None:
             self._junk.note("malformed log service request")
             return
-        identity, first, last = request
-        reply = self.seq.log_reply(first, last)
+        reply = self.seq.log_reply(*request)
         if reply is None:
             self._junk.note("log service request while fail-stopped")
             return
-        self.logsvc.send_multipart([identity, reply])
+        self.logsvc.send_multipart([frames[0], reply])
 
     def _flush(self) -> None:
         for identity, body in self.seq.take_control_out():
             try:
-                self.client.send_multipart([identity, wire.pack(body)], flags=zmq.NOBLOCK)
+                self.client.send_multipart([identity, wire.encode(body)], flags=zmq.NOBLOCK)
             except zmq.ZMQError:
                 log.warning("client gone; dropped a control reply")
         for identity, replies in self.seq.take_client_out().items():
             try:
                 self.client.send_multipart(
-                    [identity, wire.pack((wire.REP_RESULTS, replies))], flags=zmq.NOBLOCK
+                    [identity, wire.encode(wire.ResultsReply(replies))], flags=zmq.NOBLOCK
                 )
             except zmq.ZMQError:
                 log.warning("client gone; dropped %d replies", len(replies))
@@ -153,7 +149,7 @@ class SequencerServer:
             rr = (r + i) % self.config.replicas
             try:
                 self.query_socks[(rr, p)].send(
-                    ewire.pack((ewire.MSG_QUERY, rr, queries)), flags=zmq.NOBLOCK
+                    ewire.encode(ewire.Query(rr, queries)), flags=zmq.NOBLOCK
                 )
                 return
             except zmq.Again:
@@ -196,7 +192,9 @@ class SequencerServer:
                 if now >= next_tick:
                     next_tick = max(next_tick + epoch_s, now)
             if now >= next_heartbeat:
-                self.pub.send_multipart([wire.TOPIC_HEARTBEAT, wire.pack((seq.epoch,))])
+                self.pub.send_multipart(
+                    [wire.TOPIC_HEARTBEAT, wire.pack(wire.Heartbeat(seq.epoch))]
+                )
                 next_heartbeat = now + HEARTBEAT_MS / 1000.0
             self._flush()
             self._junk.report(now)
@@ -206,22 +204,6 @@ class SequencerServer:
         for s in [self.client, self.pub, self.logsvc, self.results, *self.query_socks.values()]:
             s.close(linger=0)
         self.log.close()
-
-
-def _log_fetch_request(frames: list[bytes]) -> tuple[bytes, int, int] | None:
-    """(identity, first, last) of a well-formed LOG_FETCH, else None."""
-    if len(frames) != 2 or len(frames[1]) > limits.log_service_request_bytes_max:
-        return None
-    try:
-        msg = wire.unpack(frames[1])
-    except (ValueError, TypeError):
-        return None
-    if not (isinstance(msg, tuple) and len(msg) == 3 and msg[0] == wire.LOG_FETCH):
-        return None
-    _, first, last = msg
-    if type(first) is not int or type(last) is not int or not 1 <= first <= last:
-        return None
-    return frames[0], first, last
 
 
 def main(config: ClusterConfig) -> None:

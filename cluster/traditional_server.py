@@ -1,11 +1,14 @@
-"""The traditional mode's partition process, its launcher, and a routing client.
+"""The traditional mode's partition process and its launcher.
 
 One OS process per partition, one thread, a zmq.Poller loop around
-executor.traditional.node.TraditionalPartition (coordinator and participant in one):
+executor.traditional.partition.TraditionalPartition (coordinator and participant in
+one), handed the wall clock and an OS-seeded Random (the role reads neither itself):
 
-  ROUTER client_addr(p)              client calls (sequencer/wire.py REQ_CALLS/REQ_STATUS),
+  ROUTER client_addr(p)              client calls (txn_library/wire.py REQ_CALLS/REQ_STATUS),
                                      so txn_library.client.Client works unchanged
   PULL   config.partition_addr(0, p) batches of peer messages
+                                     (executor.traditional.messages; a malformed
+                                     batch is dropped whole, never half-applied)
   PUSH   every other partition's PULL
 
 Every address is on 127.0.0.1. Partition 0's client port is ``config.client_addr``
@@ -23,42 +26,45 @@ The 2PC log of partition p is a CommandLog (the sequencer's segmented CRC32C for
 a frame per turn) in ``data_dir/traditional/partition-p``. On start the partition
 loads the genesis rows (if any) and redoes its log (TraditionalPartition.recover).
 
-Usage:
-    python -m cluster.traditional_server up --data-dir /tmp/t --partitions 2 --fresh
-    python -m cluster.traditional_server partition --data-dir /tmp/t --partition 0
+Started by ``ordo up --mode traditional`` (TraditionalCluster below), which runs one
+``ordo traditional-partition --data-dir D --partition P`` process per partition
+(cluster/cli.py). Clients: txn_library.routing_client.RoutingClient.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import os
+import random
 import signal
 import time
-from collections.abc import Sequence
-from concurrent.futures import Future
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import msgpack
 import zmq
 
 from cluster.config import HOST, ClusterConfig
 from cluster.launcher import ProcessGroup
 from executor.core.genesis import genesis_storage
-from executor.traditional.node import (
-    FAULT_CRASH,
-    TraditionalOptions,
-    TraditionalPartition,
-    every_nth_prepare,
-    home_partition,
+from executor.traditional.messages import (
+    DECODE_ERRORS,
+    LogRecord,
+    decode_batch,
+    encode_batch,
     pack_records,
 )
+from executor.traditional.options import (
+    FAULT_CRASH,
+    PrepareFault,
+    TraditionalOptions,
+    every_nth_prepare,
+)
+from executor.traditional.partition import TraditionalPartition
 from sequencer.log import CommandLog, iter_frames
 from txn_library import limits, wire
-from txn_library.client import Client, Result
-from txn_library.errors import ERR_MALFORMED, ERR_TOO_LARGE, ERROR
+from txn_library.client import Client
+from txn_library.errors import ERR_MALFORMED, ERR_TOO_LARGE, OrdoError
 from txn_library.procedure import load_modules
 
 log = logging.getLogger("ordo.traditional")
@@ -66,8 +72,12 @@ log = logging.getLogger("ordo.traditional")
 PARTITIONS_MAX = 16  # client ports are base_port + p, below the peer ports
 FRAMES_PER_TURN_MAX = 512  # per socket; bounds a turn's latency and its log frame
 POLL_MS_MAX = 50
-STOP_GRACE_S = 5.0
 CRASH_EXIT_CODE = 70
+
+
+def wall_clock_us() -> int:
+    """The real clock the partition role is handed (microseconds since the epoch)."""
+    return time.time_ns() // 1000
 
 
 def client_addr(config: ClusterConfig, partition: int) -> str:
@@ -95,6 +105,8 @@ class TraditionalServer:
         partition: int,
         options: TraditionalOptions | None = None,
         ctx: zmq.Context | None = None,
+        *,
+        clock: Callable[[], int] = wall_clock_us,
     ) -> None:
         _check_config(config)
         self.config = config
@@ -110,9 +122,12 @@ class TraditionalServer:
             partition,
             config.partitions,
             storage,
+            clock=clock,
+            rng=random.Random(),  # seeded by the OS: only restart backoff and body seeds
             options=self.options,
             prepare_fault=self._fault(),
         )
+        self._clock = clock
         self.part.pid = os.getpid()
         t0 = time.monotonic()
         replayed = self.part.recover(p for _e, p in iter_frames(log_dir(config, partition)))
@@ -121,7 +136,7 @@ class TraditionalServer:
                 "recovered %d log records in %.2fs (%d in doubt)",
                 replayed,
                 time.monotonic() - t0,
-                self.part.status()[8],
+                self.part.status().in_doubt,
             )
         c = self.ctx = ctx or zmq.Context.instance()
         self.client = c.socket(zmq.ROUTER)
@@ -141,7 +156,7 @@ class TraditionalServer:
                 self.peers[q] = s
         self._stop = False
 
-    def _fault(self) -> Any:
+    def _fault(self) -> PrepareFault | None:
         o = self.options
         if o.fault_prepare is None or o.fault_partition != self.partition_id:
             return None
@@ -172,10 +187,13 @@ class TraditionalServer:
             return
         try:
             msg = wire.unpack(frames[1])
-            kind = msg[0]
-        except Exception as e:
-            self._reject(identity, ERR_MALFORMED, f"not a msgpack array: {e}")
+        except DECODE_ERRORS as e:
+            self._reject(identity, ERR_MALFORMED, f"not msgpack: {e}")
             return
+        if not isinstance(msg, tuple) or not msg:
+            self._reject(identity, ERR_MALFORMED, "not a msgpack array")
+            return
+        kind = msg[0]
         if kind == wire.REQ_CALLS and len(msg) == 3:
             self.part.on_calls(identity, msg[1], msg[2])
         elif kind == wire.REQ_STATUS:
@@ -185,15 +203,16 @@ class TraditionalServer:
             self._reject(identity, ERR_MALFORMED, f"unknown request kind {kind!r}")
 
     def _reject(self, identity: bytes, code: str, message: str) -> None:
-        self.part.client_out.setdefault(identity, []).append((None, ERROR, (code, message)))
+        self.part.reject(identity, code, message)
 
     def _on_peer(self, data: bytes) -> None:
         try:
-            src, msgs = msgpack.unpackb(data, use_list=False)
-            if not isinstance(src, int) or src not in self.peers:
-                raise ValueError(f"from unknown partition {src!r}")
-        except Exception as e:  # a stray or garbled message must not kill the partition
+            src, msgs = decode_batch(data)
+        except DECODE_ERRORS as e:  # a stray or garbled batch must not kill the partition
             log.warning("dropped malformed peer message (%d bytes): %s", len(data), e)
+            return
+        if src not in self.peers:
+            log.warning("dropped peer message (%d bytes) from unknown partition %r", len(data), src)
             return
         self.part.on_peer(src, msgs)
 
@@ -205,7 +224,7 @@ class TraditionalServer:
             self.log.sync()  # group commit: the turn's records are durable before any send
         me = self.partition_id
         for q, msgs in peer_out.items():
-            self.peers[q].send(msgpack.packb((me, msgs)))
+            self.peers[q].send(encode_batch(me, msgs))
         for identity, replies in client_out.items():
             try:
                 self.client.send_multipart(
@@ -214,7 +233,7 @@ class TraditionalServer:
             except zmq.ZMQError:
                 log.warning("client gone; dropped %d replies", len(replies))
 
-    def _append(self, records: list[tuple]) -> None:
+    def _append(self, records: list[LogRecord]) -> None:
         data = pack_records(records)
         if len(data) <= limits.log_frame_bytes_max or len(records) == 1:
             self.log.append(self.log.last_epoch + 1, data)
@@ -227,7 +246,7 @@ class TraditionalServer:
         due = self.part.next_deadline_us()
         if due is None:
             return POLL_MS_MAX
-        return min(POLL_MS_MAX, max(0.0, (due - time.time_ns() // 1000) / 1000.0))
+        return min(POLL_MS_MAX, max(0.0, (due - self._clock()) / 1000.0))
 
     def run(self) -> None:
         poller = zmq.Poller()
@@ -304,9 +323,8 @@ class TraditionalCluster(ProcessGroup):
     def start_partition(self, p: int) -> None:
         self.spawn(
             f"p{p}",
-            ["partition", "--data-dir", self.config.data_dir, "--partition", str(p)],
+            ["traditional-partition", "--data-dir", self.config.data_dir, "--partition", str(p)],
             f"traditional-partition-{p}.log",
-            module="cluster.traditional_server",
         )
 
     def wait_ready(self, wait_s: float = 60.0) -> None:
@@ -321,58 +339,10 @@ class TraditionalCluster(ProcessGroup):
                     try:
                         if len(c.status(timeout_s=2)["partitions"]) >= want:
                             break
-                    except Exception as e:  # not up yet
+                    except OrdoError as e:  # not up yet (no answer in time)
                         last_err = e
                     if time.monotonic() > deadline:
                         raise TimeoutError(
                             f"{addr} not ready after {wait_s}s ({last_err}); see {self.logs_dir}"
                         )
                     time.sleep(0.1)
-
-
-# Client side ----------------------------------------------------------------------------
-class RoutingClient:
-    """One txn_library.client.Client per partition; each call goes to its home partition.
-
-    Any partition can coordinate any call; sending it home saves remote lock requests
-    (a single-partition call then never leaves its partition).
-    """
-
-    def __init__(self, addrs: Sequence[str], **client_kw: Any) -> None:
-        self.clients = [Client(a, **client_kw) for a in addrs]
-
-    def submit(self, proc: str, *args: Any) -> Future:
-        return self.clients[home_partition(proc, args, len(self.clients))].submit(proc, *args)
-
-    def call(self, proc: str, *args: Any, timeout_s: float | None = None) -> Result:
-        c = self.clients[home_partition(proc, args, len(self.clients))]
-        return c.call(proc, *args, timeout_s=timeout_s)
-
-    def status(self, timeout_s: float = 5.0) -> dict:
-        return self.clients[0].status(timeout_s)
-
-    def close(self) -> None:
-        for c in self.clients:
-            c.close()
-
-    def __enter__(self) -> RoutingClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-# Command line ---------------------------------------------------------------------------
-def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m cluster.traditional_server")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    one = sub.add_parser("partition", help="run one partition of the cluster in DATA_DIR")
-    one.add_argument("--data-dir", required=True)
-    one.add_argument("--partition", type=int, required=True)
-    a = ap.parse_args(argv)
-    if a.cmd == "partition":
-        serve(ClusterConfig.load(a.data_dir), a.partition)
-
-
-if __name__ == "__main__":
-    main()

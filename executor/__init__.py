@@ -1,1 +1,8 @@
-"""Executor role: storage, transaction execution, read exchange, checkpoints, replay."""
+"""The executor layer: what a replica does with the ordered log.
+
+core (storage, context, execution, checkpoints, genesis) is below the two engines,
+deterministic (Calvin's: the partition role, the in-process replica, the serial
+oracle, the simulator) and traditional (the 2PL+2PC baseline), which never import
+each other; replay sits on top. No sockets, clocks or configuration files here: the
+cluster layer runs these roles as processes (docs/ARCHITECTURE.md).
+"""

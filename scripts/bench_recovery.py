@@ -79,7 +79,7 @@ def one(n: int, tmp: str) -> dict:
         p.restore(info.epoch, info.next_txn_id, info.txns_applied)
     t2 = time.perf_counter()
     for _e, data in iter_frames(cfg.log_dir, first_epoch=ck + 1):
-        r.apply(wire.unpack(data))
+        r.apply(wire.decode_batch(data))
     replay_s = time.perf_counter() - t2
     return {
         "txns_since_checkpoint": n,

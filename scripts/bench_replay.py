@@ -36,8 +36,14 @@ sys.path.insert(0, str(ROOT))
 
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import LocalCluster, free_base_port, wait_quiescent  # noqa: E402
+from cluster.replay_cli import replay_spec  # noqa: E402
 from executor.core import checkpoint  # noqa: E402
-from executor.replay import history as replay  # noqa: E402
+from executor.replay.boundaries import scan_checkpoints  # noqa: E402
+from executor.replay.reconstruct import reconstruct  # noqa: E402
+from executor.replay.spec import ReplaySpec  # noqa: E402
+from executor.replay.verdicts import BAD_CHECKPOINT, DIVERGED, LOG_CORRUPT  # noqa: E402
+from executor.replay.verify import verify_local  # noqa: E402
+from txn_library import wire  # noqa: E402
 from txn_library.client import Client  # noqa: E402
 
 
@@ -122,13 +128,13 @@ def live_tpcc(a: argparse.Namespace, data: Path) -> tuple[ClusterConfig, dict, d
     return cfg, status, live
 
 
-def in_process(spec: replay.ReplaySpec, ckpt: Path, last_epoch: int) -> dict[str, Any]:
+def in_process(spec: ReplaySpec, ckpt: Path, last_epoch: int) -> dict[str, Any]:
     t0 = time.perf_counter()
-    rows = replay.verify_local(spec, ckpt)
+    rows = verify_local(spec, ckpt)
     verify_s = time.perf_counter() - t0
     txns = sum(r["txns"] for r in rows)
     t1 = time.perf_counter()
-    rc = replay.reconstruct(spec, [], last_epoch)  # genesis + the whole log, one replica
+    rc = reconstruct(spec, [], last_epoch)  # genesis + the whole log, one replica
     whole_s = time.perf_counter() - t1
     return {
         "verify_sequential_s": round(verify_s, 3),
@@ -169,13 +175,11 @@ def _rewrite_log(log_dir: Path, change: dict[int, bytes]) -> None:
             log.append(e, p)
 
 
-def _doctor(batch: tuple) -> tuple[tuple, str]:
+def _doctor(batch: wire.Batch) -> tuple[wire.Batch, str]:
     """Change one argument of one call so that it still validates (same footprint)."""
-    from txn_library import wire
-
-    txns = list(batch[wire.B_TXNS])
+    txns = list(batch.txns)
     for i, t in enumerate(txns):
-        name, args = t[wire.T_PROC], t[wire.T_ARGS]
+        name, args = t.proc, t.args
         if name == "tpcc.new_order":
             from tpcc.procedures import UNUSED_I_ID
 
@@ -188,11 +192,9 @@ def _doctor(batch: tuple) -> tuple[tuple, str]:
             new_args = (args[0], args[1], args[2] + 1)
         else:
             continue
-        txns[i] = (name, new_args, *t[2:])
-        changed = list(batch)
-        changed[wire.B_TXNS] = tuple(txns)
-        what = f"txn {batch[wire.B_FIRST_TXN] + i} {name}{args!r} -> {new_args!r}"
-        return tuple(changed), what
+        txns[i] = t._replace(args=new_args)
+        what = f"txn {batch.first_txn_id + i} {name}{args!r} -> {new_args!r}"
+        return batch._replace(txns=tuple(txns)), what
     raise ValueError("no call to doctor in this batch")
 
 
@@ -204,7 +206,7 @@ def damage_check(cfg: ClusterConfig, work: Path) -> dict[str, Any]:
     from txn_library import wire
 
     src_ckpt = cfg.checkpoint_dir(0)
-    epochs = [b.epoch for b in replay.scan_checkpoints(src_ckpt, cfg.partitions)]
+    epochs = [b.epoch for b in scan_checkpoints(src_ckpt, cfg.partitions)]
     if len(epochs) < 6:
         raise ValueError("the damage check wants at least 6 checkpoints")
     d = work / "damaged"
@@ -220,10 +222,10 @@ def damage_check(cfg: ClusterConfig, work: Path) -> dict[str, Any]:
         (d / f"replica-{r}" / "checkpoints").symlink_to(cfg.checkpoint_dir(r).resolve())
     # 1. A doctored argument, re-encoded with a valid CRC, in interval (epochs[1], epochs[2]].
     doctored_epoch = (epochs[1] + epochs[2]) // 2
-    batch = wire.unpack(
+    batch = wire.decode_batch(
         dict(iter_frames(d / "log", doctored_epoch, doctored_epoch))[doctored_epoch]
     )
-    changed, what = _doctor(batch)
+    changed, what = _doctor(batch)  # a live log is chained: all 8 fields
     _rewrite_log(d / "log", {doctored_epoch: wire.pack(changed)})
     # 2. A checkpoint whose rows are damaged (its header still reads).
     bad = ckpt / checkpoint.checkpoint_name(epochs[3], 1)
@@ -254,14 +256,14 @@ def damage_check(cfg: ClusterConfig, work: Path) -> dict[str, Any]:
     doctored, corrupt, flipped = rows[epochs[2]], rows[epochs[3]], rows[epochs[-1]]
     return {
         "doctored": {"epoch": doctored_epoch, "what": what, **{k: doctored[k] for k in keep}},
-        "doctored_located": doctored["verdict"] == replay.DIVERGED
+        "doctored_located": doctored["verdict"] == DIVERGED
         and doctored["suspect_first_epoch"] <= doctored_epoch <= doctored["suspect_last_epoch"],
         "corrupt_checkpoint": {"epoch": epochs[3], **{k: corrupt[k] for k in keep}},
-        "corrupt_checkpoint_located": corrupt["verdict"] == replay.BAD_CHECKPOINT
+        "corrupt_checkpoint_located": corrupt["verdict"] == BAD_CHECKPOINT
         and corrupt["bad_epoch"] == epochs[3],
         "next_interval_after_fallback": {k: rows[epochs[4]][k] for k in keep},
         "flipped_byte": {"epoch": flipped_epoch, **{k: flipped[k] for k in keep}},
-        "flipped_byte_located": flipped["verdict"] == replay.LOG_CORRUPT
+        "flipped_byte_located": flipped["verdict"] == LOG_CORRUPT
         and flipped["bad_epoch"] == flipped_epoch,
         "verdicts": [r["verdict"] for r in summary["rows"]],
         "wall_s": round(wall, 3),
@@ -338,9 +340,9 @@ def main() -> None:
             f"r{p['replica']}p{p['partition']}": p["state_hash"] for p in status["partitions"]
         }
         result["live"]["partition_hashes"] = live_hashes
-        spec = replay.ReplaySpec.from_config(cfg, cfg.log_dir)
+        spec = replay_spec(cfg, cfg.log_dir)
         ckpt = cfg.checkpoint_dir(0)
-        result["checkpoints"] = len(replay.scan_checkpoints(ckpt, cfg.partitions))
+        result["checkpoints"] = len(scan_checkpoints(ckpt, cfg.partitions))
         print(f"live: {result['live']}", flush=True)
         result["in_process"] = in_process(spec, ckpt, status["epoch"])
         result["load"]["after_in_process"] = load()

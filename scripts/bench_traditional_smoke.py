@@ -26,9 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import free_base_port  # noqa: E402
-from cluster.traditional_server import RoutingClient, TraditionalCluster  # noqa: E402
-from executor.traditional.node import TraditionalOptions  # noqa: E402
+from cluster.traditional_server import TraditionalCluster  # noqa: E402
+from executor.traditional.options import TraditionalOptions  # noqa: E402
 from txn_library.bank_workload import BankRun, make_transfers, run_transfers  # noqa: E402
+from txn_library.routing_client import RoutingClient  # noqa: E402
 
 BALANCE = 1_000_000
 

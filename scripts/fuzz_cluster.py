@@ -1032,12 +1032,12 @@ def scan_log(cfg: ClusterConfig) -> dict:
             epochs += 1
             batch_max = max(batch_max, len(data))
             over += len(data) > limits.batch_bytes_max
-            for txn in wire.unpack(data)[wire.B_TXNS]:
-                cid, req = txn[wire.T_CLIENT], txn[wire.T_REQ]
+            for txn in wire.decode_batch(data).txns:
+                cid, req = txn.client_id, txn.req_id
                 if not cid:
                     continue
                 if cid.startswith(REJECT_PREFIX):
-                    rejected[f"{cid.decode(errors='replace')}:{txn[wire.T_PROC]}"] += 1
+                    rejected[f"{cid.decode(errors='replace')}:{txn.proc}"] += 1
                 if (cid, req) in seen and len(twice) < 10:
                     twice.append(f"{cid.decode(errors='replace')}#{req}")
                 seen.add((cid, req))

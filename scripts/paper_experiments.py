@@ -51,10 +51,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import LocalCluster, ProcessGroup, free_base_port  # noqa: E402
-from cluster.traditional_server import RoutingClient, TraditionalCluster  # noqa: E402
-from executor.traditional.node import TraditionalOptions  # noqa: E402
+from cluster.traditional_server import TraditionalCluster  # noqa: E402
+from executor.traditional.options import TraditionalOptions  # noqa: E402
 from txn_library import bench_procedures as bp  # noqa: E402
 from txn_library.client import Client, Result  # noqa: E402
+from txn_library.routing_client import RoutingClient  # noqa: E402
 
 OUT_DIR = Path("results/paper")
 MODES = ("deterministic", "traditional")

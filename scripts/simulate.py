@@ -28,7 +28,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from executor.deterministic.simulator import PLANTS, SimResult, run_seed  # noqa: E402
+from executor.deterministic.sim_options import SimResult  # noqa: E402
+from executor.deterministic.simulator import PLANTS, run_seed  # noqa: E402
 from executor.deterministic.workloads import WORKLOADS  # noqa: E402
 
 STORY_WORDS = (

@@ -43,16 +43,24 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
+from sequencer.calls import (
+    InFlight,
+    PendingCall,
+    is_req_id,
+    os_seed,
+    parse_log_fetch,
+    participants,
+    results_problem,
+    same_result,
+)
 from sequencer.fair import FairQueues
 from sequencer.log import CommandLog
 from sequencer.retry_cache import (
@@ -62,6 +70,7 @@ from sequencer.retry_cache import (
     call_body,
     call_digest,
 )
+from sequencer.status import PARTITION_SILENT_S, SequencerStats, status_report
 from txn_library import limits, placement, wire
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
@@ -74,23 +83,21 @@ from txn_library.errors import (
     ERROR,
     OK,
     RESTART,
-    STATUS_NAMES,
     BadRequest,
     brief,
     invariant,
 )
-from txn_library.partition_wire import MSG_RESULTS, RESULT_LOOKUP, PartitionStatus
+from txn_library.partition_wire import RESULT_LOOKUP, PartitionStatus, Results
 from txn_library.procedure import Procedure, lookup
 from txn_library.wire import (
-    B_FIRST_TXN,
-    B_TXNS,
     FLAG_CHECKPOINT,
-    T_ARGS,
-    T_CLIENT,
-    T_PARTS,
-    T_PROC,
-    T_REQ,
+    ErrorReply,
+    LogBatches,
+    OkReply,
+    StatusReply,
+    Txn,
     batch_digest,
+    decode_batch,
     unpack,
 )
 
@@ -99,77 +106,8 @@ HEARTBEAT_MS = 100  # an idle sequencer publishes its last epoch this often
 log = logging.getLogger("ordo.sequencer")
 
 # A partition reports at least every 0.2 s; silent this long, it is shown as down.
-PARTITION_SILENT_S = 1.5
 _TXN_HEADER = msgpack.packb([None] * 5)[:1]  # fixarray of the txn's 5 fields
 _ARCHIVE_PATH_MAX = 4096
-
-
-def participants(proc: Procedure, args: tuple, partitions: int) -> tuple[int, ...]:
-    """Partitions a call touches (txn_library.placement), its footprint checked first."""
-    try:
-        fp = proc.footprint_of(args)  # checked: every key is at least its placement prefix
-    except BadRequest:
-        raise
-    except Exception as e:  # the procedure's footprint function raised on these args
-        raise BadRequest(ERR_BAD_ARGUMENTS, f"footprint of {proc.name} failed: {e}") from None
-    return placement.participants(fp.reads, fp.writes, partitions)
-
-
-def make_batch(
-    epoch: int,
-    first_txn_id: int,
-    timestamp_ms: int,
-    seed: int,
-    calls: list[tuple[str, tuple]],
-    partitions: int,
-) -> tuple:
-    """A batch as the sequencer logs it (for tests and tools that build logs)."""
-    txns = [
-        (name, tuple(args), participants(lookup(name), tuple(args), partitions), b"", 0)
-        for name, args in calls
-    ]
-    return (epoch, epoch - 1, first_txn_id, timestamp_ms, seed, txns)
-
-
-def os_seed() -> int:
-    return int.from_bytes(os.urandom(8), "little")
-
-
-@dataclass(eq=False)
-class _Call:
-    identity: bytes  # ROUTER identity to answer on
-    client_id: bytes
-    req_id: Any
-    proc: Procedure
-    args: tuple
-    participants: tuple
-    digest: int = 0
-    restarts: int = 0
-    encoded: bytes = b""  # the txn as logged, once it is pending
-    lookup: bool = False  # fetching a logged call's result after a restart
-    query: tuple | None = None  # (query id, recon, partition, body) of its last query
-
-
-@dataclass
-class _InFlight:
-    call: _Call
-    answered: int = 0  # bitmask of replicas that answered (a replaying one may repeat)
-    first: tuple | None = None
-
-
-@dataclass
-class SequencerStats:
-    calls_accepted: int = 0
-    calls_rejected: int = 0
-    calls_overloaded: int = 0
-    txns_sequenced: int = 0
-    epochs: int = 0
-    restarts: int = 0
-    queries: int = 0
-    determinism_violations: int = 0
-    duplicate_calls: int = 0
-    bad_partition_messages: int = 0
-    partitions: dict[tuple[int, int], PartitionStatus] = field(default_factory=dict)
 
 
 class Sequencer:
@@ -206,11 +144,11 @@ class Sequencer:
         self._prev_digest = batch_digest(self.log.read(self.epoch)) if self.epoch else 0
         self.stats = SequencerStats()
         self._intake: FairQueues[tuple[bytes, bytes, tuple]] = FairQueues()
-        self._pending: FairQueues[_Call] = FairQueues()
-        self._inflight: OrderedDict[int, _InFlight] = OrderedDict()
+        self._pending: FairQueues[PendingCall] = FairQueues()
+        self._inflight: OrderedDict[int, InFlight] = OrderedDict()
         self._published: deque[tuple[int, int]] = deque()  # (epoch, bytes) not yet applied
         self._published_bytes = 0
-        self._queries: dict[int, tuple[_Call, bool]] = {}  # query id -> (call, is_recon)
+        self._queries: dict[int, tuple[PendingCall, bool]] = {}  # query id -> (call, is_recon)
         # Query ids start at a random point in each incarnation: a partition's answer to
         # a query of a previous incarnation must never match a new query.
         self._next_query_id = self.seed_source() >> 2
@@ -218,7 +156,7 @@ class Sequencer:
         self.retries = RetryCache()
         self._packer = msgpack.Packer(autoreset=True)
         self.client_out: dict[bytes, list] = {}
-        self.control_out: list[tuple[bytes, tuple]] = []
+        self.control_out: list[tuple[bytes, OkReply | ErrorReply | StatusReply]] = []
         self.query_out: dict[tuple[int, int], list] = {}
         self._rebuild_retries()
 
@@ -226,8 +164,7 @@ class Sequencer:
     def _next_txn_id_from_log(self) -> int:
         if self.log.last_epoch == 0:
             return 0
-        batch = unpack(self.log.read(self.log.last_epoch))
-        return batch[B_FIRST_TXN] + len(batch[B_TXNS])
+        return decode_batch(self.log.read(self.log.last_epoch)).next_txn_id
 
     def _rebuild_retries(self) -> None:
         """Remember which (client, request) pairs the log already holds.
@@ -241,18 +178,18 @@ class Sequencer:
             return
         first = max(self.log.first_epoch, last - limits.retry_rebuild_epochs_max)
         for _epoch, data in self.log.read_range(first, last):
-            batch = unpack(data)
-            txn_id = batch[B_FIRST_TXN]
-            for txn in batch[B_TXNS]:
-                if txn[T_CLIENT]:
-                    key = (txn[T_CLIENT], txn[T_REQ])
-                    args = txn[T_ARGS]
+            batch = decode_batch(data)
+            txn_id = batch.first_txn_id
+            for txn in batch.txns:
+                if txn.client_id:
+                    key = (txn.client_id, txn.req_id)
+                    args = txn.args
                     try:
-                        if lookup(txn[T_PROC]).dependent:
+                        if lookup(txn.proc).dependent:
                             args = args[:-1]  # the prediction is not part of the call
                     except BadRequest:
                         pass  # a procedure no longer registered: its digest is as logged
-                    digest = call_digest(call_body(txn[T_PROC], args))
+                    digest = call_digest(call_body(txn.proc, args))
                     self.retries.log(key, Logged(txn_id, digest, _epoch))
                     self._logged_txns[txn_id] = key
                 txn_id += 1
@@ -300,28 +237,28 @@ class Sequencer:
                 return
             self._queue_calls(identity, msg[1], msg[2], len(frame))
         elif kind == wire.REQ_STATUS:
-            self.control_out.append((identity, (wire.REP_STATUS, self.status_report())))
+            self.control_out.append((identity, StatusReply(self.status_report())))
         elif kind == wire.REQ_CHECKPOINT:
-            self.control_out.append((identity, (wire.REP_OK, self.request_checkpoint())))
+            self.control_out.append((identity, OkReply(self.request_checkpoint())))
         elif kind == wire.REQ_PRUNE:
             self.control_out.append((identity, self._prune_request(msg)))
         else:
             self._error(identity, None, ERR_MALFORMED, f"unknown request kind {kind}")
 
-    def _prune_request(self, msg: tuple) -> tuple:
+    def _prune_request(self, msg: tuple) -> OkReply | ErrorReply:
         if len(msg) != 2:
-            return (wire.REP_ERROR, "REQ_PRUNE is [kind, archive_dir or None]")
+            return ErrorReply("REQ_PRUNE is [kind, archive_dir or None]")
         archive = msg[1]
         if archive is not None and (
             not isinstance(archive, str) or not archive or len(archive) > _ARCHIVE_PATH_MAX
         ):
-            return (wire.REP_ERROR, "archive must be a directory path (a string) or None")
+            return ErrorReply("archive must be a directory path (a string) or None")
         try:
-            return (wire.REP_OK, self.prune_log(archive))
+            return OkReply(self.prune_log(archive))
         except BadRequest as e:
-            return (wire.REP_ERROR, e.message)
+            return ErrorReply(e.message)
         except OSError as e:
-            return (wire.REP_ERROR, f"pruning failed: {e.strerror or e}")
+            return ErrorReply(f"pruning failed: {e.strerror or e}")
 
     def _queue_calls(self, identity: bytes, client_id: Any, calls: Any, nbytes: int) -> None:
         if not isinstance(client_id, bytes) or len(client_id) > limits.client_id_bytes_max:
@@ -348,7 +285,7 @@ class Sequencer:
                 req_id = call[0] if isinstance(call, tuple) and call else None
                 self._error(
                     identity,
-                    req_id if _is_req_id(req_id) else None,
+                    req_id if is_req_id(req_id) else None,
                     ERR_OVERLOADED,
                     "too many calls waiting for validation; retry later",
                 )
@@ -400,7 +337,7 @@ class Sequencer:
             )
             return
         req_id, name, args = call[:3]
-        if not _is_req_id(req_id):
+        if not is_req_id(req_id):
             self._error(identity, None, ERR_MALFORMED, "req_id must be an int64 >= 0")
             return
         replica = call[3] if len(call) == 4 else None
@@ -435,7 +372,7 @@ class Sequencer:
         if self.failed is not None:
             raise BadRequest(ERR_UNAVAILABLE, f"sequencer stopped: {self.failed}")
         self._check_load(identity, len(body))
-        call = _Call(identity, client_id, req_id, proc, args, (), digest)
+        call = PendingCall(identity, client_id, req_id, proc, args, (), digest)
         if proc.dependent:
             self._send_query(call, lookup(proc.recon), call.args, recon=True)
         elif proc.read_only:
@@ -482,7 +419,7 @@ class Sequencer:
     def _participants(self, proc: Procedure, args: tuple) -> tuple:
         return participants(proc, args, self.partitions)
 
-    def _enqueue(self, call: _Call, body: bytes | None = None) -> None:
+    def _enqueue(self, call: PendingCall, body: bytes | None = None) -> None:
         """Encode the call as the txn the log will hold and queue it for a batch."""
         if body is None:
             body = call_body(call.proc.name, call.args)
@@ -498,7 +435,7 @@ class Sequencer:
 
     def _send_query(
         self,
-        call: _Call,
+        call: PendingCall,
         proc: Procedure,
         args: tuple,
         *,
@@ -521,7 +458,9 @@ class Sequencer:
         self._query_rr += 1
         return replica
 
-    def _query(self, call: _Call, recon: bool, replica: int, partition: int, body: tuple) -> None:
+    def _query(
+        self, call: PendingCall, recon: bool, replica: int, partition: int, body: tuple
+    ) -> None:
         """Send one query (proc name, args, min txn id) and remember it on the call, so
         that a retry of the call can send it again if the answer never comes."""
         qid = self._next_query_id
@@ -530,7 +469,7 @@ class Sequencer:
         call.query = (qid, recon, partition, body)
         self.query_out.setdefault((replica, partition), []).append((qid, replica, *body))
 
-    def _requery(self, call: _Call) -> None:
+    def _requery(self, call: PendingCall) -> None:
         """The client retried a call whose query is unanswered: the partition it went to
         may have crashed with it, so ask again (the next replica in turn)."""
         invariant(call.query is not None, "requery of a call that sent no query")
@@ -542,25 +481,25 @@ class Sequencer:
 
     def _lookup_logged(self, identity: bytes, key: tuple[bytes, int], entry: Logged) -> None:
         txn = self._logged_txn(entry)
-        proc = lookup(txn[T_PROC])
-        args = txn[T_ARGS]
+        proc = lookup(txn.proc)
+        args = txn.args
         fp = proc.footprint(*args)
-        reporter = placement.reporter(fp.writes, txn[T_PARTS], self.partitions)
-        call = _Call(identity, key[0], key[1], proc, args, txn[T_PARTS], entry.digest)
+        reporter = placement.reporter(fp.writes, txn.participants, self.partitions)
+        call = PendingCall(identity, key[0], key[1], proc, args, txn.participants, entry.digest)
         call.lookup = True
         self.retries.start(key, call)
         body = (RESULT_LOOKUP, (entry.txn_id,), entry.txn_id)
         self._query(call, False, self._next_replica(), reporter, body)
 
-    def _logged_txn(self, entry: Logged) -> tuple:
-        batch = unpack(self.log.read(entry.epoch))
-        txn = batch[B_TXNS][entry.txn_id - batch[B_FIRST_TXN]]
+    def _logged_txn(self, entry: Logged) -> Txn:
+        batch = decode_batch(self.log.read(entry.epoch))
+        txn = batch.txns[entry.txn_id - batch.first_txn_id]
         invariant(
-            call_digest(call_body(txn[T_PROC], txn[T_ARGS])) == entry.digest
-            or lookup(txn[T_PROC]).dependent,
+            call_digest(call_body(txn.proc, txn.args)) == entry.digest
+            or lookup(txn.proc).dependent,
             f"logged txn {entry.txn_id} is not the call the retry cache remembered",
         )
-        return tuple(txn)
+        return txn
 
     # Epochs -------------------------------------------------------------------
     def has_pending(self) -> bool:
@@ -612,7 +551,7 @@ class Sequencer:
         first = self.next_txn_id
         epoch = self.epoch + 1
         for i, c in enumerate(calls):
-            self._inflight[first + i] = _InFlight(c)
+            self._inflight[first + i] = InFlight(c)
         flags = self._checkpoint_flag(epoch, now_ms)
         p = self._packer
         data = b"".join(
@@ -670,6 +609,12 @@ class Sequencer:
             return self.epoch  # a partition with no live replica: nothing to wait for
         return min(fastest.values())
 
+    def log_fetch_reply(self, frame: bytes) -> bytes | None:
+        """The log service's answer to a raw LOG_FETCH frame (None: malformed, or
+        fail-stopped; ``parse_log_fetch`` tells which)."""
+        request = parse_log_fetch(frame)
+        return None if request is None else self.log_reply(*request)
+
     def log_reply(self, first: int, last: int) -> bytes | None:
         """The log service's answer to LOG_FETCH(first, last): LOG_BATCHES with the
         batches from ``first`` on, at most ``log_service_epochs_per_reply_max`` of them
@@ -685,7 +630,7 @@ class Sequencer:
                 break  # the partition asks again for the rest
             batches.append(data)
             size += len(data)
-        return wire.pack((wire.LOG_BATCHES, batches, self.log.last_epoch))
+        return wire.encode(LogBatches(batches, self.log.last_epoch))
 
     def _fail(self, reason: str, first_txn_id: int) -> None:
         """Stop for good: never acknowledge what might not be durable."""
@@ -701,50 +646,37 @@ class Sequencer:
             )
 
     # Results ------------------------------------------------------------------
+    def on_results_frame(self, data: bytes) -> bool:
+        """A partition's raw MSG_RESULTS bytes; False (nothing changed) if malformed."""
+        try:
+            msg = unpack(data)
+        except (ValueError, TypeError):  # every msgpack decode failure
+            self.stats.bad_partition_messages += 1
+            return False
+        return self.on_results_message(msg)
+
     def on_results_message(self, msg: Any) -> bool:
         """A decoded MSG_RESULTS from a partition, checked field by field first.
 
         Returns False (and changes nothing) for anything malformed: the results socket
         must not be a way to crash or confuse the sequencer.
         """
-        problem = self._results_problem(msg)
+        problem = results_problem(msg, self.replicas, self.partitions)
         if problem is not None:
             self.stats.bad_partition_messages += 1
             return False
-        _, replica, partition, results, qresults, status = msg
-        self.on_results(replica, partition, results, qresults, PartitionStatus._make(status))
+        m = Results._make(msg[1:])
+        self.on_results(
+            m.replica, m.partition, m.results, m.query_results, PartitionStatus._make(m.status)
+        )
         return True
-
-    def _results_problem(self, msg: Any) -> str | None:
-        if not isinstance(msg, tuple) or len(msg) != 6 or msg[0] != MSG_RESULTS:
-            return "not a results message"
-        _, replica, partition, results, qresults, status = msg
-        if not (_is_index(replica, self.replicas) and _is_index(partition, self.partitions)):
-            return "no such replica or partition"
-        if not isinstance(results, tuple) or not all(
-            isinstance(r, tuple) and len(r) == 3 and _is_int(r[0]) and _is_status(r[1])
-            for r in results
-        ):
-            return "bad results"
-        if not isinstance(qresults, tuple) or not all(
-            isinstance(r, tuple) and len(r) == 4 and _is_int(r[0]) and _is_status(r[2])
-            for r in qresults
-        ):
-            return "bad query results"
-        if not (
-            isinstance(status, tuple)
-            and len(status) == len(PartitionStatus._fields)
-            and all(_is_int(v) or isinstance(v, bool) for v in status)
-        ):
-            return "bad status"
-        return None
 
     def on_results(
         self,
         replica: int,
         partition: int,
-        results: tuple,
-        query_results: tuple,
+        results: Sequence[Any],
+        query_results: Sequence[Any],
         status: PartitionStatus,
     ) -> None:
         self.stats.partitions[(replica, partition)] = status
@@ -783,7 +715,7 @@ class Sequencer:
             key = self._logged_txns.pop(txn_id, None)
             if key is not None and status != RESTART:  # logged before our restart
                 seen = self.retries.get(key)
-                if isinstance(seen, _Call):
+                if isinstance(seen, PendingCall):
                     self._deliver(seen, status, value)
                 elif isinstance(seen, Logged):
                     self.retries.finish(key, status, value, seen.digest)
@@ -795,7 +727,7 @@ class Sequencer:
         if f.first is None:
             f.first = (status, value, replica)
             self._deliver(f.call, status, value)
-        elif not _same_result((status, value), f.first[:2]):
+        elif not same_result((status, value), f.first[:2]):
             self.stats.determinism_violations += 1
             log.error(
                 "DETERMINISM VIOLATION: txn %d (%s) replica %d answered %r, replica %d %r",
@@ -809,7 +741,7 @@ class Sequencer:
         if f.answered == (1 << self.replicas) - 1:
             del self._inflight[txn_id]
 
-    def _deliver(self, call: _Call, status: int, value: Any) -> None:
+    def _deliver(self, call: PendingCall, status: int, value: Any) -> None:
         if status == RESTART and call.lookup:
             status, value = ERROR, (ERR_RETRY_EXPIRED, "outcome unknown: the call was restarted")
         if status == RESTART:
@@ -871,7 +803,7 @@ class Sequencer:
         out, self.client_out = self.client_out, {}
         return out
 
-    def take_control_out(self) -> list[tuple[bytes, tuple]]:
+    def take_control_out(self) -> list[tuple[bytes, OkReply | ErrorReply | StatusReply]]:
         out, self.control_out = self.control_out, []
         return out
 
@@ -881,72 +813,4 @@ class Sequencer:
 
     def status_report(self, now: float | None = None) -> dict:
         """Counters and every partition's last status; ``down`` if it went quiet."""
-        now = self.clock() if now is None else now
-        s = self.stats
-        parts = []
-        for (r, p), st in sorted(s.partitions.items()):
-            parts.append(
-                {
-                    "down": now - self._heard_at.get((r, p), now) > PARTITION_SILENT_S,
-                    "pid": st.pid,
-                    "newest_checkpoint_epoch": st.newest_checkpoint_epoch,
-                    "catching_up": bool(st.catching_up),
-                    "replica": r,
-                    "partition": p,
-                    "last_epoch": st.last_epoch,
-                    "txns_applied": st.txns_applied,
-                    "state_hash": f"{st.state_hash:016x}",
-                    "active": st.active_txns,
-                    # contention: lock requests that waited, txns that waited, blocked now
-                    "lock_waits": st.lock_waits,
-                    "txn_waits": st.txn_waits,
-                    "blocked": st.blocked,
-                }
-            )
-        return {
-            "epoch": self.epoch,
-            "next_txn_id": self.next_txn_id,
-            "calls_accepted": s.calls_accepted,
-            "calls_rejected": s.calls_rejected,
-            "calls_overloaded": s.calls_overloaded,
-            "txns_sequenced": s.txns_sequenced,
-            "restarts": s.restarts,
-            "queries": s.queries,
-            "duplicate_calls": s.duplicate_calls,
-            "determinism_violations": s.determinism_violations,
-            "bad_partition_messages": s.bad_partition_messages,
-            "failed": self.failed,
-            "log_first_epoch": self.log.first_epoch,
-            "intake_slices_queued": len(self._intake),  # of up to intake_quantum_calls
-            "pending": len(self._pending),
-            "pending_bytes": self._pending.total_bytes,
-            "in_flight": len(self._inflight),
-            "retry_cache_entries": len(self.retries),
-            "retry_cache_bytes": self.retries.answered_bytes,
-            "partitions": parts,
-        }
-
-
-def _is_int(v: Any) -> bool:
-    return type(v) is int
-
-
-def _same_result(a: tuple, b: tuple) -> bool:
-    """Equal answers; deeply nested values are compared by their encoding (== would
-    recurse past Python's limit)."""
-    try:
-        return a == b
-    except RecursionError:
-        return wire.pack(a) == wire.pack(b)
-
-
-def _is_status(v: Any) -> bool:
-    return type(v) is int and v in STATUS_NAMES
-
-
-def _is_index(v: Any, n: int) -> bool:
-    return type(v) is int and 0 <= v < n
-
-
-def _is_req_id(v: Any) -> bool:
-    return type(v) is int and 0 <= v <= limits.req_id_max
+        return status_report(self, self.clock() if now is None else now)

@@ -18,7 +18,7 @@ def replicas_agree_with_serial_replay(cfg: ClusterConfig, st: dict) -> SerialExe
     assert all(len(h) == 1 for h in by_part.values()), by_part
     serial = SerialExecutor()
     for _e, data in iter_frames(cfg.log_dir):
-        serial.apply(wire.unpack(data))
+        serial.apply(wire.decode_batch(data))
     live = sum(int(next(iter(h)), 16) for h in by_part.values()) % (1 << 64)
     assert serial.state_hash == live
     return serial

@@ -1,7 +1,9 @@
 """Wire contract of the executor role: messages partitions send and receive.
 
 All messages are positional msgpack arrays (never maps); decoding uses
-``use_list=False`` so keys and rows arrive as tuples, ready to be dict keys.
+``use_list=False`` so keys and rows arrive as tuples, ready to be dict keys. Every
+kind has a named type below (the fields after the kind); ``encode`` writes
+``[kind, *fields]`` and ``decode_inbound`` returns the named type.
 
 Inbound on a partition's PULL socket (from peers of the same replica, and from the
 sequencer):
@@ -21,7 +23,7 @@ sequencer):
 Outbound to the sequencer's results PULL socket:
   [MSG_RESULTS, replica, partition, results, query_results, status]
       results       = [[txn_id, status, value], ...]   (one partition per replica reports a txn)
-      query_results = [[query_id, status, value], ...]
+      query_results = [[query_id, replica_tag, status, value], ...]
       status        = PartitionStatus (below: one record, 13 fields, positional on
                        the wire)
       boundary_* is the state hash at the end of the last checkpoint-flagged epoch
@@ -41,9 +43,12 @@ failures are results (executor.core.execution).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import msgpack
+
+from txn_library.messages import Family
 
 
 class PartitionStatus(NamedTuple):
@@ -72,6 +77,73 @@ MSG_RESEND_GAP = 5
 MSG_RESULTS = 10
 
 RESULT_LOOKUP = "__result__"
+
+
+class Reads(NamedTuple):
+    """[MSG_READS, from_partition, [[txn_id, exact, prefixes], ...]]"""
+
+    from_partition: int
+    entries: Sequence[Any]
+
+
+class QueryCall(NamedTuple):
+    """One unsequenced read-only call of a MSG_QUERY."""
+
+    query_id: int
+    replica_tag: int
+    proc: str
+    args: tuple
+    min_txn_id: int
+
+
+class Query(NamedTuple):
+    """[MSG_QUERY, replica, [QueryCall, ...]]"""
+
+    replica: int
+    calls: Sequence[Any]
+
+
+class StatusRequest(NamedTuple):
+    """[MSG_STATUS_REQUEST]"""
+
+
+class Resend(NamedTuple):
+    """[MSG_RESEND, from_partition, first_txn_id]"""
+
+    from_partition: int
+    first_txn_id: int
+
+
+class ResendGap(NamedTuple):
+    """[MSG_RESEND_GAP, from_partition, oldest_retained_txn_id]"""
+
+    from_partition: int
+    oldest_retained_txn_id: int
+
+
+class Results(NamedTuple):
+    """[MSG_RESULTS, replica, partition, results, query_results, status]"""
+
+    replica: int
+    partition: int
+    results: Sequence[Any]
+    query_results: Sequence[Any]
+    status: PartitionStatus | tuple
+
+
+Inbound = Reads | Query | StatusRequest | Resend | ResendGap
+
+MESSAGES = Family(
+    {
+        Reads: MSG_READS,
+        Query: MSG_QUERY,
+        StatusRequest: MSG_STATUS_REQUEST,
+        Resend: MSG_RESEND,
+        ResendGap: MSG_RESEND_GAP,
+        Results: MSG_RESULTS,
+    }
+)
+encode = MESSAGES.encode
 
 
 def pack(msg: Any) -> bytes:
@@ -171,7 +243,7 @@ _INBOUND_CHECKS = {
 }
 
 
-def decode_inbound(data: bytes) -> tuple[tuple | None, str | None]:
+def decode_inbound(data: bytes) -> tuple[Inbound | None, str | None]:
     """(message, None) if ``data`` is a well-formed inbound message, else (None, why)."""
     try:
         msg = unpack(data)
@@ -183,4 +255,7 @@ def decode_inbound(data: bytes) -> tuple[tuple | None, str | None]:
     if check is None:
         return None, f"unknown message kind {msg[0]}"
     problem = check(msg)
-    return (None, problem) if problem is not None else (msg, None)
+    if problem is not None:
+        return None, problem
+    named: Inbound = MESSAGES.named(msg)
+    return named, None

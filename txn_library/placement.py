@@ -17,16 +17,22 @@ Rules:
   lowest executor.
 - A lock name is ``(table, key[:lock_len])``; ``place_len <= lock_len``, so every
   lock is local to one partition.
+- A call's *home* (2PL baseline: where a client sends it) is the partition of the
+  first non-replicated key of its declared footprint (of its reconnaissance's for a
+  dependent procedure), else 0.
 
-Invariant: all of these are functions of (catalog, footprint, partitions) only.
+Invariant: all of these are functions of (catalog, footprint, partitions) only
+(``call_home`` gets the footprint from the procedure registry).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from txn_library import catalog
 from txn_library.catalog import REPLICATED
+from txn_library.procedure import lookup
 
 FootprintEntries = Iterable[tuple[str, tuple]]
 
@@ -85,6 +91,17 @@ def home(reads: FootprintEntries, writes: FootprintEntries, partitions: int) -> 
             if p != REPLICATED:
                 return p
     return 0
+
+
+def call_home(proc_name: str, args: Iterable[Any], partitions: int) -> int:
+    """``home`` of a call: of its footprint, or of its reconnaissance's for a dependent
+    procedure. Any partition can coordinate any call in the 2PL baseline; sending it
+    home saves remote lock requests (a single-partition call never leaves it)."""
+    proc = lookup(proc_name)
+    if proc.recon is not None:
+        proc = lookup(proc.recon)
+    fp = proc.footprint_of(tuple(args))
+    return home(fp.reads, fp.writes, partitions)
 
 
 class LocalShare:

@@ -1,7 +1,12 @@
 """Wire contract of the sequencer: client intake, batches, log service.
 
-Positional msgpack arrays only. Every client frame is one ZeroMQ frame (after the
-ROUTER identity); anything else is malformed and answered with an error.
+Positional msgpack arrays only; every message kind has a named type below (a
+NamedTuple whose fields are the array's elements after the kind), built and read by
+name at both ends. ``encode(msg)`` writes ``[kind, *fields]``; a batch and its txns
+have no kind (they are the log's records) and are packed as they are.
+
+Every client frame is one ZeroMQ frame (after the ROUTER identity); anything else is
+malformed and answered with an error.
 
 Client -> sequencer (DEALER -> ROUTER):
   [REQ_CALLS, client_id(bytes<=64), [[req_id, proc_name, args], ...]]
@@ -40,10 +45,13 @@ Log service (DEALER -> ROUTER):
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import msgpack
 import xxhash
+
+from txn_library.messages import Family
 
 REQ_CALLS = 1
 REQ_STATUS = 2
@@ -62,10 +70,146 @@ TOPIC_HEARTBEAT = b"H"
 LOG_FETCH = 21
 LOG_BATCHES = 22
 
-# Batch field positions
-B_EPOCH, B_PREV, B_FIRST_TXN, B_TS, B_SEED, B_TXNS, B_FLAGS, B_PREV_DIGEST = range(8)
-# Txn field positions
-T_PROC, T_ARGS, T_PARTS, T_CLIENT, T_REQ = range(5)
+
+class Txn(NamedTuple):
+    """One sequenced call in a batch; its txn id is the batch's first_txn_id + index."""
+
+    proc: str
+    args: tuple
+    participants: tuple[int, ...]  # partitions it touches, ascending
+    client_id: bytes  # b"" for calls the sequencer made itself
+    req_id: Any
+
+
+class Batch(NamedTuple):
+    """One epoch: a command-log frame and a PUB message body."""
+
+    epoch: int
+    prev_epoch: int
+    first_txn_id: int
+    timestamp_ms: int
+    seed: int
+    txns: tuple[Txn, ...]
+    flags: int = 0
+    prev_digest: int | None = None  # None: not chained (logs written before the chain)
+
+    @property
+    def next_txn_id(self) -> int:
+        return self.first_txn_id + len(self.txns)
+
+
+def decode_batch(data: bytes) -> Batch:
+    """A logged or published batch, fields and txns by name (trusted bytes: the log's
+    CRC vouches for them; replay checks shapes with ``batch_problem`` first)."""
+    return named_batch(unpack(data))
+
+
+def named_batch(raw: tuple) -> Batch:
+    """A decoded batch array as a Batch (a 7-field batch of an unchained log has
+    prev_digest None; txns of 3 fields, from before client ids were logged, get none)."""
+    txns = tuple(Txn._make(t if len(t) == 5 else (*t[:3], b"", None)) for t in raw[5])
+    return Batch._make((*raw[:5], txns, *raw[6:8], *(None,) * (8 - max(len(raw), 7))))
+
+
+def batch_problem(raw: Any) -> str | None:
+    """Why a decoded array is not a batch ``named_batch`` can take, or None."""
+    if not isinstance(raw, tuple) or not 6 <= len(raw) <= 8:
+        return "a batch is an array of 6 to 8 fields"
+    if not all(type(v) is int for v in raw[:5]):
+        return "epoch, prev, first txn id, timestamp and seed must be ints"
+    txns = raw[5]
+    if not isinstance(txns, tuple) or not all(
+        isinstance(t, tuple) and len(t) in (3, 5) for t in txns
+    ):
+        return "txns must be arrays [proc, args, participants(, client_id, req_id)]"
+    return None
+
+
+# Client -> sequencer
+class CallsRequest(NamedTuple):
+    """[REQ_CALLS, client_id, [[req_id, proc, args(, replica)], ...]]"""
+
+    client_id: bytes
+    calls: tuple
+
+
+class StatusRequest(NamedTuple):
+    """[REQ_STATUS]"""
+
+
+class CheckpointRequest(NamedTuple):
+    """[REQ_CHECKPOINT]"""
+
+
+class PruneRequest(NamedTuple):
+    """[REQ_PRUNE, archive_dir or None]"""
+
+    archive_dir: str | None
+
+
+# Sequencer -> client
+class ResultsReply(NamedTuple):
+    """[REP_RESULTS, [[req_id, status, value], ...]]"""
+
+    results: Sequence[Any]
+
+
+class StatusReply(NamedTuple):
+    """[REP_STATUS, {...}]"""
+
+    report: dict
+
+
+class OkReply(NamedTuple):
+    """[REP_OK, value]"""
+
+    value: Any
+
+
+class ErrorReply(NamedTuple):
+    """[REP_ERROR, message]"""
+
+    message: str
+
+
+# Publication and log service
+class Heartbeat(NamedTuple):
+    """[last_epoch] under TOPIC_HEARTBEAT"""
+
+    last_epoch: int
+
+
+class LogFetch(NamedTuple):
+    """[LOG_FETCH, first_epoch, last_epoch]"""
+
+    first_epoch: int
+    last_epoch: int
+
+
+class LogBatches(NamedTuple):
+    """[LOG_BATCHES, [batch_bytes, ...], last_epoch_on_disk]"""
+
+    batches: Sequence[Any]
+    last_epoch_on_disk: int
+
+
+MESSAGES = Family(
+    {
+        CallsRequest: REQ_CALLS,
+        StatusRequest: REQ_STATUS,
+        CheckpointRequest: REQ_CHECKPOINT,
+        PruneRequest: REQ_PRUNE,
+        ResultsReply: REP_RESULTS,
+        StatusReply: REP_STATUS,
+        OkReply: REP_OK,
+        ErrorReply: REP_ERROR,
+        LogFetch: LOG_FETCH,
+        LogBatches: LOG_BATCHES,
+    }
+)
+message = MESSAGES.array  # [kind, *fields]
+encode = MESSAGES.encode
+named = MESSAGES.named
 
 
 def pack(msg: Any) -> bytes:

@@ -36,7 +36,7 @@ from executor.core.storage import MASK64, Storage
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.partition import Partition
 from executor.deterministic.sim_client import CallRecord
-from sequencer.sequencer import participants
+from sequencer.calls import participants
 from txn_library import limits, wire
 from txn_library.errors import (
     ERR_PROCEDURE_FAILED,
@@ -85,33 +85,25 @@ class Oracle:
         self.initial: dict[tuple[str, tuple], Any] = {}
         self.txns: list[LoggedTxn] = []
 
-    def apply(self, batch: tuple) -> None:
-        epoch, prev, first, ts, seed, txns = batch[:6]
+    def apply(self, batch: wire.Batch) -> None:
         storage = self.serial.storage
-        for i, txn in enumerate(txns):
-            txn_id = first + i
+        for i, txn in enumerate(batch.txns):
+            txn_id = batch.first_txn_id + i
             keys = self._history_keys(txn) if self.history_tables else ()
             for key in keys:
                 if key not in self.initial and key not in self.history:
                     self.initial[key] = _column0(storage.get(*key))
-            self.serial.apply((epoch, prev, txn_id, ts, seed, (txn,)))
+            self.serial.apply(batch._replace(first_txn_id=txn_id, txns=(txn,)))
             result = normal(self.serial.results[txn_id])
             for key in keys:
                 self.history.setdefault(key, []).append((txn_id, _column0(storage.get(*key))))
             self.txns.append(
-                LoggedTxn(
-                    txn_id,
-                    txn[wire.T_PROC],
-                    txn[wire.T_ARGS],
-                    txn[wire.T_CLIENT],
-                    txn[wire.T_REQ],
-                    result,
-                )
+                LoggedTxn(txn_id, txn.proc, txn.args, txn.client_id, txn.req_id, result)
             )
 
-    def _history_keys(self, txn: tuple) -> list[tuple[str, tuple]]:
+    def _history_keys(self, txn: wire.Txn) -> list[tuple[str, tuple]]:
         try:
-            fp = lookup(txn[wire.T_PROC]).footprint(*txn[wire.T_ARGS])
+            fp = lookup(txn.proc).footprint(*txn.args)
         except Exception:  # noqa: BLE001 - the body reports the same failure as a result
             return []
         return [(t, k) for t, k in fp.writes if t in self.history_tables]
@@ -133,22 +125,20 @@ def _column0(row: tuple | None) -> Any:
     return None if row is None else row[0]
 
 
-def check_log(log: list[bytes]) -> tuple[list[tuple], list[str]]:
+def check_log(log: list[bytes]) -> tuple[list[wire.Batch], list[str]]:
     batches, out = [], []
     next_txn = 0
     for i, data in enumerate(log):
-        batch = wire.unpack(data)
+        batch = wire.decode_batch(data)
         epoch = i + 1
-        if batch[wire.B_EPOCH] != epoch or batch[wire.B_PREV] != epoch - 1:
-            out.append(f"log: frame {epoch} holds epoch {batch[wire.B_EPOCH]}")
-        if batch[wire.B_FIRST_TXN] != next_txn:
-            out.append(
-                f"log: epoch {epoch} starts at txn {batch[wire.B_FIRST_TXN]}, not {next_txn}"
-            )
+        if batch.epoch != epoch or batch.prev_epoch != epoch - 1:
+            out.append(f"log: frame {epoch} holds epoch {batch.epoch}")
+        if batch.first_txn_id != next_txn:
+            out.append(f"log: epoch {epoch} starts at txn {batch.first_txn_id}, not {next_txn}")
         expected = wire.batch_digest(log[i - 1]) if i else 0
-        if len(batch) > wire.B_PREV_DIGEST and batch[wire.B_PREV_DIGEST] != expected:
+        if batch.prev_digest != expected:
             out.append(f"log: epoch {epoch} does not vouch for epoch {epoch - 1}'s bytes")
-        next_txn = batch[wire.B_FIRST_TXN] + len(batch[wire.B_TXNS])
+        next_txn = batch.next_txn_id
         batches.append(batch)
     return batches, out
 

@@ -18,7 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from executor.deterministic.partition import Partition
 from txn_library import wire as swire
@@ -32,21 +32,21 @@ class BatchFeed:
         self,
         part: Partition,
         repair_retry: float,
-        on_offer: Callable[[tuple], tuple] | None = None,
+        on_offer: Callable[[swire.Batch], swire.Batch] | None = None,
     ) -> None:
         self.part = part
         self.repair_retry = repair_retry  # in the owner's clock units
         # The simulator's hook to plant a bug in what one partition receives.
         self.on_offer = on_offer
-        self.held: dict[int, tuple] = {}  # epoch -> batch, arrived ahead of a gap
+        self.held: dict[int, swire.Batch] = {}  # epoch -> batch, arrived ahead of a gap
         self.known_last_epoch = 0
         self.heard = False  # a heartbeat or log reply came: we know the sequencer's epoch
         self._repair_sent_at: float | None = None
 
     def offer(self, data: bytes) -> None:
         """A batch's bytes, from PUB/SUB or the log service."""
-        batch = swire.unpack(data)
-        epoch = batch[swire.B_EPOCH]
+        batch = swire.decode_batch(data)
+        epoch = batch.epoch
         self.known_last_epoch = max(self.known_last_epoch, epoch)
         if epoch <= self.part.last_epoch:
             return
@@ -62,7 +62,7 @@ class BatchFeed:
         self.heard = True
         self.known_last_epoch = max(self.known_last_epoch, last_epoch)
 
-    def log_reply(self, batches: tuple, last_on_disk: int) -> None:
+    def log_reply(self, batches: Sequence[bytes], last_on_disk: int) -> None:
         self.heartbeat(last_on_disk)
         for data in batches:
             self.offer(data)

@@ -14,7 +14,7 @@ from executor.core.context import TxnContext, cover_set
 from executor.core.execution import run_txn
 from executor.core.storage import Storage
 from txn_library.procedure import lookup
-from txn_library.wire import B_FIRST_TXN, B_SEED, B_TS, B_TXNS, T_ARGS, T_PROC
+from txn_library.wire import Batch
 
 
 class SerialExecutor:
@@ -23,13 +23,13 @@ class SerialExecutor:
         self.results: dict[int, tuple[int, Any]] = {}
         self.last_epoch = 0
 
-    def apply(self, batch: tuple) -> None:
-        txn_id = batch[B_FIRST_TXN]
-        ts, seed = batch[B_TS], batch[B_SEED]
+    def apply(self, batch: Batch) -> None:
+        txn_id = batch.first_txn_id
+        ts, seed = batch.timestamp_ms, batch.seed
         s = self.storage
-        for txn in batch[B_TXNS]:
-            proc = lookup(txn[T_PROC])
-            args = txn[T_ARGS]
+        for txn in batch.txns:
+            proc = lookup(txn.proc)
+            args = txn.args
             fp = proc.footprint(*args)
             ctx = TxnContext(
                 txn_id, ts, seed, cover_set(fp.reads), cover_set(fp.writes), s.get, s.scan
@@ -38,7 +38,7 @@ class SerialExecutor:
             s.apply(writes)
             self.results[txn_id] = (status, value)
             txn_id += 1
-        self.last_epoch = batch[0]
+        self.last_epoch = batch.epoch
 
     @property
     def state_hash(self) -> int:

@@ -47,7 +47,7 @@ from __future__ import annotations
 import heapq
 import os
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from executor.core.context import TxnContext, cover_set
@@ -64,6 +64,7 @@ from txn_library.errors import (
 )
 from txn_library.partition_wire import RESULT_LOOKUP, PartitionStatus
 from txn_library.procedure import Procedure, lookup
+from txn_library.wire import FLAG_CHECKPOINT, Batch
 
 REPLICATED = catalog.REPLICATED
 
@@ -162,8 +163,8 @@ class Partition:
         self._boundary_txn_ids.append(next_txn_id)
 
     # Inputs -------------------------------------------------------------------
-    def on_batch(self, batch: tuple) -> None:
-        epoch, prev_epoch, first_txn_id, ts, seed, txns = batch[:6]
+    def on_batch(self, batch: Batch) -> None:
+        epoch, prev_epoch, first_txn_id, ts, seed, txns = batch[:6]  # one unpacking
         invariant(self.checkpoint_due is None, "batch applied before a due checkpoint")
         invariant(
             epoch == self.last_epoch + 1 and prev_epoch == self.last_epoch,
@@ -174,12 +175,12 @@ class Partition:
         me = self.partition
         txn_id = first_txn_id
         for txn in txns:
-            if me in txn[2]:
-                self._admit(txn_id, txn[0], txn[1], txn[2], ts, seed)
+            if me in txn.participants:
+                self._admit(txn_id, txn.proc, txn.args, txn.participants, ts, seed)
             txn_id += 1
         self.last_epoch = epoch
         self.next_txn_id = txn_id
-        if len(batch) > 6 and batch[6] & 1:
+        if batch.flags & FLAG_CHECKPOINT:
             self.checkpoint_due = epoch
         self._run()
 
@@ -236,7 +237,7 @@ class Partition:
     def sent_complete_from(self) -> int:
         return self._sent_complete_from
 
-    def on_reads(self, from_partition: int, entries: tuple) -> None:
+    def on_reads(self, from_partition: int, entries: Sequence[Any]) -> None:
         """Reads a peer sent (shape checked by the caller: partition_wire.reads_problem)."""
         if from_partition == self.partition or not 0 <= from_partition < self.partitions:
             self.inputs_dropped += 1  # not a peer: nothing it says can be ours to use

@@ -18,6 +18,7 @@ from typing import Any
 
 from executor.core.storage import MASK64, Storage
 from executor.deterministic.partition import Partition
+from txn_library.wire import Batch
 
 
 class LocalReplica:
@@ -38,7 +39,7 @@ class LocalReplica:
         self._rng = random.Random(shuffle_seed) if shuffle_seed is not None else None
 
     def apply(
-        self, batch: tuple, on_checkpoint: Callable[[int, list[Partition]], None] | None = None
+        self, batch: Batch, on_checkpoint: Callable[[int, list[Partition]], None] | None = None
     ) -> None:
         """Apply one batch to every partition and run it to completion.
 
@@ -57,7 +58,7 @@ class LocalReplica:
                 if on_checkpoint is not None:
                     p.checkpoint_durable(due)
 
-    def apply_all(self, batches: Iterable[tuple]) -> None:
+    def apply_all(self, batches: Iterable[Batch]) -> None:
         for b in batches:
             self.apply(b)
 

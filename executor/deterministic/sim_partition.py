@@ -233,7 +233,7 @@ class PartitionNode:
         sim.trace.note(sim.loop.now_us, f"start {self.node.name} from {origin}")
         for q in range(sim.partitions):
             if q != self.partition:
-                self._send_peer(q, ewire.pack((ewire.MSG_RESEND, self.partition, part.next_txn_id)))
+                self._send_peer(q, ewire.encode(ewire.Resend(self.partition, part.next_txn_id)))
         self._fetch(part.last_epoch + 1, FETCH_ALL)
         self.feed.requested(self.mono_us)
         life = self.node.incarnation
@@ -267,15 +267,14 @@ class PartitionNode:
         if topic == swire.TOPIC_BATCH:
             self.feed.offer(data)
         elif topic == swire.TOPIC_HEARTBEAT:
-            (last,) = swire.unpack(data)
-            self.feed.heartbeat(last)
+            self.feed.heartbeat(swire.Heartbeat._make(swire.unpack(data)).last_epoch)
         self.turn()
 
     def on_log_reply(self, payload: Payload) -> None:
         assert isinstance(payload, bytes)
-        _kind, batches, last_on_disk = swire.unpack(payload)
+        reply = swire.LogBatches._make(swire.unpack(payload)[1:])
         assert self.feed is not None
-        self.feed.log_reply(batches, last_on_disk)
+        self.feed.log_reply(reply.batches, reply.last_epoch_on_disk)
         self.turn()
 
     def on_inbox(self, payload: Payload) -> None:
@@ -285,16 +284,15 @@ class PartitionNode:
             self.sim.failure(f"{self.node.name}: malformed inbound message: {problem}")
             return
         part = self.part
-        kind = msg[0]
-        if kind == ewire.MSG_READS:
-            part.on_reads(msg[1], msg[2])
-        elif kind == ewire.MSG_QUERY:
-            for qid, tag, name, args, min_txn_id in msg[2]:
+        if isinstance(msg, ewire.Reads):
+            part.on_reads(msg.from_partition, msg.entries)
+        elif isinstance(msg, ewire.Query):
+            for qid, tag, name, args, min_txn_id in msg.calls:
                 part.on_query(qid, tag, name, args, min_txn_id)
-        elif kind == ewire.MSG_RESEND:
-            self._on_resend(msg[1], msg[2])
-        elif kind == ewire.MSG_RESEND_GAP:
-            self.sim.on_resend_gap(self, msg[1], msg[2])
+        elif isinstance(msg, ewire.Resend):
+            self._on_resend(msg.from_partition, msg.first_txn_id)
+        elif isinstance(msg, ewire.ResendGap):
+            self.sim.on_resend_gap(self, msg.from_partition, msg.oldest_retained_txn_id)
         else:
             self._status_requested = True
         self.turn()
@@ -304,8 +302,8 @@ class PartitionNode:
         if peer == self.partition or not 0 <= peer < self.sim.partitions:
             return
         if not self.part.resend(peer, first_txn_id):
-            gap = (ewire.MSG_RESEND_GAP, self.partition, self.part.sent_complete_from)
-            self._send_peer(peer, ewire.pack(gap))
+            gap = ewire.ResendGap(self.partition, self.part.sent_complete_from)
+            self._send_peer(peer, ewire.encode(gap))
 
     # The loop turn -----------------------------------------------------------------
     def turn(self) -> None:
@@ -373,13 +371,13 @@ class PartitionNode:
         for q, entries in peer_out.items():
             entries = self.sim.planted_reads(self, entries)
             if entries:
-                self._send_peer(q, ewire.pack((ewire.MSG_READS, self.partition, entries)))
+                self._send_peer(q, ewire.encode(ewire.Reads(self.partition, entries)))
         if results or queries or force_status:
             status = part.status(catching_up=not self.live)._replace(
                 pid=self.sim.pid_of(self)  # a simulated pid
             )
-            data = ewire.pack(
-                (ewire.MSG_RESULTS, self.replica, self.partition, results, queries, status)
+            data = ewire.encode(
+                ewire.Results(self.replica, self.partition, results, queries, status)
             )
             if results:
                 self.sim.note_results(self, data)
@@ -394,7 +392,7 @@ class PartitionNode:
     def _fetch(self, first: int, last: int) -> None:
         self.log_fetches += 1
         seq = self.sim.seq_node
-        request = swire.pack((swire.LOG_FETCH, first, last))
+        request = swire.encode(swire.LogFetch(first, last))
         self.sim.net.send(self.node, seq.node, "logreq", request, self._deliver_fetch, park=True)
 
     def _deliver_fetch(self, payload: Payload) -> None:

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from executor.deterministic.sim_log import SimCommandLog, SimulatedCrash
 from executor.deterministic.sim_network import Node, Payload
-from sequencer.sequencer import HEARTBEAT_MS, Sequencer, SequencerStats
+from sequencer.sequencer import HEARTBEAT_MS, Sequencer
+from sequencer.status import SequencerStats
 from txn_library import partition_wire as ewire
 from txn_library import wire
 
@@ -101,11 +102,7 @@ class SequencerNode:
     def on_results(self, payload: Payload) -> None:
         seq = self.seq
         assert seq is not None and isinstance(payload, bytes)
-        try:
-            msg = ewire.unpack(payload)
-        except (ValueError, TypeError):
-            msg = None
-        if msg is None or not seq.on_results_message(msg):
+        if not seq.on_results_frame(payload):
             self.junk += 1
             self.sim.failure(f"sequencer refused a partition's report ({len(payload)} bytes)")
         self.flush()
@@ -114,8 +111,7 @@ class SequencerNode:
         """SequencerServer._on_log_fetch over the simulated DEALER/ROUTER pair."""
         log = self.log
         assert log is not None and isinstance(payload, bytes)
-        _kind, first, last = wire.unpack(payload)
-        reply = self.seq.log_reply(first, last) if self.seq is not None else None
+        reply = self.seq.log_fetch_reply(payload) if self.seq is not None else None
         if reply is None:
             return  # fail-stopped: the log service answers nothing until a restart
         self.sim.net.send(self.node, partition.node, "logrep", reply, partition.on_log_reply)
@@ -143,7 +139,7 @@ class SequencerNode:
             self._publish(wire.TOPIC_BATCH, data)
             self._next_heartbeat_us = now + HEARTBEAT_US
         if now >= self._next_heartbeat_us:
-            self._publish(wire.TOPIC_HEARTBEAT, wire.pack((seq.epoch,)))
+            self._publish(wire.TOPIC_HEARTBEAT, wire.pack(wire.Heartbeat(seq.epoch)))
             self._next_heartbeat_us = now + HEARTBEAT_US
         self.flush()
         sim.loop.after(sim.opts.epoch_ms * 1000, self._tick, life)
@@ -162,7 +158,7 @@ class SequencerNode:
         seq.take_control_out()  # the simulated clients send no control requests
         for identity, replies in seq.take_client_out().items():
             client = sim.client_by_identity[identity]
-            frame = wire.pack((wire.REP_RESULTS, replies))
+            frame = wire.encode(wire.ResultsReply(replies))
             sim.net.send(self.node, client.node, "reply", frame, client.on_reply)
         for (r, p), queries in seq.take_query_out().items():
             self._send_queries(r, p, queries)
@@ -174,7 +170,7 @@ class SequencerNode:
             rr = (r + i) % sim.replicas
             target = sim.parts[rr][p]
             if target.node.up:
-                data = ewire.pack((ewire.MSG_QUERY, rr, queries))
+                data = ewire.encode(ewire.Query(rr, queries))
                 sim.net.send(self.node, target.node, "query", data, target.on_inbox)
                 return
         assert self.seq is not None

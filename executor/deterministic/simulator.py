@@ -49,7 +49,6 @@ import random
 import shutil
 import tempfile
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,7 @@ from executor.deterministic.checks import RunRecord, run_checks
 from executor.deterministic.partition import Partition
 from executor.deterministic.sim_client import SimClient
 from executor.deterministic.sim_network import EventLoop, LinkProfile, Network, Trace
+from executor.deterministic.sim_options import Fault, SimOptions, SimResult
 from executor.deterministic.sim_partition import MONOTONIC_BASE_US, PartitionNode
 from executor.deterministic.sim_sequencer import SequencerNode
 from executor.deterministic.workloads import (
@@ -67,7 +67,8 @@ from executor.deterministic.workloads import (
 )
 from sequencer.log import iter_frames
 from sequencer.retry_cache import RetryCache
-from sequencer.sequencer import Sequencer, SequencerStats
+from sequencer.sequencer import Sequencer
+from sequencer.status import SequencerStats
 from txn_library import partition_wire as ewire
 from txn_library import wire
 from txn_library.procedure import load_modules
@@ -104,95 +105,6 @@ FAULT_RETRY_US = 50_000
 FAULT_RETRIES_MAX = 20
 LOG_LINES_MAX = 50
 REPLICA_RESTORES_MAX = 5
-
-
-@dataclass(frozen=True)
-class SimOptions:
-    """A run's knobs; None means drawn from the seed."""
-
-    replicas: int | None = None
-    partitions: int | None = None
-    clients: int | None = None
-    calls: int = 150  # over all clients, besides the workload's setup calls
-    in_flight_max: int | None = None  # per client
-    think_max_us: int | None = None
-    faults: bool = True
-    partition_crashes: int | None = None
-    sequencer_crashes: int | None = None
-    pub_drop_pct: float | None = None
-    checkpoint_every_epochs: int | None = None
-    checkpoint_keep: int = 3
-    checkpoint_store: str = "file"  # "file" (executor.core.checkpoint in a temp dir) or "memory"
-    checkpoint_write_max_us: int = 20_000
-    epoch_ms: int = 10
-    client_retry_ms: int | None = None
-    client_timeout_ms: int = 15_000
-    quiesce_limit_ms: int = 20_000  # after the clients finish
-    time_limit_ms: int = 600_000
-    plant: str | None = None
-    strict_liveness: bool = False  # a call that times out fails the run
-    keep_trace: bool = False
-
-
-@dataclass
-class SimResult:
-    seed: int
-    workload: str
-    shape: str
-    failures: list[str]
-    stalls: list[str]  # liveness: calls never answered
-    counters: dict[str, int]
-    trace_digest: str
-    faults: list[str]
-    strict_liveness: bool = False
-    trace: list[str] = field(default_factory=list)
-    log_lines: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures and not (self.strict_liveness and self.stalls)
-
-    @property
-    def first_failure(self) -> str:
-        if self.failures:
-            return self.failures[0]
-        return self.stalls[0] if self.stalls else ""
-
-    def summary(self) -> str:
-        c = self.counters
-        state = "ok" if self.ok else f"FAILED ({len(self.failures)} failures)"
-        return (
-            f"seed {self.seed} {self.workload} {self.shape}: {state}; "
-            f"epochs {c['epochs']}, txns {c['txns']} ({c['multi_partition_txns']} multi-partition, "
-            f"{c['dependent_restarts']} restarts), calls {c['calls']} "
-            f"({c['timeouts']} timed out, {c['client_retries']} retries), "
-            f"crashes p{c['partition_crashes']} s{c['sequencer_crashes']}, "
-            f"pub drops {c['pub_drops']}, lost {c['lost_in_crash']}, "
-            f"checkpoints {c['checkpoints']}, restores {c['replica_restores']}, "
-            f"{c['events']} events, {c['sim_ms']} ms simulated"
-        )
-
-
-@dataclass(frozen=True)
-class Fault:
-    at_us: int
-    kind: str  # "partition" or "sequencer"
-    replica: int = 0
-    partition: int = 0
-    mode: str = "now"  # sequencer: "now", "in_sync", "before_publish", "sync_error"
-    down_us: int = 0
-    corrupt_checkpoint: bool = False
-
-    def describe(self) -> str:
-        if self.kind == "partition":
-            extra = ", corrupt checkpoint" if self.corrupt_checkpoint else ""
-            return (
-                f"{self.at_us // 1000} ms: crash r{self.replica}p{self.partition} for "
-                f"{self.down_us // 1000} ms{extra}"
-            )
-        return (
-            f"{self.at_us // 1000} ms: crash sequencer ({self.mode}) for {self.down_us // 1000} ms"
-        )
 
 
 class _Capture(logging.Handler):
@@ -544,31 +456,26 @@ class Simulator:
 
     # Observation -----------------------------------------------------------------
     def note_batch(self, data: bytes) -> None:
-        batch = wire.unpack(data)
-        last_txn = batch[wire.B_FIRST_TXN] + len(batch[wire.B_TXNS]) - 1
-        self.logged_at.append((self.loop.now_us, last_txn))
-        self.trace.note(
-            self.loop.now_us, f"batch {batch[wire.B_EPOCH]} txns {len(batch[wire.B_TXNS])}"
-        )
+        batch = wire.decode_batch(data)
+        self.logged_at.append((self.loop.now_us, batch.next_txn_id - 1))
+        self.trace.note(self.loop.now_us, f"batch {batch.epoch} txns {len(batch.txns)}")
 
     def note_results(self, node: PartitionNode, data: bytes) -> None:
-        msg = ewire.unpack(data)
-        for txn_id, status, value in msg[3]:
+        msg = ewire.Results._make(ewire.unpack(data)[1:])
+        for txn_id, status, value in msg.results:
             self.reported.append((node.replica, node.partition, txn_id, status, value))
 
     # Planted bugs (never engine code) --------------------------------------------------
-    def planted_batch(self, node: PartitionNode, batch: tuple) -> tuple:
+    def planted_batch(self, node: PartitionNode, batch: wire.Batch) -> wire.Batch:
         """``swap``: at one partition of the last replica, two txns of one batch trade
         places (so each runs under the other's id and order)."""
         if self.opts.plant != "swap" or node.replica != self.replicas - 1:
             return batch
         st = self._plant_state
-        epoch = batch[wire.B_EPOCH]
+        epoch = batch.epoch
         target = st.get("swap")
         if target is None:
-            local = [
-                i for i, t in enumerate(batch[wire.B_TXNS]) if node.partition in t[wire.T_PARTS]
-            ]
+            local = [i for i, t in enumerate(batch.txns) if node.partition in t.participants]
             if epoch < 2 or len(local) < 2:
                 return batch
             target = st["swap"] = (node.partition, epoch, local[0], local[1])
@@ -576,9 +483,9 @@ class Simulator:
         p, e, i, j = target
         if (node.partition, epoch) != (p, e):
             return batch
-        txns = list(batch[wire.B_TXNS])
+        txns = list(batch.txns)
         txns[i], txns[j] = txns[j], txns[i]
-        return batch[: wire.B_TXNS] + (tuple(txns),) + batch[wire.B_TXNS + 1 :]
+        return batch._replace(txns=tuple(txns))
 
     def planted_reads(self, node: PartitionNode, entries: list) -> list:
         """``drop-read``: the first read exchange in the last replica, and every resend
@@ -634,13 +541,13 @@ class Simulator:
     ) -> SimResult:
         seq = self.seq_node
         records = [r for c in self.clients for r in c.records]
-        logged = [wire.unpack(data)[wire.B_TXNS] for data in record.log]
+        logged = [wire.decode_batch(data).txns for data in record.log]
         net = self.net.stats
         counters = dict(self.counters)
         counters.update(
             epochs=len(record.log),
             txns=sum(len(txns) for txns in logged),
-            multi_partition_txns=sum(len(t[wire.T_PARTS]) > 1 for txns in logged for t in txns),
+            multi_partition_txns=sum(len(t.participants) > 1 for txns in logged for t in txns),
             dependent_restarts=sum(st.restarts for st in self._sequencer_stats()),
             calls=len(records),
             answered=sum(1 for r in records if r.answers),

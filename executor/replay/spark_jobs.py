@@ -1,8 +1,9 @@
 """PySpark jobs over a replica's history: verify it in parallel across time, rebuild the
 database at any epoch, and turn the command log into a table.
 
-Spark only places the work; every task runs executor.replay.history, which runs the live
-Partition code in-process (LocalReplica). Task layout:
+Spark only places the work; every task runs the pure-Python replay core
+(executor.replay.verify, .reconstruct, .tables), which runs the live Partition code
+in-process (LocalReplica). Task layout:
 
 - verify: one task per interval between consecutive checkpoints (genesis first, then
   the tail after the last checkpoint), scheduled longest first. A task loads its start
@@ -13,7 +14,8 @@ Partition code in-process (LocalReplica). Task layout:
 - state: one task (the state at E depends on every epoch before it, from the nearest
   checkpoint) rebuilds the replica and writes each table with pyarrow, directly to the
   output directory: ``OUT/<table>/`` with the catalog's column names, hive-partitioned
-  by the warehouse column for tables placed by warehouse (``OUT/stock/s_w_id=3/``).
+  by the first key column for tables placed by it (``place_by_first_int``; for TPC-C's
+  STOCK, ``OUT/stock/s_w_id=3/``).
 - history: the log's epoch range cut into chunks (segment-aligned, then split to about
   twice the default parallelism); each task streams its frames into rows; Spark writes
   them partitioned by procedure. The summary is computed with Spark SQL on the table.
@@ -22,7 +24,9 @@ Invariants: the log is read only with sequencer.log.iter_frames (constant memory
 task, torn tail = end of log, corruption raised and reported); workers import the
 cluster's procedure modules before touching a batch; an output directory is replaced
 only if it is empty or was written by these jobs (marker file ``_ordo.json``).
-Workers must see LOG_DIR, CHECKPOINT_DIR and the output path at the same paths.
+Workers must see LOG_DIR, CHECKPOINT_DIR and the output path at the same paths. Tasks
+carry only executor-layer values (ReplaySpec, Boundary): on a remote master the code
+goes with them as a zip of PACKAGES.
 """
 
 from __future__ import annotations
@@ -41,8 +45,22 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from executor.replay import history as replay
-from executor.replay.history import Boundary, ReplaySpec
+from executor.replay.boundaries import Boundary, peer_checkpoint_dirs, scan_checkpoints
+from executor.replay.intervals import VERIFY_COLUMNS
+from executor.replay.reconstruct import reconstruct
+from executor.replay.spec import ReplaySpec, log_first_epoch, log_last_epoch, log_segments
+from executor.replay.tables import (
+    HistoryLayout,
+    TableLayout,
+    history_layout,
+    history_rows,
+    split_epochs,
+    table_columns,
+    table_layout,
+    to_json,
+)
+from executor.replay.verdicts import PASSED, UNCHECKED
+from executor.replay.verify import annotate_results, plan_verify, verify_interval
 
 MARKER = "_ordo.json"
 PACKAGES = ("cluster", "executor", "scheduler", "sequencer", "tpcc", "txn_library")
@@ -169,15 +187,15 @@ class VerifyReport:
 
     @property
     def failed(self) -> list[dict[str, Any]]:
-        return [r for r in self.rows if r["verdict"] not in replay.PASSED | replay.UNCHECKED]
+        return [r for r in self.rows if r["verdict"] not in PASSED | UNCHECKED]
 
     @property
     def passed(self) -> list[dict[str, Any]]:
-        return [r for r in self.rows if r["verdict"] in replay.PASSED]
+        return [r for r in self.rows if r["verdict"] in PASSED]
 
     @property
     def unchecked(self) -> list[dict[str, Any]]:
-        return [r for r in self.rows if r["verdict"] in replay.UNCHECKED]
+        return [r for r in self.rows if r["verdict"] in UNCHECKED]
 
     @property
     def txns(self) -> int:
@@ -215,28 +233,28 @@ def run_verify(
     locate: bool = True,
 ) -> VerifyReport:
     """Verify every interval of one replica's history in parallel; write the table."""
-    boundaries = replay.scan_checkpoints(checkpoint_dir, spec.partitions)
-    tasks = replay.plan_verify(
+    boundaries = scan_checkpoints(checkpoint_dir, spec.partitions)
+    tasks = plan_verify(
         spec,
         boundaries,
-        log_first_epoch=replay.log_first_epoch(spec.log_dir),
+        log_first_epoch=log_first_epoch(spec.log_dir),
         tail=tail,
         locate=locate,
     )
     ordered = sorted(tasks, key=lambda t: (-t.cost, t.index))  # longest first
     sc = spark.sparkContext
     t0 = time.perf_counter()
-    rows = sc.parallelize(ordered, max(1, len(ordered))).map(replay.verify_interval).collect()
+    rows = sc.parallelize(ordered, max(1, len(ordered))).map(verify_interval).collect()
     job_s = time.perf_counter() - t0
     peers = {
-        r: replay.scan_checkpoints(d, spec.partitions)
-        for r, d in replay.peer_checkpoint_dirs(checkpoint_dir).items()
+        r: scan_checkpoints(d, spec.partitions)
+        for r, d in peer_checkpoint_dirs(checkpoint_dir).items()
     }
-    rows = replay.annotate_results(rows, peers)
+    rows = annotate_results(rows, peers)
     report = VerifyReport(rows, None, job_s, sc.master, parallelism(spark))
     if out is not None:
         path = prepare_output(out, "verify")
-        cols = replay.VERIFY_COLUMNS
+        cols = VERIFY_COLUMNS
         data = [_convert(cols, [r[c] for c, _ in cols]) for r in rows]
         df = spark.createDataFrame(data, spark_schema(cols))
         df.coalesce(1).write.mode("overwrite").parquet(str(path))
@@ -284,14 +302,14 @@ class StateReport:
 
 def build_state(task: StateTask) -> dict[str, Any]:
     """Worker side of ``state``: rebuild the replica at task.epoch and write every table."""
-    rc = replay.reconstruct(task.spec, task.boundaries, task.epoch)
+    rc = reconstruct(task.spec, task.boundaries, task.epoch)
     t0 = time.perf_counter()
     out = Path(task.out)
     storages = [p.storage for p in rc.replica.parts]
     names = sorted({name for s in storages for name, rows in s.tables.items() if rows})
     counts, partition_columns = {}, {}
     for name in names:
-        layout = replay.table_layout(name)
+        layout = table_layout(name)
         counts[name] = write_table(storages, layout, out / name)
         partition_columns[name] = layout.partition_by
     report = StateReport(
@@ -312,13 +330,13 @@ def build_state(task: StateTask) -> dict[str, Any]:
     return report.summary()
 
 
-def write_table(storages: Sequence[Any], layout: replay.TableLayout, directory: Path) -> int:
+def write_table(storages: Sequence[Any], layout: TableLayout, directory: Path) -> int:
     """One table as Parquet under ``directory`` (hive-partitioned by layout.partition_by)."""
     import pyarrow as pa
     import pyarrow.dataset as pads
     import pyarrow.parquet as pq
 
-    cols, n = replay.table_columns(storages, layout)
+    cols, n = table_columns(storages, layout)
     table = pa.table(
         {name: arrow_array(col) for name, col in zip(layout.columns, cols, strict=True)}
     )
@@ -345,7 +363,7 @@ def arrow_array(values: list[Any]) -> Any:
     try:
         arr = pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        return pa.array([None if v is None else replay.to_json(v) for v in values], pa.string())
+        return pa.array([None if v is None else to_json(v) for v in values], pa.string())
     if pa.types.is_null(arr.type):
         return arr.cast(pa.int64())  # no value to type it by: nullable ints are the common case
     return arr
@@ -359,9 +377,9 @@ def run_state(
     out: str | Path,
 ) -> StateReport:
     """Rebuild the database at the end of ``epoch`` (default: the log's last) as Parquet."""
-    boundaries = replay.scan_checkpoints(checkpoint_dir, spec.partitions) if checkpoint_dir else []
+    boundaries = scan_checkpoints(checkpoint_dir, spec.partitions) if checkpoint_dir else []
     if epoch is None:
-        epoch = replay.log_last_epoch(spec.log_dir)
+        epoch = log_last_epoch(spec.log_dir)
     path = prepare_output(out, "state")
     task = StateTask(spec, tuple(boundaries), epoch, str(path))
     t0 = time.perf_counter()
@@ -398,26 +416,24 @@ class HistoryReport:
 
 def history_ranges(log_dir: str, pieces: int) -> list[tuple[int, int]]:
     """Epoch ranges covering the log: per segment, split to about ``pieces`` in total."""
-    firsts = replay.log_segments(log_dir)
+    firsts = log_segments(log_dir)
     if not firsts:
         return []
-    last = replay.log_last_epoch(log_dir)
+    last = log_last_epoch(log_dir)
     bounds = [(f, nxt - 1) for f, nxt in zip(firsts, [*firsts[1:], last + 1], strict=True)]
     bounds = [(lo, hi) for lo, hi in bounds if hi >= lo]
     total = sum(hi - lo + 1 for lo, hi in bounds)
     out: list[tuple[int, int]] = []
     for lo, hi in bounds:
         share = max(1, round(pieces * (hi - lo + 1) / max(1, total)))
-        out.extend(replay.split_epochs(lo, hi, share))
+        out.extend(split_epochs(lo, hi, share))
     return out
 
 
-def _history_chunk(
-    spec: ReplaySpec, layout: replay.HistoryLayout, lo: int, hi: int
-) -> Iterator[tuple]:
+def _history_chunk(spec: ReplaySpec, layout: HistoryLayout, lo: int, hi: int) -> Iterator[tuple]:
     spec.prepare()
     columns = layout.columns
-    for row in replay.history_rows(spec, layout, lo, hi):
+    for row in history_rows(spec, layout, lo, hi):
         yield _convert(columns, row)
 
 
@@ -426,7 +442,7 @@ def run_history(
 ) -> HistoryReport:
     """The command log as a Parquet table of transactions, with a Spark SQL summary."""
     spec.prepare()
-    layout = replay.history_layout()
+    layout = history_layout()
     ranges = history_ranges(spec.log_dir, tasks or 2 * parallelism(spark))
     path = prepare_output(out, "history")
     schema = spark_schema(layout.columns)

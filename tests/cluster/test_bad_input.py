@@ -95,8 +95,8 @@ def test_every_kind_of_bad_input_gets_an_error_and_changes_nothing(cluster) -> N
         assert c.call("kv.get", "hello").value == "world"
     cluster.check_alive()
     # Only the one good write reached the log.
-    logged = [t for _e, data in iter_frames(cfg.log_dir) for t in wire.unpack(data)[wire.B_TXNS]]
-    assert [t[wire.T_PROC] for t in logged] == ["kv.put"]
+    logged = [t for _e, data in iter_frames(cfg.log_dir) for t in wire.decode_batch(data).txns]
+    assert [t.proc for t in logged] == ["kv.put"]
 
 
 def test_junk_on_a_partition_inbox_is_dropped_with_rate_limited_warnings(cluster) -> None:  # type: ignore[no-untyped-def]

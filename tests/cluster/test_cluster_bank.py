@@ -48,7 +48,7 @@ def test_transfers_on_live_cluster_match_serial_log_replay(make_cluster) -> None
 
     serial = SerialExecutor()
     for _epoch, data in iter_frames(lc.config.log_dir):
-        serial.apply(wire.unpack(data))
+        serial.apply(wire.decode_batch(data))
     live = sum(int(next(iter(h)), 16) for h in by_part.values()) % (1 << 64)
     assert serial.state_hash == live
     ok = sum(1 for s, _ in serial.results.values() if s == 0)
@@ -76,5 +76,5 @@ def test_lost_batches_are_repaired_from_the_log_service(make_cluster) -> None:  
     assert all(len(h) == 1 for h in hashes.values())
     serial = SerialExecutor()
     for _epoch, data in iter_frames(lc.config.log_dir):
-        serial.apply(wire.unpack(data))
+        serial.apply(wire.decode_batch(data))
     assert serial.state_hash == sum(int(next(iter(h)), 16) for h in hashes.values()) % (1 << 64)

@@ -44,9 +44,9 @@ START = 10_000
 def _logged_request_keys(cfg: ClusterConfig) -> Counter:
     keys: Counter = Counter()
     for _e, data in iter_frames(cfg.log_dir):
-        for t in wire.unpack(data)[wire.B_TXNS]:
-            if t[wire.T_CLIENT]:
-                keys[(t[wire.T_CLIENT], t[wire.T_REQ])] += 1
+        for t in wire.decode_batch(data).txns:
+            if t.client_id:
+                keys[(t.client_id, t.req_id)] += 1
     return keys
 
 

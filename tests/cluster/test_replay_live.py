@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import txn_library.builtin  # noqa: F401  (registers the bank)
 from cluster.launcher import wait_quiescent
-from executor.replay import history as replay
+from cluster.replay_cli import find_config, replay_spec
+from executor.replay.boundaries import scan_checkpoints
+from executor.replay.reconstruct import reconstruct
+from executor.replay.verdicts import TAIL
+from executor.replay.verify import verify_local
 from tests.unit.test_replay import ACCOUNTS, START, verdicts
 from txn_library.bank_workload import make_transfers, open_accounts, run_transfers
 from txn_library.client import Client
@@ -22,12 +26,12 @@ def test_replay_of_a_live_cluster_matches_its_replicas(make_cluster) -> None:  #
     with Client(cfg.client_addr) as c:
         st = wait_quiescent(c, 2, 2)
     lc.stop()
-    spec = replay.ReplaySpec.from_config(replay.find_config(cfg.log_dir), cfg.log_dir)
-    rows = replay.verify_local(spec, cfg.checkpoint_dir(0))
+    spec = replay_spec(find_config(cfg.log_dir), cfg.log_dir)
+    rows = verify_local(spec, cfg.checkpoint_dir(0))
     assert len(rows) >= 3, "the run should span several checkpoints"
-    assert verdicts(rows) == ["ok"] * (len(rows) - 1) + [replay.TAIL]
+    assert verdicts(rows) == ["ok"] * (len(rows) - 1) + [TAIL]
     assert all(r["replicas_agree"] for r in rows[:-1])
     assert sum(r["txns"] for r in rows) == st["txns_sequenced"]
-    rc = replay.reconstruct(spec, replay.scan_checkpoints(cfg.checkpoint_dir(0), 2), st["epoch"])
+    rc = reconstruct(spec, scan_checkpoints(cfg.checkpoint_dir(0), 2), st["epoch"])
     for p in st["partitions"]:
         assert f"{rc.partition_hashes[p['partition']]:016x}" == p["state_hash"]

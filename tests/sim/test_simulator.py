@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from executor.deterministic.simulator import PLANTS, SimResult, run_seed
+from executor.deterministic.sim_options import SimResult
+from executor.deterministic.simulator import PLANTS, run_seed
 from executor.deterministic.workloads import forget_genesis_images
 
 REPO = Path(__file__).resolve().parents[2]

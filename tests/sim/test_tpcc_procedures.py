@@ -24,8 +24,9 @@ import tpcc.procedures as tp
 from executor.core.storage import Storage
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.replica import LocalReplica
+from sequencer.calls import make_batch
 from sequencer.log import CommandLog
-from sequencer.sequencer import Sequencer, make_batch
+from sequencer.sequencer import Sequencer
 from tpcc import schema as s
 from tpcc.consistency import check_consistency
 from tpcc.inputs import TpccInputs, terminals_for
@@ -115,10 +116,10 @@ class Sim:
         self.now_ms += 10
         if data is None:
             return
-        batch = wire.unpack(data)
+        batch = wire.decode_batch(data)
         self.batches.append(batch)
         self.serial.apply(batch)
-        first, n = batch[wire.B_FIRST_TXN], len(batch[wire.B_TXNS])
+        first, n = batch.first_txn_id, len(batch.txns)
         expected = {t: self.serial.results[t] for t in range(first, first + n)}
         for r, rep in enumerate(self.replicas):
             rep.apply(batch)
@@ -142,9 +143,9 @@ class Sim:
         """(txn id, txn) of every logged call of ``proc``, in log order."""
         out = []
         for batch in self.batches:
-            txn_id = batch[wire.B_FIRST_TXN]
-            for txn in batch[wire.B_TXNS]:
-                if txn[wire.T_PROC] == proc:
+            txn_id = batch.first_txn_id
+            for txn in batch.txns:
+                if txn.proc == proc:
                     out.append((txn_id, txn))
                 txn_id += 1
         return out
@@ -254,7 +255,7 @@ def test_new_order_rollback_writes_nothing_on_any_replica_or_layout(sim: Sim) ->
     )
     assert (status, reason) == (ABORTED, tp.ROLLBACK_REASON)
     txn_id, txn = sim.logged("tpcc.new_order")[-1]
-    assert txn[wire.T_PARTS] == (0, 1)
+    assert txn.participants == (0, 1)
     assert sim.serial.results[txn_id] == (ABORTED, tp.ROLLBACK_REASON)
     assert all(rep.results[txn_id] == (ABORTED, tp.ROLLBACK_REASON) for rep in sim.replicas)
     assert sim.hashes() == before
@@ -272,7 +273,7 @@ def test_new_order_remote_line_updates_stock_on_the_remote_partition(sim: Sim) -
     assert status == OK
     o_id = out[0]
     _txn_id, txn = sim.logged("tpcc.new_order")[-1]
-    assert txn[wire.T_PARTS] == (0, 1)  # multi-partition: warehouse 2 is on partition 1
+    assert txn.participants == (0, 1)  # multi-partition: warehouse 2 is on partition 1
     after = sim.row(s.STOCK, (remote, 4321))
     assert after[s.S_QUANTITY] == _stock_after(before_remote[s.S_QUANTITY], 4)
     assert after[s.S_REMOTE_CNT] == before_remote[s.S_REMOTE_CNT] + 1
@@ -321,7 +322,7 @@ def test_payment_by_id_with_remote_customer(sim: Sim) -> None:
     status, out = sim.call("tpcc.payment", w, d, c_w, c_d, c_id, amount)
     assert status == OK and out[0] == c_id
     txn_id, txn = sim.logged("tpcc.payment")[-1]
-    assert txn[wire.T_PARTS] == (0, 1)
+    assert txn.participants == (0, 1)
     assert sim.row(s.WAREHOUSE, (w,))[s.W_YTD] == wh[s.W_YTD] + amount
     assert sim.row(s.DISTRICT, (w, d))[s.D_YTD] == dist[s.D_YTD] + amount
     after = sim.row(s.CUSTOMER, (c_w, c_d, c_id))
@@ -354,8 +355,8 @@ def test_payment_by_name_forced_mismatch_restarts_and_succeeds(sim: Sim) -> None
     assert status == OK and out[0] == right
     assert sim.seq.stats.restarts == restarts + 1
     (first_id, first), (second_id, second) = sim.logged("tpcc.payment_by_name")[-2:]
-    assert first[wire.T_ARGS][-1] == wrong and second[wire.T_ARGS][-1] == right
-    assert first[wire.T_PARTS] == second[wire.T_PARTS] == (0, 1)
+    assert first.args[-1] == wrong and second.args[-1] == right
+    assert first.participants == second.participants == (0, 1)
     # The same Restart(actual) from both replicas (2 partitions) and the serial oracle.
     assert sim.serial.results[first_id] == (RESTART, right)
     assert all(rep.results[first_id] == (RESTART, right) for rep in sim.replicas)
@@ -391,7 +392,7 @@ def test_payment_by_name_read_committed_variant_trusts_the_prediction(sim: Sim) 
     assert sim.seq.stats.restarts == restarts
     assert sim.row(s.CUSTOMER, (1, 8, wrong))[s.C_BALANCE] == wrong_before[s.C_BALANCE] - 5_00
     _txn_id, txn = sim.logged("tpcc.payment_by_name_rc")[-1]
-    fp = tp.payment_by_name_rc.footprint(*txn[wire.T_ARGS])
+    fp = tp.payment_by_name_rc.footprint(*txn.args)
     assert all(t != s.CUSTOMER_BY_NAME for t, _ in fp.reads)
 
 
@@ -431,7 +432,7 @@ def test_delivery_stale_prediction_restarts_then_delivers_oldest(sim: Sim) -> No
     (first_id, _first), (second_id, _second) = sim.logged("tpcc.delivery")[-2:]
     assert sim.serial.results[first_id][0] == RESTART
     assert all(rep.results[first_id] == sim.serial.results[first_id] for rep in sim.replicas)
-    ts = next(b[wire.B_TS] for b in sim.batches if b[2] <= second_id < b[2] + len(b[5]))
+    ts = next(b.timestamp_ms for b in sim.batches if b.first_txn_id <= second_id < b.next_txn_id)
     for d, o_id in enumerate(oldest, start=1):
         assert sim.row(s.NEW_ORDER, (w, d, o_id)) is None
         assert sim.row(s.ORDERS, (w, d, o_id))[s.O_CARRIER_ID] == carrier

@@ -1,7 +1,7 @@
 """The traditional baseline (strict 2PL + wait-die + 2PC): simulation and integration.
 
-In-process (executor.traditional.node.LocalTraditionalCluster: every partition in one
-process, FIFO channels randomly interleaved, virtual clock, msgpack on every hop):
+In-process (executor.traditional.simulator.LocalTraditionalCluster: every partition in
+one process, FIFO channels randomly interleaved, virtual clock, msgpack on every hop):
 - serializability of random bank transfers, half multi-partition, many concurrent:
   money conserved, every bank.total sees the invariant total, and replaying the
   committed history serially in lock-point order reproduces every result and the
@@ -25,17 +25,10 @@ import msgpack
 import pytest
 
 import txn_library.builtin  # noqa: F401  (registers the bank)
-from executor.traditional.node import (
-    FAULT_SILENT,
-    FAULT_VOTE_NO,
-    R_DECIDE,
-    R_END,
-    R_OUTCOME,
-    R_PREPARE,
-    LocalTraditionalCluster,
-    TraditionalOptions,
-    replay_history,
-)
+from executor.traditional.messages import R_DECIDE, R_END, R_OUTCOME, R_PREPARE
+from executor.traditional.options import FAULT_SILENT, FAULT_VOTE_NO, TraditionalOptions
+from executor.traditional.oracle import replay_history
+from executor.traditional.simulator import LocalTraditionalCluster
 from txn_library import catalog, placement
 from txn_library.bank_workload import make_transfers
 from txn_library.errors import ABORTED, ERR_UNAVAILABLE, ERROR, OK
@@ -200,8 +193,8 @@ def test_cross_partition_deadlock_resolved_by_wait_die() -> None:
     t2 = sim.submit("bank.transfer", b, a, 20)  # coordinated at p1 (home of b)
     sim.deliver_clients(0)  # T1: X lock on a, LOCK b -> p1
     sim.deliver_clients(1)  # T2: X lock on b, LOCK a -> p0
-    (t1_aid,) = sim.parts[0]._attempts
-    (t2_aid,) = sim.parts[1]._attempts
+    (t1_aid,) = sim.parts[0].coordinator.attempts
+    (t2_aid,) = sim.parts[1].coordinator.attempts
     sim.deliver_channel(0, 1)  # T1 asks p1 for b: T1 is older, so it waits
     b_lock = placement.lock_name("account", (b,))
     assert sim.parts[1].locks.waiting_on(t1_aid) == b_lock
@@ -331,8 +324,10 @@ def test_in_doubt_participant_learns_commit_after_crash() -> None:
     assert balance(sim, a) == START - 30
     sim.crash(1)  # the COMMIT in flight is lost
     p1 = sim.parts[1]
-    assert p1.status()[8] == 1  # one branch in doubt
-    assert p1.locks.mode_held(next(iter(p1._branches)), placement.lock_name("account", (b,)))
+    assert p1.status().in_doubt == 1
+    assert p1.locks.mode_held(
+        next(iter(p1.participant.branches)), placement.lock_name("account", (b,))
+    )
     assert balance(sim, b) == START  # not applied until the outcome is known
     blocked = sim.submit("bank.balance", b)  # must wait for the in-doubt lock
     sim.run()

@@ -27,11 +27,16 @@ import pytest
 
 from cluster.config import ClusterConfig
 from cluster.launcher import LocalCluster, free_base_port, wait_quiescent
+from cluster.replay_cli import find_config, replay_spec
 from executor.core import checkpoint
 from executor.core.storage import Storage
 from executor.deterministic.oracle import SerialExecutor
-from executor.replay import history as replay
 from executor.replay import spark_jobs as spark_replay
+from executor.replay.boundaries import scan_checkpoints
+from executor.replay.intervals import VERIFY_COLUMNS
+from executor.replay.spec import ReplaySpec
+from executor.replay.tables import table_layout
+from executor.replay.verdicts import BAD_CHECKPOINT, BATCH_INVALID, BY_DIGEST, LOG_CORRUPT, TAIL
 from sequencer.log import iter_frames
 from tests.unit.test_replay import frame_offset, rewrite_log
 from txn_library import wire
@@ -58,9 +63,9 @@ class LiveRun:
     def ckpt(self) -> Path:
         return self.cfg.checkpoint_dir(0)
 
-    def spec(self, data: Path | None = None) -> replay.ReplaySpec:
+    def spec(self, data: Path | None = None) -> ReplaySpec:
         log = (data or self.data) / "log"
-        return replay.ReplaySpec.from_config(replay.find_config(log), log)
+        return replay_spec(find_config(log), log)
 
 
 # Fixtures ------------------------------------------------------------------------------
@@ -180,7 +185,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
         assert run.failed == 0, run.errors
         with Client(cfg.client_addr) as c:
             status = wait_quiescent(c, 2, 2)
-    assert len(replay.scan_checkpoints(cfg.checkpoint_dir(0), 2)) >= 6, "run too short"
+    assert len(scan_checkpoints(cfg.checkpoint_dir(0), 2)) >= 6, "run too short"
     yield LiveRun(cfg, status)
 
 
@@ -190,15 +195,15 @@ def test_verify_passes_every_interval_and_writes_the_table(
 ) -> None:
     report = spark_replay.run_verify(spark, live.spec(), live.ckpt, tmp_path / "verify")
     assert not report.failed
-    assert [r["verdict"] for r in report.rows][-1] == replay.TAIL
-    assert len(report.passed) == len(replay.scan_checkpoints(live.ckpt, 2))
+    assert [r["verdict"] for r in report.rows][-1] == TAIL
+    assert len(report.passed) == len(scan_checkpoints(live.ckpt, 2))
     assert report.txns == live.status["txns_sequenced"]
     assert all(r["replicas_agree"] for r in report.passed)
     table = spark.read.parquet(str(tmp_path / "verify"))  # type: ignore[attr-defined]
     assert table.count() == len(report.rows)
     ok = table.where("verdict = 'ok' AND expected_hash = actual_hash").count()
     assert ok == len(report.passed)
-    assert {c for c, _ in replay.VERIFY_COLUMNS} == set(table.columns)
+    assert {c for c, _ in VERIFY_COLUMNS} == set(table.columns)
 
 
 def test_state_at_the_last_epoch_matches_the_live_replicas(
@@ -259,7 +264,7 @@ def test_warehouse_tables_are_hive_partitioned_with_catalog_names(
     for w in (1, 2, 3):
         for i in range(1, 6):
             storages[(w - 1) % 2].put("test_stock", (w, i), (i, w, 10 * w + i, ["x", w]))
-    layout = replay.table_layout("test_stock")
+    layout = table_layout("test_stock")
     assert layout.partition_by == "ts_w_id"
     assert layout.columns == ("ts_i_id", "ts_w_id", "ts_quantity", "ts_dist")
     n = spark_replay.write_table(storages, layout, tmp_path / "test_stock")
@@ -282,27 +287,25 @@ def test_verify_locates_a_doctored_frame_a_corrupt_checkpoint_and_a_flipped_byte
     data = tmp_path / "damaged"
     shutil.copytree(live.data, data)
     log_dir, ckpt = data / "log", data / "replica-0" / "checkpoints"
-    epochs = [b.epoch for b in replay.scan_checkpoints(ckpt, 2)]
+    epochs = [b.epoch for b in scan_checkpoints(ckpt, 2)]
     # 1. A changed argument, re-encoded with a valid CRC (history changed, framing intact).
-    #    (Unchained logs, where only a candidate range can be given: tests/test_replay.py.)
+    #    (Unchained logs, where only a candidate range can be given: tests/unit/test_replay.py.)
     doctored_epoch = epochs[0] + 5
     serial = SerialExecutor()  # find a transfer that committed: changing it must show
     for _e, payload in iter_frames(log_dir, 1, doctored_epoch):
-        serial.apply(wire.unpack(payload))
-    batch = wire.unpack(payload)
-    txns = list(batch[wire.B_TXNS])
+        serial.apply(wire.decode_batch(payload))
+    batch = wire.decode_batch(payload)
+    txns = list(batch.txns)
     i = next(
         i
         for i, t in enumerate(txns)
-        if t[0] == "bank.transfer"
-        and t[1][0] != t[1][1]
-        and serial.results[batch[wire.B_FIRST_TXN] + i][0] == OK
+        if t.proc == "bank.transfer"
+        and t.args[0] != t.args[1]
+        and serial.results[batch.first_txn_id + i][0] == OK
     )
-    name, (src, dst, amount), *rest = txns[i]
-    txns[i] = (name, (src, dst, amount + 1), *rest)
-    changed = list(batch)
-    changed[wire.B_TXNS] = txns
-    rewrite_log(log_dir, {doctored_epoch: wire.pack(changed)})
+    src, dst, amount = txns[i].args
+    txns[i] = txns[i]._replace(args=(src, dst, amount + 1))
+    rewrite_log(log_dir, {doctored_epoch: wire.pack(batch._replace(txns=tuple(txns)))})
     # 2. A checkpoint whose rows are damaged (header intact).
     bad_ckpt = ckpt / checkpoint.checkpoint_name(epochs[2], 1)
     raw = bytearray(bad_ckpt.read_bytes())
@@ -322,14 +325,14 @@ def test_verify_locates_a_doctored_frame_a_corrupt_checkpoint_and_a_flipped_byte
     rows = {r["end_epoch"]: r for r in report.rows}
     doctored = rows[epochs[1]]
     # the next batch's prev_digest vouches for the original bytes: found exactly
-    assert doctored["verdict"] == replay.BATCH_INVALID
-    assert (doctored["located_by"], doctored["bad_epoch"]) == (replay.BY_DIGEST, doctored_epoch)
-    assert rows[epochs[2]]["verdict"] == replay.BAD_CHECKPOINT
+    assert doctored["verdict"] == BATCH_INVALID
+    assert (doctored["located_by"], doctored["bad_epoch"]) == (BY_DIGEST, doctored_epoch)
+    assert rows[epochs[2]]["verdict"] == BAD_CHECKPOINT
     assert rows[epochs[2]]["bad_epoch"] == epochs[2]
     assert rows[epochs[3]]["replayed_from_epoch"] == epochs[1]  # fell back past the bad one
     assert rows[epochs[3]]["verdict"] == "ok"
     flipped = rows[epochs[-1]]
-    assert (flipped["verdict"], flipped["bad_epoch"]) == (replay.LOG_CORRUPT, flipped_epoch)
+    assert (flipped["verdict"], flipped["bad_epoch"]) == (LOG_CORRUPT, flipped_epoch)
     failed = {r["end_epoch"] for r in report.failed}
     assert failed == {epochs[1], epochs[2], epochs[-1], None}  # the tail is after the flip
     table = spark.read.parquet(str(tmp_path / "verify"))  # type: ignore[attr-defined]

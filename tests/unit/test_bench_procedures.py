@@ -10,8 +10,8 @@ from __future__ import annotations
 from executor.core.genesis import genesis_storage
 from executor.deterministic.partition import Partition
 from executor.deterministic.replica import LocalReplica
-from executor.traditional.node import LocalTraditionalCluster
-from sequencer.sequencer import make_batch
+from executor.traditional.simulator import LocalTraditionalCluster
+from sequencer.calls import make_batch
 from txn_library import placement
 from txn_library.bench_procedures import REC, TAG, genesis, slot_rids
 from txn_library.errors import ABORTED, OK, RESTART

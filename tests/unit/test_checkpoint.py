@@ -18,7 +18,7 @@ from cluster.partition_server import PartitionServer
 from executor.core import checkpoint
 from executor.core.storage import Storage
 from executor.deterministic.replica import LocalReplica
-from sequencer.sequencer import make_batch
+from sequencer.calls import make_batch
 from txn_library import limits
 from txn_library import wire as swire
 
@@ -96,7 +96,7 @@ def test_flagged_epochs_give_identical_boundaries_on_replicas(tmp_path: Path) ->
             ("bank.transfer", ((e * 7 + i) % 100, (e * 13 + i * 3) % 100, 5)) for i in range(40)
         ]
         b = make_batch(e, txn, e, e, calls, 2)
-        batches.append(b + ((1,) if e % 4 == 0 else (0,)))
+        batches.append(b._replace(flags=1 if e % 4 == 0 else 0))
         txn += len(calls)
     seen: dict[int, list] = {}
 
@@ -158,7 +158,7 @@ def _checkpoint_server(tmp_path: Path) -> PartitionServer:
     )
     server = PartitionServer(cfg, 0, 0, storage=Storage())
     batch = make_batch(1, 0, 1, 1, [("bank.open", (0, 50, 100))], 1)
-    server.feed.offer(swire.pack(batch + (1,)))  # checkpoint flag
+    server.feed.offer(swire.pack(batch._replace(flags=swire.FLAG_CHECKPOINT)))
     assert server.part.checkpoint_ready()
     return server
 

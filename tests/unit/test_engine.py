@@ -10,7 +10,7 @@ import pytest
 import txn_library.builtin  # noqa: F401  (registers tables and procedures)
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.replica import LocalReplica
-from sequencer.sequencer import make_batch
+from sequencer.calls import make_batch
 from txn_library import catalog
 from txn_library.errors import ABORTED, ERROR, OK
 from txn_library.procedure import Abort, Arg, Footprint, procedure

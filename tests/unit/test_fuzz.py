@@ -40,8 +40,9 @@ from hypothesis import strategies as st
 import txn_library.builtin  # noqa: F401  (registers tables and procedures)
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.replica import LocalReplica
+from sequencer.calls import make_batch
 from sequencer.log import CommandLog
-from sequencer.sequencer import Sequencer, make_batch
+from sequencer.sequencer import Sequencer
 from txn_library import limits, wire
 from txn_library import partition_wire as ewire
 from txn_library.errors import (
@@ -404,16 +405,16 @@ class Harness:
         if data is None:
             return False
         assert len(data) <= limits.batch_bytes_max, len(data)
-        batch = wire.unpack(data)
+        batch = wire.decode_batch(data)
         self.batches += 1
-        assert batch[wire.B_EPOCH] == self.batches and batch[wire.B_PREV] == self.batches - 1
-        assert batch[wire.B_PREV_DIGEST] == self._prev_digest
+        assert batch.epoch == self.batches and batch.prev_epoch == self.batches - 1
+        assert batch.prev_digest == self._prev_digest
         self._prev_digest = wire.batch_digest(data)
-        for i, txn in enumerate(batch[wire.B_TXNS]):
-            if txn[wire.T_CLIENT]:
-                key = (txn[wire.T_CLIENT], txn[wire.T_REQ])
+        for i, txn in enumerate(batch.txns):
+            if txn.client_id:
+                key = (txn.client_id, txn.req_id)
                 self.logged[key] += 1
-                self.txn_of[key] = batch[wire.B_FIRST_TXN] + i
+                self.txn_of[key] = batch.first_txn_id + i
         self.replica.apply(batch)
         self.serial.apply(batch)
         assert self.replica.idle()
@@ -692,8 +693,8 @@ def test_one_clients_flood_of_bad_calls_does_not_hold_back_another_clients_call(
         h.seq.run_intake(deadline=0.0)  # one round of the round robin, no more
         data = h.seq.tick(1)
         assert data is not None, "the good call waited behind the flood"
-        txns = wire.unpack(data)[wire.B_TXNS]
-        assert [(t[wire.T_CLIENT], t[wire.T_REQ]) for t in txns] == [(b"good", 1)]
+        txns = wire.decode_batch(data).txns
+        assert [(t.client_id, t.req_id) for t in txns] == [(b"good", 1)]
         assert h.seq.has_intake()  # most of the flood still waits its turn
 
 
@@ -831,15 +832,16 @@ def _encode(msg: Any) -> bytes:
     return msgpack.packb(msg)
 
 
-def _forged_peer_read(msg: tuple, partition: int, next_txn_id: int) -> bool:
+def _forged_peer_read(msg: Any, partition: int, next_txn_id: int) -> bool:
     """A well-formed read from a real peer for a txn not yet run here: indistinguishable
     from the real thing without authentication, so it may change outcomes."""
-    if msg[0] != ewire.MSG_READS or type(msg[1]) is not int or type(msg[2]) is not tuple:
+    if not isinstance(msg, ewire.Reads):
         return False
-    if msg[1] == partition or not 0 <= msg[1] < PARTITIONS:
+    if msg.from_partition == partition or not 0 <= msg.from_partition < PARTITIONS:
         return False
     return any(
-        type(e) is tuple and e and type(e[0]) is int and next_txn_id <= e[0] < 2**40 for e in msg[2]
+        type(e) is tuple and e and type(e[0]) is int and next_txn_id <= e[0] < 2**40
+        for e in msg.entries
     )
 
 
@@ -873,10 +875,10 @@ def test_inbox_junk_never_raises_and_changes_no_outcome(
                     continue
                 if _forged_peer_read(msg, p, part.next_txn_id):
                     continue  # impersonating a peer needs authentication: out of scope
-                if msg[0] == ewire.MSG_READS:
-                    part.on_reads(msg[1], msg[2])
-                elif msg[0] == ewire.MSG_QUERY:
-                    for q in msg[2]:
+                if isinstance(msg, ewire.Reads):
+                    part.on_reads(msg.from_partition, msg.entries)
+                elif isinstance(msg, ewire.Query):
+                    for q in msg.calls:
                         part.on_query(*q)
             replica.pump()
             for q in replica.query_results:

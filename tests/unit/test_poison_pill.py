@@ -30,8 +30,10 @@ from executor.core.storage import Storage
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.partition import Partition
 from executor.deterministic.replica import LocalReplica
-from executor.traditional.node import LocalTraditionalCluster, TraditionalOptions, replay_history
-from sequencer.sequencer import make_batch
+from executor.traditional.options import TraditionalOptions
+from executor.traditional.oracle import replay_history
+from executor.traditional.simulator import LocalTraditionalCluster
+from sequencer.calls import make_batch
 from txn_library import catalog, limits, placement
 from txn_library import partition_wire as ewire
 from txn_library.errors import ERR_PROCEDURE_FAILED, ERROR, OK
@@ -331,7 +333,9 @@ def test_decode_inbound_accepts_what_partitions_and_the_sequencer_send() -> None
         (ewire.MSG_RESEND, 1, 0),
         (ewire.MSG_STATUS_REQUEST,),
     ):
-        assert ewire.decode_inbound(ewire.pack(msg)) == (msg, None)
+        decoded, problem = ewire.decode_inbound(ewire.pack(msg))
+        assert problem is None and decoded == ewire.MESSAGES.named(msg)
+        assert ewire.encode(decoded) == ewire.pack(msg)  # the named type is the same array
     assert ewire.decode_inbound(b"\xc1")[0] is None
 
 

@@ -19,13 +19,34 @@ import pytest
 
 import txn_library.builtin  # noqa: F401  (registers the bank)
 from cluster.config import ClusterConfig
+from cluster.replay_cli import replay_spec
 from executor.core import checkpoint
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.partition import Partition
 from executor.deterministic.replica import LocalReplica
-from executor.replay import history as replay
+from executor.replay.batches import BatchAltered, LogGap
+from executor.replay.boundaries import scan_checkpoints
+from executor.replay.diagnosis import dependency_suspects
+from executor.replay.reconstruct import reconstruct
+from executor.replay.spec import ReplaySpec, log_first_epoch, log_last_epoch
+from executor.replay.tables import history_layout, history_rows, split_epochs
+from executor.replay.verdicts import (
+    BAD_CHECKPOINT,
+    BATCH_INVALID,
+    BY_BATCH,
+    BY_CHECKPOINT,
+    BY_DEPENDENCY,
+    BY_DIGEST,
+    BY_LOG,
+    BY_SERIAL,
+    DIVERGED,
+    LOG_CORRUPT,
+    PRUNED,
+    TAIL,
+)
+from executor.replay.verify import verify_local
+from sequencer.calls import make_batch
 from sequencer.log import CommandLog, encode_frame, iter_frames
-from sequencer.sequencer import make_batch
 from txn_library import limits, placement, wire
 
 ACCOUNTS = 200
@@ -36,7 +57,7 @@ TS0 = 1_700_000_000_000
 @dataclass
 class Built:
     cfg: ClusterConfig
-    spec: replay.ReplaySpec
+    spec: ReplaySpec
     serial_hashes: dict[int, int]  # epoch -> whole-database hash after it (oracle)
     txn_epochs: dict[int, int]  # txn id -> epoch
 
@@ -83,8 +104,9 @@ def build_history(
             ]
         flags = wire.FLAG_CHECKPOINT if e % every == 0 else 0
         batch = make_batch(e, txn_id, TS0 + 10 * e, rng.getrandbits(63), calls, partitions)
-        batch = (*batch, flags, prev_digest) if chained else (*batch, flags)
-        payload = wire.pack(batch)
+        batch = batch._replace(flags=flags, prev_digest=prev_digest)
+        # unchained: 7 fields, as logs were before the chain
+        payload = wire.pack(batch if chained else batch[:-1])
         prev_digest = wire.batch_digest(payload)
         log.append(e, payload)
         for r, rep in enumerate(reps):
@@ -95,7 +117,7 @@ def build_history(
             txn_epochs[txn_id + i] = e
         txn_id += len(calls)
     log.close()
-    return Built(cfg, replay.ReplaySpec.from_config(cfg, cfg.log_dir), hashes, txn_epochs)
+    return Built(cfg, replay_spec(cfg, cfg.log_dir), hashes, txn_epochs)
 
 
 def _writer(cfg: ClusterConfig, r: int, partitions: int):  # type: ignore[no-untyped-def]
@@ -133,6 +155,12 @@ def frame_offset(segment: Path, index: int) -> int:
     return offset
 
 
+def with_txns(batch: wire.Batch, txns: list[wire.Txn]) -> bytes:
+    """``batch`` with other txns, encoded as it was logged (7 fields if unchained)."""
+    doctored = batch._replace(txns=tuple(txns))
+    return wire.pack(doctored if batch.prev_digest is not None else doctored[:7])
+
+
 def verdicts(rows: list[dict]) -> list[str]:
     return [r["verdict"] for r in rows]
 
@@ -144,11 +172,11 @@ def by_end(rows: list[dict], end: int | None) -> dict:
 # Clean history --------------------------------------------------------------------------
 def test_every_interval_of_a_clean_history_verifies(tmp_path: Path) -> None:
     b = build_history(tmp_path, replicas=2)
-    rows = replay.verify_local(b.spec, b.ckpt)
+    rows = verify_local(b.spec, b.ckpt)
     assert [(r["start_epoch"], r["end_epoch"]) for r in rows] == [
         (0, 10), (10, 20), (20, 30), (30, 40), (40, 50), (50, 60), (60, None)
     ]  # fmt: skip
-    assert verdicts(rows) == ["ok"] * 6 + [replay.TAIL]
+    assert verdicts(rows) == ["ok"] * 6 + [TAIL]
     assert sum(r["txns"] for r in rows) == 1 + 59 * 40
     assert rows[0]["start_source"] == "genesis" and rows[1]["start_source"] == "checkpoint"
     assert all(r["replicas_agree"] for r in rows[:6])
@@ -159,7 +187,7 @@ def test_every_interval_of_a_clean_history_verifies(tmp_path: Path) -> None:
 @pytest.mark.parametrize("epoch", [1, 7, 10, 33, 60])
 def test_reconstruct_any_epoch_equals_the_serial_oracle(tmp_path: Path, epoch: int) -> None:
     b = build_history(tmp_path)
-    rc = replay.reconstruct(b.spec, replay.scan_checkpoints(b.ckpt, 2), epoch)
+    rc = reconstruct(b.spec, scan_checkpoints(b.ckpt, 2), epoch)
     assert rc.state_hash == b.serial_hashes[epoch]
     assert rc.start_epoch == epoch // 10 * 10  # the nearest checkpoint at or before
     assert rc.stats.epochs == epoch - rc.start_epoch
@@ -168,33 +196,32 @@ def test_reconstruct_any_epoch_equals_the_serial_oracle(tmp_path: Path, epoch: i
 
 def test_reconstruct_past_the_end_of_the_log_says_where_it_ends(tmp_path: Path) -> None:
     b = build_history(tmp_path, epochs=25)
-    with pytest.raises(replay.LogGap, match="ends at epoch 25"):
-        replay.reconstruct(b.spec, replay.scan_checkpoints(b.ckpt, 2), 30)
-    assert replay.log_last_epoch(b.cfg.log_dir) == 25
+    with pytest.raises(LogGap, match="ends at epoch 25"):
+        reconstruct(b.spec, scan_checkpoints(b.ckpt, 2), 30)
+    assert log_last_epoch(b.cfg.log_dir) == 25
 
 
 # A changed history -------------------------------------------------------------------------
 def test_doctored_argument_with_valid_crc_is_located(tmp_path: Path) -> None:
     b = build_history(tmp_path)
     target_epoch = 37
-    batch = wire.unpack(dict(iter_frames(b.cfg.log_dir, target_epoch, target_epoch))[target_epoch])
-    txns = list(batch[wire.B_TXNS])
-    name, (src, dst, amount), *rest = txns[-1]  # the last transfer of the epoch
-    txns[-1] = (name, (src, dst, amount + 1), *rest)
-    doctored = list(batch)
-    doctored[wire.B_TXNS] = txns
-    rewrite_log(b.cfg.log_dir, {target_epoch: wire.pack(doctored)})
+    data = dict(iter_frames(b.cfg.log_dir, target_epoch, target_epoch))[target_epoch]
+    batch = wire.decode_batch(data)
+    txns = list(batch.txns)
+    src, dst, amount = txns[-1].args  # the last transfer of the epoch
+    txns[-1] = txns[-1]._replace(args=(src, dst, amount + 1))
+    rewrite_log(b.cfg.log_dir, {target_epoch: with_txns(batch, txns)})
 
-    rows = replay.verify_local(b.spec, b.ckpt)
+    rows = verify_local(b.spec, b.ckpt)
     bad = by_end(rows, 40)
-    assert bad["verdict"] == replay.DIVERGED
-    assert bad["located_by"] == replay.BY_DEPENDENCY
+    assert bad["verdict"] == DIVERGED
+    assert bad["located_by"] == BY_DEPENDENCY
     assert bad["suspect_first_epoch"] <= target_epoch <= bad["suspect_last_epoch"] <= 40
     assert bad["diff_rows"] >= 1
     assert f"account({src},)@" in bad["diff_sample"] or f"account({dst},)@" in bad["diff_sample"]
     assert bad["replicas_agree"] is None  # only one replica here
     others = [r for r in rows if r is not bad]
-    assert set(verdicts(others)) == {"ok", replay.TAIL}  # later intervals start from checkpoints
+    assert set(verdicts(others)) == {"ok", TAIL}  # later intervals start from checkpoints
 
 
 @pytest.mark.parametrize("target_epoch", [37, 40])  # inside an interval, and at its end
@@ -204,46 +231,42 @@ def test_doctored_chained_batch_is_located_at_its_exact_epoch(
     """With prev_digest (the sequencer's format) a batch changed after it was logged is
     found exactly, even when its frame CRC is valid: its successor vouches for it."""
     b = build_history(tmp_path, chained=True)
-    assert set(verdicts(replay.verify_local(b.spec, b.ckpt))) == {"ok", replay.TAIL}
-    batch = wire.unpack(dict(iter_frames(b.cfg.log_dir, target_epoch, target_epoch))[target_epoch])
-    txns = list(batch[wire.B_TXNS])
-    name, (src, dst, amount), *rest = txns[-1]
-    txns[-1] = (name, (src, dst, amount + 1), *rest)
-    doctored = list(batch)
-    doctored[wire.B_TXNS] = txns  # its own prev_digest is untouched, and still right
-    rewrite_log(b.cfg.log_dir, {target_epoch: wire.pack(doctored)})
+    assert set(verdicts(verify_local(b.spec, b.ckpt))) == {"ok", TAIL}
+    data = dict(iter_frames(b.cfg.log_dir, target_epoch, target_epoch))[target_epoch]
+    batch = wire.decode_batch(data)
+    txns = list(batch.txns)
+    src, dst, amount = txns[-1].args
+    txns[-1] = txns[-1]._replace(args=(src, dst, amount + 1))
+    # its own prev_digest is untouched, and still right
+    rewrite_log(b.cfg.log_dir, {target_epoch: with_txns(batch, txns)})
 
-    rows = replay.verify_local(b.spec, b.ckpt)
+    rows = verify_local(b.spec, b.ckpt)
     bad = by_end(rows, 40)
-    assert bad["verdict"] == replay.BATCH_INVALID
-    assert bad["located_by"] == replay.BY_DIGEST
+    assert bad["verdict"] == BATCH_INVALID
+    assert bad["located_by"] == BY_DIGEST
     assert bad["bad_epoch"] == target_epoch
     assert f"batch {target_epoch} is not the batch the sequencer logged" in bad["detail"]
     others = [r for r in rows if r is not bad]
-    assert set(verdicts(others)) == {"ok", replay.TAIL}  # reported once, by its interval
+    assert set(verdicts(others)) == {"ok", TAIL}  # reported once, by its interval
     if target_epoch % 10:  # (a rebuild from checkpoint 40 on trusts that checkpoint)
-        with pytest.raises(replay.BatchAltered, match=f"epoch {target_epoch}:"):
-            replay.reconstruct(b.spec, replay.scan_checkpoints(b.ckpt, 2), target_epoch)
+        with pytest.raises(BatchAltered, match=f"epoch {target_epoch}:"):
+            reconstruct(b.spec, scan_checkpoints(b.ckpt, 2), target_epoch)
 
 
 def test_doctored_routing_is_located_at_its_exact_epoch(tmp_path: Path) -> None:
     b = build_history(tmp_path)
     e = 23
-    batch = wire.unpack(dict(iter_frames(b.cfg.log_dir, e, e))[e])
-    txns = list(batch[wire.B_TXNS])
-    i = next(i for i, t in enumerate(txns) if len(t[wire.T_PARTS]) == 2)
-    t = list(txns[i])
-    t[wire.T_PARTS] = (t[wire.T_PARTS][0],)  # drop a participant
-    txns[i] = tuple(t)
-    doctored = list(batch)
-    doctored[wire.B_TXNS] = txns
-    rewrite_log(b.cfg.log_dir, {e: wire.pack(doctored)})
-    rows = replay.verify_local(b.spec, b.ckpt)
+    batch = wire.decode_batch(dict(iter_frames(b.cfg.log_dir, e, e))[e])
+    txns = list(batch.txns)
+    i = next(i for i, t in enumerate(txns) if len(t.participants) == 2)
+    txns[i] = txns[i]._replace(participants=txns[i].participants[:1])  # drop a participant
+    rewrite_log(b.cfg.log_dir, {e: with_txns(batch, txns)})
+    rows = verify_local(b.spec, b.ckpt)
     bad = by_end(rows, 30)
     assert (bad["verdict"], bad["bad_epoch"], bad["located_by"]) == (
-        replay.BATCH_INVALID,
+        BATCH_INVALID,
         e,
-        replay.BY_BATCH,
+        BY_BATCH,
     )
     assert "logged participants" in bad["detail"]
     assert sum(r["verdict"] != "ok" for r in rows) == 2  # this one and the tail
@@ -255,16 +278,16 @@ def test_flipped_byte_mid_log_is_located(tmp_path: Path) -> None:
     data = bytearray(segment.read_bytes())
     data[frame_offset(segment, 44 - 1) + 8 + 20] ^= 0x10  # inside epoch 44's payload
     segment.write_bytes(bytes(data))
-    rows = replay.verify_local(b.spec, b.ckpt)
+    rows = verify_local(b.spec, b.ckpt)
     bad = by_end(rows, 50)
     assert (bad["verdict"], bad["bad_epoch"], bad["located_by"]) == (
-        replay.LOG_CORRUPT,
+        LOG_CORRUPT,
         44,
-        replay.BY_LOG,
+        BY_LOG,
     )
     assert verdicts(rows)[:4] == ["ok"] * 4
     # Frames after a corrupt one in the same segment cannot be read: reported, not skipped.
-    assert by_end(rows, 60)["verdict"] == replay.LOG_CORRUPT
+    assert by_end(rows, 60)["verdict"] == LOG_CORRUPT
     assert "before this interval" in by_end(rows, 60)["detail"]
 
 
@@ -272,10 +295,10 @@ def test_torn_tail_is_cut_like_the_sequencer_does(tmp_path: Path) -> None:
     b = build_history(tmp_path, epochs=55)
     (segment,) = b.cfg.log_dir.glob("segment-*.log")
     segment.write_bytes(segment.read_bytes()[:-7])  # epoch 55 torn
-    rows = replay.verify_local(b.spec, b.ckpt)
-    assert verdicts(rows) == ["ok"] * 5 + [replay.TAIL]
+    rows = verify_local(b.spec, b.ckpt)
+    assert verdicts(rows) == ["ok"] * 5 + [TAIL]
     assert by_end(rows, None)["epochs"] == 4  # 51..54
-    assert replay.log_last_epoch(b.cfg.log_dir) == 54
+    assert log_last_epoch(b.cfg.log_dir) == 54
 
 
 def test_pruned_and_corrupt_segments_affect_only_their_intervals(
@@ -286,14 +309,14 @@ def test_pruned_and_corrupt_segments_affect_only_their_intervals(
     segments = sorted(b.cfg.log_dir.glob("segment-*.log"))
     assert len(segments) >= 4
     segments[0].unlink()  # pruned: the log now starts later
-    first = replay.log_first_epoch(b.cfg.log_dir)
-    rows = replay.verify_local(b.spec, b.ckpt)
+    first = log_first_epoch(b.cfg.log_dir)
+    rows = verify_local(b.spec, b.ckpt)
     for r in rows:
         if r["start_epoch"] + 1 < first:
-            assert r["verdict"] == replay.PRUNED
+            assert r["verdict"] == PRUNED
         else:
-            assert r["verdict"] in ("ok", replay.TAIL), r
-    assert any(r["verdict"] == replay.PRUNED for r in rows)
+            assert r["verdict"] in ("ok", TAIL), r
+    assert any(r["verdict"] == PRUNED for r in rows)
 
 
 # Broken checkpoints ----------------------------------------------------------------------
@@ -303,13 +326,13 @@ def test_corrupt_checkpoint_rows_are_reported_and_replay_falls_back(tmp_path: Pa
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01  # inside the rows: the header still reads fine
     path.write_bytes(bytes(data))
-    rows = replay.verify_local(b.spec, b.ckpt)
+    rows = verify_local(b.spec, b.ckpt)
     ending, starting = by_end(rows, 20), by_end(rows, 30)
-    assert (ending["verdict"], ending["bad_epoch"]) == (replay.BAD_CHECKPOINT, 20)
+    assert (ending["verdict"], ending["bad_epoch"]) == (BAD_CHECKPOINT, 20)
     # The next interval is still verified, from the checkpoint before the bad one.
     assert (starting["verdict"], starting["replayed_from_epoch"]) == ("ok", 10)
     assert "invalid" in starting["detail"]
-    assert sum(r["verdict"] == replay.BAD_CHECKPOINT for r in rows) == 1
+    assert sum(r["verdict"] == BAD_CHECKPOINT for r in rows) == 1
 
 
 def test_checkpoint_with_a_doctored_hash_and_valid_crcs_is_reported(tmp_path: Path) -> None:
@@ -320,12 +343,12 @@ def test_checkpoint_with_a_doctored_hash_and_valid_crcs_is_reported(tmp_path: Pa
     header = list(msgpack.unpackb(data[8 : 8 + length]))
     header[8] ^= 1  # state_hash
     path.write_bytes(encode_frame(msgpack.packb(header)) + data[8 + length :])
-    rows = replay.verify_local(b.spec, b.ckpt)
+    rows = verify_local(b.spec, b.ckpt)
     bad = by_end(rows, 40)
     assert (bad["verdict"], bad["bad_epoch"], bad["located_by"]) == (
-        replay.BAD_CHECKPOINT,
+        BAD_CHECKPOINT,
         40,
-        replay.BY_CHECKPOINT,
+        BY_CHECKPOINT,
     )
     assert "rows hash to" in bad["detail"]
     assert by_end(rows, 50)["verdict"] == "ok"
@@ -335,9 +358,9 @@ def test_missing_and_unreadable_checkpoints_do_not_merge_intervals(tmp_path: Pat
     b = build_history(tmp_path)
     (b.ckpt / checkpoint.checkpoint_name(30, 1)).unlink()
     (b.ckpt / checkpoint.checkpoint_name(50, 0)).write_bytes(b"\0" * 5)
-    rows = replay.verify_local(b.spec, b.ckpt)
+    rows = verify_local(b.spec, b.ckpt)
     assert [r["end_epoch"] for r in rows] == [10, 20, 30, 40, 50, 60, None]
-    assert by_end(rows, 30)["verdict"] == by_end(rows, 50)["verdict"] == replay.BAD_CHECKPOINT
+    assert by_end(rows, 30)["verdict"] == by_end(rows, 50)["verdict"] == BAD_CHECKPOINT
     assert "p1: missing" in by_end(rows, 30)["detail"]
     assert by_end(rows, 40)["replayed_from_epoch"] == 20
     assert by_end(rows, 40)["verdict"] == by_end(rows, 60)["verdict"] == "ok"
@@ -365,14 +388,14 @@ def test_executor_bug_is_located_exactly_by_the_serial_oracle(
         return placement.partition_of(t, key, 2)
 
     monkeypatch.setattr(Partition, "_execute", buggy)
-    rows = replay.verify_local(b.spec, b.ckpt)
+    rows = verify_local(b.spec, b.ckpt)
     bad = by_end(rows, 30)
     assert (bad["verdict"], bad["located_by"], bad["bad_epoch"]) == (
-        replay.DIVERGED,
-        replay.BY_SERIAL,
+        DIVERGED,
+        BY_SERIAL,
         b.txn_epochs[bug_txn],
     )
-    assert [r["verdict"] for r in rows if r is not bad] == ["ok"] * 5 + [replay.TAIL]
+    assert [r["verdict"] for r in rows if r is not bad] == ["ok"] * 5 + [TAIL]
 
 
 # Localization logic ------------------------------------------------------------------------
@@ -389,23 +412,23 @@ def test_dependency_suspects_follow_reads_into_writes() -> None:
         _fp(4, 3, {d}, {d}),  # unrelated
         _fp(5, 4, {b}, {b}),  # a later writer of b
     ]
-    s = replay.dependency_suspects(txns, [c])
+    s = dependency_suspects(txns, [c])
     assert s.complete and s.txns == ((1, 0), (3, 2))
-    s = replay.dependency_suspects(txns, [b])
+    s = dependency_suspects(txns, [b])
     assert s.txns == ((2, 1), (5, 4))  # a declared write may not happen: no kill
-    s = replay.dependency_suspects(txns, [c, b])
+    s = dependency_suspects(txns, [c, b])
     assert not s.complete  # no single txn reaches both; the best reach one each
     assert s.txns == ((1, 0), (2, 1), (3, 2), (5, 4))
-    assert replay.dependency_suspects(txns, [("t", (9,))]).txns == ()
+    assert dependency_suspects(txns, [("t", (9,))]).txns == ()
 
 
 # History rows -----------------------------------------------------------------------------
 def test_history_rows_flatten_arguments_per_procedure(tmp_path: Path) -> None:
     b = build_history(tmp_path, epochs=5)
-    layout = replay.history_layout()
+    layout = history_layout()
     cols = [c for c, _ in layout.columns]
     assert {"arg_src", "arg_dst", "arg_amount", "arg_first", "arg_count"} <= set(cols)
-    rows = [dict(zip(cols, r, strict=True)) for r in replay.history_rows(b.spec, layout, 1, 5)]
+    rows = [dict(zip(cols, r, strict=True)) for r in history_rows(b.spec, layout, 1, 5)]
     assert len(rows) == 1 + 4 * 40
     assert [r["txn_id"] for r in rows] == list(range(len(rows)))
     first, t = rows[0], rows[1]
@@ -427,7 +450,7 @@ def test_history_layout_qualifies_conflicting_argument_names() -> None:
         "x.a": proc("x.a", [Arg("k", "int"), Arg("ids", "list")]),
         "x.b": proc("x.b", [Arg("k", "str"), Arg("v", "any")]),
     }
-    layout = replay.history_layout(procs)
+    layout = history_layout(procs)
     assert dict(layout.arg_columns) == {
         "arg_x_a_k": "int",
         "arg_x_b_k": "str",
@@ -437,6 +460,6 @@ def test_history_layout_qualifies_conflicting_argument_names() -> None:
 
 
 def test_split_epochs_covers_the_range_exactly() -> None:
-    assert replay.split_epochs(1, 10, 3) == [(1, 4), (5, 7), (8, 10)]
-    assert replay.split_epochs(5, 6, 8) == [(5, 5), (6, 6)]
-    assert replay.split_epochs(3, 2, 4) == []
+    assert split_epochs(1, 10, 3) == [(1, 4), (5, 7), (8, 10)]
+    assert split_epochs(5, 6, 8) == [(5, 5), (6, 6)]
+    assert split_epochs(3, 2, 4) == []

@@ -43,7 +43,7 @@ def _errors(s: Sequencer, identity: bytes) -> list[tuple]:
 
 
 def _logged_txns(d: Path) -> list[tuple]:
-    return [t for _e, data in iter_frames(d) for t in wire.unpack(data)[wire.B_TXNS]]
+    return [t for _e, data in iter_frames(d) for t in wire.decode_batch(data).txns]
 
 
 def test_batches_are_cut_by_bytes_and_big_calls_wait_for_the_next_epoch(tmp_path: Path) -> None:
@@ -67,7 +67,7 @@ def test_batches_are_cut_by_bytes_and_big_calls_wait_for_the_next_epoch(tmp_path
         tick()
     assert s.failed is None
     assert max(sizes) <= limits.batch_bytes_max and len(sizes) >= 6
-    keys = [t[wire.T_ARGS][0] for t in _logged_txns(tmp_path)]
+    keys = [t.args[0] for t in _logged_txns(tmp_path)]
     assert keys == [f"k{i}" for i in range(48)]  # every call, in order
 
 
@@ -96,9 +96,9 @@ def test_each_batch_takes_calls_round_robin_between_clients(tmp_path: Path) -> N
     s.run_intake()
     data = s.tick(1)
     assert data is not None
-    txns = wire.unpack(data)[wire.B_TXNS]
+    txns = wire.decode_batch(data).txns
     assert len(txns) == limits.batch_txns_max
-    assert ("mine", 1) in [t[wire.T_ARGS] for t in txns]
+    assert ("mine", 1) in [t.args for t in txns]
 
 
 def test_one_client_cannot_take_every_pending_slot(tmp_path: Path) -> None:
@@ -215,7 +215,7 @@ def test_deeply_nested_fields_get_a_short_error_and_no_traceback(
     assert [(r[0], r[2][0]) for r in replies] == [(1, "unknown_procedure"), (2, "bad_arguments")]
     assert all(len(r[2][1]) < 200 for r in replies)
     assert s.tick(1) is not None and s.failed is None
-    assert [t[wire.T_REQ] for t in _logged_txns(tmp_path)] == [3]
+    assert [t.req_id for t in _logged_txns(tmp_path)] == [3]
     assert not [r for r in caplog.records if r.exc_info]
 
 
@@ -229,7 +229,7 @@ def test_junk_prune_requests_get_an_error_reply(tmp_path: Path) -> None:
     ):
         s.on_frame(b"x", msgpack.packb(junk))
     replies = s.take_control_out()
-    assert len(replies) == 4 and all(body[0] == wire.REP_ERROR for _i, body in replies)
+    assert len(replies) == 4 and all(isinstance(body, wire.ErrorReply) for _i, body in replies)
 
 
 @pytest.mark.parametrize(

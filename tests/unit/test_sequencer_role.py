@@ -42,8 +42,8 @@ def test_numbering_continues_after_restart_and_after_a_torn_tail(tmp_path: Path)
     assert (s.epoch, s.next_txn_id) == (4, 4)
     assert s.log.recovered_truncated_bytes > 0
     _submit(s, (99, "kv.put", ("again", 1)))
-    batch = wire.unpack(s.tick(2000))  # type: ignore[arg-type]
-    assert (batch[wire.B_EPOCH], batch[wire.B_PREV], batch[wire.B_FIRST_TXN]) == (5, 4, 4)
+    batch = wire.decode_batch(s.tick(2000))  # type: ignore[arg-type]
+    assert (batch.epoch, batch.prev_epoch, batch.first_txn_id) == (5, 4, 4)
 
 
 def test_each_batch_records_the_digest_of_the_previous_one_across_restarts(
@@ -59,11 +59,11 @@ def test_each_batch_records_the_digest_of_the_previous_one_across_restarts(
     s.tick(2000)
     s.log.close()
     payloads = [p for _e, p in iter_frames(tmp_path)]
-    batches = [wire.unpack(p) for p in payloads]
-    assert [b[wire.B_EPOCH] for b in batches] == [1, 2, 3, 4]
-    assert batches[0][wire.B_PREV_DIGEST] == 0
+    batches = [wire.decode_batch(p) for p in payloads]
+    assert [b.epoch for b in batches] == [1, 2, 3, 4]
+    assert batches[0].prev_digest == 0
     for prev, batch in zip(payloads, batches[1:], strict=False):
-        assert batch[wire.B_PREV_DIGEST] == wire.batch_digest(prev)
+        assert batch.prev_digest == wire.batch_digest(prev)
 
 
 def test_flipped_byte_in_the_middle_is_corruption_not_skipped(tmp_path: Path) -> None:
@@ -126,8 +126,8 @@ def test_restart_result_resequences_with_the_new_prediction(tmp_path: Path) -> N
     f = s._inflight[0]
     f.call.args = ("x", 0)  # the last argument plays the prediction
     s.on_results(0, 0, ((0, RESTART, 5),), (), STATUS)
-    batch = wire.unpack(s.tick(2))  # type: ignore[arg-type]
-    assert batch[wire.B_TXNS][0][wire.T_ARGS] == ("x", 5)
+    batch = wire.decode_batch(s.tick(2))  # type: ignore[arg-type]
+    assert batch.txns[0].args == ("x", 5)
     assert s.stats.restarts == 1
 
 
@@ -136,8 +136,8 @@ def test_checkpoint_flags_every_n_epochs_and_on_request(tmp_path: Path) -> None:
     flags = []
     for i in range(6):
         _submit(s, (i, "kv.put", ("k", i)))
-        flags.append(wire.unpack(s.tick(i))[wire.B_FLAGS])  # type: ignore[arg-type]
+        flags.append(wire.decode_batch(s.tick(i)).flags)  # type: ignore[arg-type]
     assert flags == [0, 0, 1, 0, 0, 1]
     assert s.request_checkpoint() == 7
-    empty = wire.unpack(s.tick(7))  # type: ignore[arg-type]
-    assert empty[wire.B_FLAGS] == 1 and empty[wire.B_TXNS] == ()
+    empty = wire.decode_batch(s.tick(7))  # type: ignore[arg-type]
+    assert empty.flags == 1 and empty.txns == ()

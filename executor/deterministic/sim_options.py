@@ -1,0 +1,98 @@
+"""A simulation run's knobs, its planned faults and its result (records, no logic).
+
+SimOptions fields left None are drawn from the seed by the Simulator, so a seed alone
+fixes a run; SimResult.trace_digest is the same for the same seed in any process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """A run's knobs; None means drawn from the seed."""
+
+    replicas: int | None = None
+    partitions: int | None = None
+    clients: int | None = None
+    calls: int = 150  # over all clients, besides the workload's setup calls
+    in_flight_max: int | None = None  # per client
+    think_max_us: int | None = None
+    faults: bool = True
+    partition_crashes: int | None = None
+    sequencer_crashes: int | None = None
+    pub_drop_pct: float | None = None
+    checkpoint_every_epochs: int | None = None
+    checkpoint_keep: int = 3
+    checkpoint_store: str = "file"  # "file" (executor.core.checkpoint in a temp dir) or "memory"
+    checkpoint_write_max_us: int = 20_000
+    epoch_ms: int = 10
+    client_retry_ms: int | None = None
+    client_timeout_ms: int = 15_000
+    quiesce_limit_ms: int = 20_000  # after the clients finish
+    time_limit_ms: int = 600_000
+    plant: str | None = None
+    strict_liveness: bool = False  # a call that times out fails the run
+    keep_trace: bool = False
+
+
+@dataclass
+class SimResult:
+    seed: int
+    workload: str
+    shape: str
+    failures: list[str]
+    stalls: list[str]  # liveness: calls never answered
+    counters: dict[str, int]
+    trace_digest: str
+    faults: list[str]
+    strict_liveness: bool = False
+    trace: list[str] = field(default_factory=list)
+    log_lines: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and not (self.strict_liveness and self.stalls)
+
+    @property
+    def first_failure(self) -> str:
+        if self.failures:
+            return self.failures[0]
+        return self.stalls[0] if self.stalls else ""
+
+    def summary(self) -> str:
+        c = self.counters
+        state = "ok" if self.ok else f"FAILED ({len(self.failures)} failures)"
+        return (
+            f"seed {self.seed} {self.workload} {self.shape}: {state}; "
+            f"epochs {c['epochs']}, txns {c['txns']} ({c['multi_partition_txns']} multi-partition, "
+            f"{c['dependent_restarts']} restarts), calls {c['calls']} "
+            f"({c['timeouts']} timed out, {c['client_retries']} retries), "
+            f"crashes p{c['partition_crashes']} s{c['sequencer_crashes']}, "
+            f"pub drops {c['pub_drops']}, lost {c['lost_in_crash']}, "
+            f"checkpoints {c['checkpoints']}, restores {c['replica_restores']}, "
+            f"{c['events']} events, {c['sim_ms']} ms simulated"
+        )
+
+
+@dataclass(frozen=True)
+class Fault:
+    at_us: int
+    kind: str  # "partition" or "sequencer"
+    replica: int = 0
+    partition: int = 0
+    mode: str = "now"  # sequencer: "now", "in_sync", "before_publish", "sync_error"
+    down_us: int = 0
+    corrupt_checkpoint: bool = False
+
+    def describe(self) -> str:
+        if self.kind == "partition":
+            extra = ", corrupt checkpoint" if self.corrupt_checkpoint else ""
+            return (
+                f"{self.at_us // 1000} ms: crash r{self.replica}p{self.partition} for "
+                f"{self.down_us // 1000} ms{extra}"
+            )
+        return (
+            f"{self.at_us // 1000} ms: crash sequencer ({self.mode}) for {self.down_us // 1000} ms"
+        )

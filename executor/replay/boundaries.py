@@ -1,0 +1,164 @@
+"""Boundaries: the states of a replica known without replay, and loading them.
+
+A boundary is the state at the end of an epoch that needs no replay: genesis (epoch
+0, ``ReplaySpec.genesis``) or a checkpoint (executor.core.checkpoint: every partition
+snapshots at the same checkpoint-flagged epochs, one file per partition).
+
+Invariants
+- A state is trusted only when fully validated (``checkpoint.load``: frame CRCs, footer,
+  row count, rows hash == header hash). A checkpoint whose header is unreadable is
+  still a boundary (its epoch comes from the file name): it is reported, never
+  silently merged away.
+- Scanning reads headers only; rows are read when a boundary is loaded.
+- Nothing here writes to the checkpoint directories.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from executor.core import checkpoint
+from executor.core.checkpoint import CheckpointInfo, CheckpointInvalid
+from executor.core.genesis import genesis_rows, genesis_storage
+from executor.core.storage import MASK64
+from executor.deterministic.replica import LocalReplica
+from executor.replay.spec import ReplaySpec
+
+_CKPT_NAME = re.compile(r"(\d{12})-p(\d+)\.ckpt")
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """A known state at the end of ``epoch``: genesis (0) or one checkpoint per partition.
+
+    ``problems`` lists what is wrong with it as far as the headers tell (missing
+    partition, unreadable header, header disagreeing with its file name); the rows
+    are validated only when the state is loaded.
+    """
+
+    epoch: int
+    paths: tuple[str, ...] = ()  # per partition ("" = missing); empty for genesis
+    hashes: tuple[int | None, ...] = ()  # header state hash per partition
+    next_txn_id: int = 0
+    problems: tuple[str, ...] = ()
+
+    @property
+    def usable(self) -> bool:
+        return not self.problems
+
+    @property
+    def state_hash(self) -> int | None:
+        if self.epoch == 0 or any(h is None for h in self.hashes):
+            return None
+        return sum(h for h in self.hashes if h is not None) & MASK64
+
+
+GENESIS = Boundary(0)
+
+
+def scan_checkpoints(checkpoint_dir: str | Path, partitions: int) -> list[Boundary]:
+    """Every checkpoint epoch in a replica's directory, oldest first (headers only).
+
+    An epoch is a boundary as soon as one file names it, so a corrupt or missing file
+    makes the boundary unusable and reported, never silently skipped.
+    """
+    directory = Path(checkpoint_dir)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"no checkpoint directory {directory}")
+    files: dict[int, dict[int, Path]] = {}
+    for entry in sorted(directory.iterdir()):
+        m = _CKPT_NAME.fullmatch(entry.name)
+        if m is not None:
+            files.setdefault(int(m.group(1)), {})[int(m.group(2))] = entry
+    out = []
+    for epoch in sorted(files):
+        by_part = files[epoch]
+        paths: list[str] = []
+        hashes: list[int | None] = []
+        next_ids: set[int] = set()
+        problems: list[str] = []
+        for p in sorted(set(by_part) - set(range(partitions))):
+            problems.append(f"p{p}: checkpoint of a partition the cluster does not have")
+        for p in range(partitions):
+            path = by_part.get(p)
+            if path is None:
+                paths.append("")
+                hashes.append(None)
+                problems.append(f"p{p}: missing")
+                continue
+            paths.append(str(path))
+            try:
+                info = checkpoint.read_info(path)
+                _check_header(info, epoch, p, partitions)
+            except CheckpointInvalid as e:
+                hashes.append(None)
+                problems.append(f"p{p}: {e}")
+                continue
+            hashes.append(info.state_hash)
+            next_ids.add(info.next_txn_id)
+        if len(next_ids) > 1:
+            problems.append(f"partitions disagree on the next txn id: {sorted(next_ids)}")
+        out.append(
+            Boundary(
+                epoch,
+                tuple(paths),
+                tuple(hashes),
+                next_ids.pop() if len(next_ids) == 1 else -1,
+                tuple(problems),
+            )
+        )
+    return out
+
+
+def _check_header(info: CheckpointInfo, epoch: int, partition: int, partitions: int) -> None:
+    if (info.epoch, info.partition, info.partitions) != (epoch, partition, partitions):
+        raise CheckpointInvalid(
+            f"{info.path}: header says epoch {info.epoch}, partition "
+            f"{info.partition}/{info.partitions}; expected {epoch}, {partition}/{partitions}"
+        )
+
+
+def peer_checkpoint_dirs(checkpoint_dir: str | Path) -> dict[int, Path]:
+    """Other replicas' checkpoint directories beside ``data_dir/replica-R/checkpoints``."""
+    own = Path(checkpoint_dir).resolve()
+    out: dict[int, Path] = {}
+    if own.name != "checkpoints" or re.fullmatch(r"replica-\d+", own.parent.name) is None:
+        return out  # not in a cluster directory: no peers to compare with
+    for d in sorted(own.parent.parent.glob("replica-*/checkpoints")):
+        m = re.fullmatch(r"replica-(\d+)", d.parent.name)
+        if m is not None and d.resolve() != own and d.is_dir():
+            out[int(m.group(1))] = d
+    return out
+
+
+def load_boundary(spec: ReplaySpec, boundary: Boundary) -> LocalReplica:
+    """A LocalReplica in the state of ``boundary``, fully validated (CheckpointInvalid)."""
+    n = spec.partitions
+    if boundary.epoch == 0:
+        storages = [genesis_storage(spec.genesis, spec.genesis_args, p, n) for p in range(n)]
+        return LocalReplica(n, storages)
+    if not boundary.usable:
+        raise CheckpointInvalid(
+            f"checkpoint at epoch {boundary.epoch}: " + "; ".join(boundary.problems)
+        )
+    loaded = []
+    for p, path in enumerate(boundary.paths):
+        info, storage = checkpoint.load(Path(path))
+        _check_header(info, boundary.epoch, p, n)
+        loaded.append((info, storage))
+    replica = LocalReplica(n, [s for _, s in loaded])
+    for part, (info, _) in zip(replica.parts, loaded, strict=True):
+        part.restore(info.epoch, info.next_txn_id, info.txns_applied)
+    return replica
+
+
+def boundary_rows(spec: ReplaySpec, boundary: Boundary) -> Iterator[tuple[str, tuple, tuple]]:
+    """Every row of every partition at ``boundary`` (replicated tables repeat per partition)."""
+    for p in range(spec.partitions):
+        if boundary.epoch == 0:
+            yield from genesis_rows(spec.genesis, spec.genesis_args, p, spec.partitions)
+        else:
+            yield from checkpoint.iter_rows(Path(boundary.paths[p]))

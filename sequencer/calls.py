@@ -1,0 +1,139 @@
+"""What the sequencer keeps per call, and the checks of what partitions and the log
+service are sent: pure functions and records, no state.
+
+Invariants: ``participants`` is txn_library.placement's rule applied to a checked
+footprint; ``make_batch`` builds exactly what the sequencer logs; a message that any
+check here refuses changes nothing (the caller drops it and counts it).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from txn_library import limits, placement, wire
+from txn_library import partition_wire as ewire
+from txn_library.errors import ERR_BAD_ARGUMENTS, STATUS_NAMES, BadRequest
+from txn_library.partition_wire import PartitionStatus
+from txn_library.procedure import Procedure, lookup
+from txn_library.wire import Batch, LogFetch, Txn, unpack
+
+
+def participants(proc: Procedure, args: tuple, partitions: int) -> tuple[int, ...]:
+    """Partitions a call touches (txn_library.placement), its footprint checked first."""
+    try:
+        fp = proc.footprint_of(args)  # checked: every key is at least its placement prefix
+    except BadRequest:
+        raise
+    except Exception as e:  # the procedure's footprint function raised on these args
+        raise BadRequest(ERR_BAD_ARGUMENTS, f"footprint of {proc.name} failed: {e}") from None
+    return placement.participants(fp.reads, fp.writes, partitions)
+
+
+def make_batch(
+    epoch: int,
+    first_txn_id: int,
+    timestamp_ms: int,
+    seed: int,
+    calls: list[tuple[str, tuple]],
+    partitions: int,
+) -> Batch:
+    """A batch as the sequencer logs it (for tests and tools that build logs)."""
+    txns = tuple(
+        Txn(name, tuple(args), participants(lookup(name), tuple(args), partitions), b"", 0)
+        for name, args in calls
+    )
+    return Batch(epoch, epoch - 1, first_txn_id, timestamp_ms, seed, txns)
+
+
+def parse_log_fetch(frame: bytes) -> LogFetch | None:
+    """A well-formed LOG_FETCH (bounded, ints, 1 <= first <= last), else None."""
+    if len(frame) > limits.log_service_request_bytes_max:
+        return None
+    try:
+        msg = unpack(frame)
+    except (ValueError, TypeError):
+        return None
+    if not (isinstance(msg, tuple) and len(msg) == 3 and msg[0] == wire.LOG_FETCH):
+        return None
+    request = LogFetch._make(msg[1:])
+    first, last = request
+    if type(first) is not int or type(last) is not int or not 1 <= first <= last:
+        return None
+    return request
+
+
+def os_seed() -> int:
+    return int.from_bytes(os.urandom(8), "little")
+
+
+@dataclass(eq=False)
+class PendingCall:
+    identity: bytes  # ROUTER identity to answer on
+    client_id: bytes
+    req_id: Any
+    proc: Procedure
+    args: tuple
+    participants: tuple
+    digest: int = 0
+    restarts: int = 0
+    encoded: bytes = b""  # the txn as logged, once it is pending
+    lookup: bool = False  # fetching a logged call's result after a restart
+    query: tuple | None = None  # (query id, recon, partition, body) of its last query
+
+
+@dataclass
+class InFlight:
+    call: PendingCall
+    answered: int = 0  # bitmask of replicas that answered (a replaying one may repeat)
+    first: tuple | None = None
+
+
+def results_problem(msg: Any, replicas: int, partitions: int) -> str | None:
+    """Why a decoded MSG_RESULTS is malformed (field by field), or None."""
+    if not isinstance(msg, tuple) or len(msg) != 6 or msg[0] != ewire.MSG_RESULTS:
+        return "not a results message"
+    _, replica, partition, results, qresults, status = msg
+    if not (is_index(replica, replicas) and is_index(partition, partitions)):
+        return "no such replica or partition"
+    if not isinstance(results, tuple) or not all(
+        isinstance(r, tuple) and len(r) == 3 and is_int(r[0]) and is_status(r[1]) for r in results
+    ):
+        return "bad results"
+    if not isinstance(qresults, tuple) or not all(
+        isinstance(r, tuple) and len(r) == 4 and is_int(r[0]) and is_status(r[2]) for r in qresults
+    ):
+        return "bad query results"
+    if not (
+        isinstance(status, tuple)
+        and len(status) == len(PartitionStatus._fields)
+        and all(is_int(v) or isinstance(v, bool) for v in status)
+    ):
+        return "bad status"
+    return None
+
+
+def is_int(v: Any) -> bool:
+    return type(v) is int
+
+
+def same_result(a: tuple, b: tuple) -> bool:
+    """Equal answers; deeply nested values are compared by their encoding (== would
+    recurse past Python's limit)."""
+    try:
+        return a == b
+    except RecursionError:
+        return wire.pack(a) == wire.pack(b)
+
+
+def is_status(v: Any) -> bool:
+    return type(v) is int and v in STATUS_NAMES
+
+
+def is_index(v: Any, n: int) -> bool:
+    return type(v) is int and 0 <= v < n
+
+
+def is_req_id(v: Any) -> bool:
+    return type(v) is int and 0 <= v <= limits.req_id_max
