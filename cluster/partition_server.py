@@ -44,6 +44,7 @@ from pathlib import Path
 import zmq
 
 from cluster.config import ClusterConfig
+from cluster.sockets import replica_mesh
 from executor.core import checkpoint
 from executor.core.genesis import genesis_storage
 from executor.core.storage import Storage, settle_heap
@@ -123,17 +124,7 @@ class PartitionServer:
         self.logsvc = c.socket(zmq.DEALER)
         self.logsvc.setsockopt(zmq.LINGER, 0)
         self.logsvc.connect(config.log_service_addr)
-        self.inbox = c.socket(zmq.PULL)
-        self.inbox.setsockopt(zmq.RCVHWM, 0)
-        self.inbox.bind(config.partition_addr(replica, partition))
-        self.peers: dict[int, zmq.Socket] = {}
-        for q in range(config.partitions):
-            if q != partition:
-                s = c.socket(zmq.PUSH)
-                s.setsockopt(zmq.SNDHWM, 0)
-                s.setsockopt(zmq.LINGER, 0)
-                s.connect(config.partition_addr(replica, q))
-                self.peers[q] = s
+        self.inbox, self.peers = replica_mesh(c, config, replica, partition)
         self.results = c.socket(zmq.PUSH)
         self.results.setsockopt(zmq.SNDHWM, 0)
         self.results.setsockopt(zmq.LINGER, 1000)

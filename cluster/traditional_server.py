@@ -46,6 +46,7 @@ import zmq
 
 from cluster.config import HOST, ClusterConfig
 from cluster.launcher import ProcessGroup
+from cluster.sockets import replica_mesh
 from executor.core.genesis import genesis_storage
 from executor.traditional.messages import (
     DECODE_ERRORS,
@@ -143,17 +144,7 @@ class TraditionalServer:
         self.client.setsockopt(zmq.MAXMSGSIZE, limits.frame_bytes_hard_max)
         self.client.setsockopt(zmq.SNDHWM, 0)
         self.client.bind(client_addr(config, partition))
-        self.inbox = c.socket(zmq.PULL)
-        self.inbox.setsockopt(zmq.RCVHWM, 0)
-        self.inbox.bind(config.partition_addr(0, partition))
-        self.peers: dict[int, zmq.Socket] = {}
-        for q in range(config.partitions):
-            if q != partition:
-                s = c.socket(zmq.PUSH)
-                s.setsockopt(zmq.SNDHWM, 0)
-                s.setsockopt(zmq.LINGER, 0)
-                s.connect(config.partition_addr(0, q))
-                self.peers[q] = s
+        self.inbox, self.peers = replica_mesh(c, config, 0, partition)
         self._stop = False
 
     def _fault(self) -> PrepareFault | None:
