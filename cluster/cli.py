@@ -367,7 +367,7 @@ def _request_checkpoint(c: Client) -> int:
     from txn_library.errors import OrdoError
 
     try:
-        return int(c.control((wire.REQ_CHECKPOINT,)))
+        return int(c.control(wire.CheckpointRequest()))
     except OrdoError as e:
         raise click.ClickException(f"checkpoint not requested ({c.address}): {e}") from None
 
@@ -546,7 +546,7 @@ def log_prune(archive: str | None, data_dir: str) -> None:
     cfg = load_config(data_dir)
     with Client(cfg.client_addr) as c:
         try:
-            removed = c.control((wire.REQ_PRUNE, archive))
+            removed = c.control(wire.PruneRequest(archive))
         except CallFailed as e:
             raise click.ClickException(f"nothing pruned: {e.message}") from None
         except OrdoError as e:

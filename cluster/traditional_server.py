@@ -189,7 +189,7 @@ class TraditionalServer:
             self.part.on_calls(identity, msg[1], msg[2])
         elif kind == wire.REQ_STATUS:
             report = self.part.status_report()
-            self.client.send_multipart([identity, wire.pack((wire.REP_STATUS, report))])
+            self.client.send_multipart([identity, wire.encode(wire.StatusReply(report))])
         else:
             self._reject(identity, ERR_MALFORMED, f"unknown request kind {kind!r}")
 
@@ -219,7 +219,7 @@ class TraditionalServer:
         for identity, replies in client_out.items():
             try:
                 self.client.send_multipart(
-                    [identity, wire.pack((wire.REP_RESULTS, replies))], flags=zmq.NOBLOCK
+                    [identity, wire.encode(wire.ResultsReply(replies))], flags=zmq.NOBLOCK
                 )
             except zmq.ZMQError:
                 log.warning("client gone; dropped %d replies", len(replies))

@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cluster.bank_load import run_transfers  # noqa: E402
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import (  # noqa: E402
     LocalCluster,
@@ -34,7 +35,7 @@ from executor.core import checkpoint  # noqa: E402
 from executor.deterministic.replica import LocalReplica  # noqa: E402
 from sequencer.log import iter_frames  # noqa: E402
 from txn_library import wire  # noqa: E402
-from txn_library.bank_workload import make_transfers, open_accounts, run_transfers  # noqa: E402
+from txn_library.bank_workload import make_transfers, open_accounts  # noqa: E402
 from txn_library.client import Client  # noqa: E402
 
 ACCOUNTS = 10_000
@@ -44,7 +45,7 @@ def one(n: int, tmp: str) -> dict:
     cfg = ClusterConfig(replicas=1, partitions=2, base_port=free_base_port(), data_dir=tmp)
     with LocalCluster(cfg) as lc, Client(cfg.client_addr) as c:
         open_accounts(c, ACCOUNTS, 1_000_000)
-        ck = c.control((wire.REQ_CHECKPOINT,))
+        ck = c.control(wire.CheckpointRequest())
         while not all(p["newest_checkpoint_epoch"] >= ck for p in c.status()["partitions"]):
             time.sleep(0.1)
         t0 = time.perf_counter()
@@ -54,7 +55,7 @@ def one(n: int, tmp: str) -> dict:
             run = run_transfers(
                 cfg.client_addr, make_transfers(chunk, ACCOUNTS, 2, 0.5, done), 4, 1000
             )
-            assert run.failed == 0, run.errors
+            assert run.errors == 0, run.error_codes
             done += chunk
         live_s = time.perf_counter() - t0
         st = wait_quiescent(c, 1, 2, timeout_s=300)

@@ -52,7 +52,8 @@ def load() -> list[float]:
 
 
 def live_bank(a: argparse.Namespace, data: Path) -> tuple[ClusterConfig, dict, dict]:
-    from txn_library.bank_workload import make_transfers, open_accounts, run_transfers
+    from cluster.bank_load import run_transfers
+    from txn_library.bank_workload import make_transfers, open_accounts
 
     cfg = ClusterConfig(
         replicas=a.replicas,
@@ -68,17 +69,17 @@ def live_bank(a: argparse.Namespace, data: Path) -> tuple[ClusterConfig, dict, d
             open_accounts(c, a.accounts, 1_000_000)
         transfers = make_transfers(a.txns, a.accounts, a.partitions, a.multi, seed=1)
         run = run_transfers(cfg.client_addr, transfers, a.clients, a.in_flight)
-        if run.failed:
-            raise RuntimeError(f"{run.failed} transfers failed: {run.errors[:3]}")
+        if run.errors:
+            raise RuntimeError(f"{run.errors} transfers failed: {dict(run.error_codes)}")
         with Client(cfg.client_addr) as c:
             status = wait_quiescent(c, a.replicas, a.partitions, timeout_s=300)
     live = {
         "workload": "bank.transfer",
-        "txns": run.submitted,
-        "elapsed_s": round(run.elapsed_s, 3),
-        "txn_per_s": round(run.submitted / run.elapsed_s, 1),
+        "txns": run.sent,
+        "elapsed_s": round(run.measured_s, 3),
+        "txn_per_s": round(run.sent / run.measured_s, 1),
         "multi_partition_share": a.multi,
-        "latency_p50_ms": round(run.percentile_ms(0.5), 1),
+        "latency_p50_ms": run.percentiles_ms((0.5,), digits=1)["p50"],
     }
     return cfg, status, live
 

@@ -2,8 +2,8 @@
 
 For each multi-partition share (default 0 and 0.5): start a fresh traditional cluster
 on 127.0.0.1 (one process per partition, fdatasync group commit on), open accounts,
-submit transfers from several client threads, each call sent to the partition owning
-its source account, with a bounded number in flight per client; then check that
+submit transfers from several clients (cluster.bank_load), each call sent to the
+partition owning its source account, with a bounded number in flight per client; then check that
 money is conserved. Prints and writes results/bench_traditional.json, including the
 1-minute load average before and after (other work shares the machine).
 
@@ -24,26 +24,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cluster.bank_load import run_transfers  # noqa: E402
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import free_base_port  # noqa: E402
 from cluster.traditional_server import TraditionalCluster  # noqa: E402
 from executor.traditional.options import TraditionalOptions  # noqa: E402
-from txn_library.bank_workload import BankRun, make_transfers, run_transfers  # noqa: E402
+from txn_library.bank_workload import make_transfers  # noqa: E402
 from txn_library.routing_client import RoutingClient  # noqa: E402
 
 BALANCE = 1_000_000
-
-
-def run_routed(addrs: list[str], transfers: list, clients: int, in_flight: int) -> BankRun:
-    """bank_workload.run_transfers with every call sent to its home partition."""
-    return run_transfers(
-        "",
-        transfers,
-        clients,
-        in_flight,
-        timeout_s=120,
-        make_client=lambda: RoutingClient(addrs, timeout_s=120),
-    )
 
 
 def one(a: argparse.Namespace, multi: float) -> dict[str, Any]:
@@ -71,12 +60,14 @@ def one(a: argparse.Namespace, multi: float) -> dict[str, Any]:
                         raise RuntimeError("bank.open failed")
                 open_s = time.perf_counter() - t0
             transfers = make_transfers(a.transfers, a.accounts, a.partitions, multi, seed=1)
-            run = run_routed(tc.client_addrs, transfers, a.clients, a.in_flight)
+            # every call sent to its home partition (run_transfers routes several targets)
+            run = run_transfers(tc.client_addrs, transfers, a.clients, a.in_flight, 120)
             with RoutingClient(tc.client_addrs) as rc:
                 total = rc.call("bank.total", 0, a.accounts, timeout_s=120).value
                 st = rc.status()
             tc.check_alive()
         parts = st["partitions"]
+    latency_ms = run.percentiles_ms((0.50, 0.99))
     return {
         "mode": "traditional",
         "partitions": a.partitions,
@@ -90,14 +81,14 @@ def one(a: argparse.Namespace, multi: float) -> dict[str, Any]:
         "restart_delay_base_us": a.restart_base_us,
         "restart_delay_cap_us": a.restart_cap_us,
         "fsync": not a.no_fsync,
-        "elapsed_s": round(run.elapsed_s, 3),
-        "transfers_per_s": round(run.answered / run.elapsed_s, 1),
+        "elapsed_s": round(run.measured_s, 3),
+        "transfers_per_s": round(run.answered / run.measured_s, 1),
         "ok": run.ok,
         "aborted": run.aborted,
-        "failed": run.failed,
-        "errors": run.errors[:5],
-        "latency_p50_ms": round(run.percentile_ms(0.50), 2),
-        "latency_p99_ms": round(run.percentile_ms(0.99), 2),
+        "failed": run.errors,
+        "errors": list(run.error_codes)[:5],
+        "latency_p50_ms": latency_ms["p50"],
+        "latency_p99_ms": latency_ms["p99"],
         "wait_die_deaths": sum(p["deaths"] for p in parts),
         "money_conserved": total == a.accounts * BALANCE,
         "open_accounts_s": round(open_s, 2),

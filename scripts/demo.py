@@ -15,13 +15,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cluster.bank_load import run_transfers  # noqa: E402
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import (  # noqa: E402
     LocalCluster,
     stop_requested_on_signals,
     wait_quiescent,
 )
-from txn_library.bank_workload import make_transfers, open_accounts, run_transfers  # noqa: E402
+from txn_library.bank_workload import make_transfers, open_accounts  # noqa: E402
 from txn_library.client import Client  # noqa: E402
 
 
@@ -46,11 +47,11 @@ def main() -> None:
             open_accounts(c, accounts, 10_000)
         transfers = make_transfers(a.transfers, accounts, a.partitions, 0.5, seed=7)
         run = run_transfers(cfg.client_addr, transfers, clients=4, in_flight_per_client=200)
+        latency_ms = run.percentiles_ms((0.5, 0.99), digits=1)
         print(
-            f"{run.answered} transfers in {run.elapsed_s:.2f}s = "
-            f"{run.answered / run.elapsed_s:,.0f}/s; ok {run.ok}, aborted {run.aborted}, "
-            f"failed {run.failed}; p50 {run.percentile_ms(0.5):.1f} ms, "
-            f"p99 {run.percentile_ms(0.99):.1f} ms"
+            f"{run.answered} transfers in {run.measured_s:.2f}s = "
+            f"{run.answered / run.measured_s:,.0f}/s; ok {run.ok}, aborted {run.aborted}, "
+            f"failed {run.errors}; p50 {latency_ms['p50']} ms, p99 {latency_ms['p99']} ms"
         )
         with Client(cfg.client_addr) as c:
             st = wait_quiescent(c, a.replicas, a.partitions)

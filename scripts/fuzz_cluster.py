@@ -76,6 +76,7 @@ import zmq  # noqa: E402
 
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import LocalCluster, free_base_port, is_quiescent  # noqa: E402
+from cluster.measure import percentiles  # noqa: E402
 from sequencer.log import iter_frames  # noqa: E402
 from txn_library import (
     limits,  # noqa: E402
@@ -861,13 +862,6 @@ class GoodClient:
                     self.uncertain.update((src, dst))
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
-
-
 # Observing the cluster ---------------------------------------------------------------
 def proc_status_kb(pid: int, field_name: str) -> int | None:
     try:
@@ -1490,15 +1484,17 @@ def check_latency(r: Run) -> None:
     idle = [s.latency_ms for s in samples if r.a.warmup <= s.t_s < r.flood_start_s]
     during = [s.latency_ms for s in samples if r.flood_start_s <= s.t_s < r.flood_end_s]
     outcomes = Counter(s.outcome for s in samples)
+    idle_p50, idle_p99, idle_p999 = percentiles(idle, (0.5, 0.99, 0.999))
+    flood_p50, flood_p99, flood_p999 = percentiles(during, (0.5, 0.99, 0.999))
     lat: dict[str, Any] = {
         "idle_calls": len(idle),
         "flood_calls": len(during),
-        "idle_p50_ms": percentile(idle, 0.5),
-        "idle_p99_ms": percentile(idle, 0.99),
-        "flood_p50_ms": percentile(during, 0.5),
-        "flood_p99_ms": percentile(during, 0.99),
-        "idle_p999_ms": percentile(idle, 0.999),
-        "flood_p999_ms": percentile(during, 0.999),
+        "idle_p50_ms": idle_p50,
+        "idle_p99_ms": idle_p99,
+        "flood_p50_ms": flood_p50,
+        "flood_p99_ms": flood_p99,
+        "idle_p999_ms": idle_p999,
+        "flood_p999_ms": flood_p999,
         "idle_max_ms": max(idle, default=None),
         "flood_max_ms": max(during, default=None),
         "slowest": [

@@ -20,8 +20,10 @@ One command runs everything and writes results/paper/*.json, *.csv, *.png:
 Every cluster is real processes on 127.0.0.1, fsync on, one replica (the baseline is
 not replicated), 2 partitions. Per cluster the points run back to back; each point
 has a warm-up whose answers are not counted and a measurement window. The load
-generator is closed loop (a fixed number of calls in flight) except in b, where it is
-open loop at a fixed rate so that a stall shows up as a backlog, not as idle clients.
+generator (cluster/loadgen.py, shared with ``ordo tpcc run`` and the bank benchmarks,
+nearest-rank percentiles) is closed loop (a fixed number of calls in flight) except in
+b, where it is open loop at a fixed rate so that a stall shows up as a backlog, not as
+idle clients.
 
 Invariant: the script never decides an outcome: every count is a result returned by
 the cluster or read from its status.
@@ -39,9 +41,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +53,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import LocalCluster, ProcessGroup, free_base_port  # noqa: E402
+from cluster.loadgen import (  # noqa: E402
+    Call,
+    ClosedLoop,
+    LoadGenerator,
+    OpenLoop,
+    Router,
+    home_router,
+)
+from cluster.measure import Window  # noqa: E402
 from cluster.traditional_server import TraditionalCluster  # noqa: E402
 from executor.traditional.options import TraditionalOptions  # noqa: E402
 from txn_library import bench_procedures as bp  # noqa: E402
-from txn_library.client import Client, Result  # noqa: E402
+from txn_library import limits  # noqa: E402
+from txn_library.client import Client  # noqa: E402
 from txn_library.routing_client import RoutingClient  # noqa: E402
 
 OUT_DIR = Path("results/paper")
@@ -64,8 +76,6 @@ BENCH_MODULES = ("txn_library.builtin", "tpcc.procedures", "txn_library.bench_pr
 BUCKET_S = 0.1
 START_WAIT_S = 600.0
 DRAIN_S = 60.0
-
-Call = tuple[str, tuple, str]  # procedure, args, kind (for counting)
 
 
 # --- Clusters ----------------------------------------------------------------------------
@@ -128,163 +138,67 @@ def contention_counters(client: Any) -> dict[str, int]:
 # --- Load generator ----------------------------------------------------------------------
 
 
-@dataclass
-class Window:
-    """Answers of one point; counts only those answered inside the measurement window."""
-
-    started: float = 0.0
-    warmup_s: float = 0.0
-    duration_s: float = 0.0
-    ok: int = 0
-    answered_all: int = 0  # warm-up and drain included
-    aborted: int = 0
-    failed: int = 0
-    errors: list[str] = field(default_factory=list)
-    latencies_s: list[float] = field(default_factory=list)
-    kinds: dict[str, int] = field(default_factory=dict)
-    kinds_all: dict[str, int] = field(default_factory=dict)  # warm-up and drain included
-    # per BUCKET_S since start: answers, and sampled (in flight, older than threshold)
-    buckets: list[int] = field(default_factory=list)
-    samples: list[tuple[float, int, int]] = field(default_factory=list)
-    # per BUCKET_S of *submission* time: [calls submitted, of those answered after more
-    # than blocked_after_s or never]
-    by_submit: list[list[int]] = field(default_factory=list)
-
-    @property
-    def answered(self) -> int:
-        return self.ok + self.aborted + self.failed
-
-    def summary(self) -> dict[str, Any]:
-        lat = sorted(self.latencies_s)
-
-        def q(x: float) -> float | None:
-            return round(1000 * lat[min(len(lat) - 1, int(x * len(lat)))], 2) if lat else None
-
-        return {
-            "measured_s": self.duration_s,
-            "answered": self.answered,
-            "ok": self.ok,
-            "aborted": self.aborted,
-            "failed": self.failed,
-            "errors": self.errors[:3],
-            "txn_per_s": round(self.answered / self.duration_s, 1),
-            "latency_avg_ms": round(1000 * sum(lat) / len(lat), 2) if lat else None,
-            "latency_p50_ms": q(0.5),
-            "latency_p99_ms": q(0.99),
-            "kinds": dict(self.kinds),
-        }
+def load_targets(group: ProcessGroup) -> tuple[list[str], Router | None]:
+    """Where the load goes: the sequencer, or (traditional) each call's home partition."""
+    if isinstance(group, TraditionalCluster):
+        return group.client_addrs, home_router(PARTITIONS)
+    return [group.config.client_addr], None
 
 
 def run_point(
-    client: Any,
+    group: ProcessGroup,
     next_call: Callable[[], Call],
     warmup_s: float,
     duration_s: float,
     *,
     in_flight: int = 256,
     rate: float | None = None,
-    events: list[tuple[float, Callable[[], None]]] | None = None,
+    events: Sequence[tuple[float, Callable[[], None]]] = (),
     blocked_after_s: float = 0.2,
 ) -> Window:
-    """Drive calls for warmup_s + duration_s. Closed loop (``in_flight`` outstanding)
-    or open loop at ``rate`` calls/s (still bounded by ``in_flight``). ``events`` run
-    at their offsets from the start (e.g. the stalling transaction)."""
-    w = Window(warmup_s=warmup_s, duration_s=duration_s)
-    total_s = warmup_s + duration_s
-    w.buckets = [0] * (int(total_s / BUCKET_S) + 2)
-    w.by_submit = [[0, 0] for _ in w.buckets]
-    lock = threading.Lock()
-    sem = threading.BoundedSemaphore(in_flight)
-    outstanding: dict[int, float] = {}
-    ids = iter(range(1 << 62))
-    t0 = time.monotonic()
-    w.started = t0
-    stop = threading.Event()
-
-    def done(f: Future, cid: int, kind: str) -> None:
-        now = time.monotonic()
-        sem.release()
-        started = outstanding.pop(cid, now)
-        b = int((now - t0) / BUCKET_S)
-        measuring = warmup_s <= now - t0 <= total_s
-        with lock:
-            sb = int((started - t0) / BUCKET_S)
-            if sb < len(w.by_submit):
-                w.by_submit[sb][0] += 1
-                w.by_submit[sb][1] += now - started > blocked_after_s
-            w.answered_all += 1
-            w.kinds_all[kind] = w.kinds_all.get(kind, 0) + 1
-            if b < len(w.buckets):
-                w.buckets[b] += 1
-            if not measuring:
-                return
-            try:
-                r: Result = f.result()
-                w.latencies_s.append(r.latency_s)
-                w.kinds[kind] = w.kinds.get(kind, 0) + 1
-                if r.ok:
-                    w.ok += 1
-                else:
-                    w.aborted += 1
-            except Exception as e:  # errors are counted, never hidden
-                w.failed += 1
-                if len(w.errors) < 10:
-                    w.errors.append(repr(e))
-
-    def monitor() -> None:
-        while not stop.wait(BUCKET_S):
-            now = time.monotonic()
-            starts = list(outstanding.values())
-            old = sum(1 for s in starts if now - s > blocked_after_s)
-            w.samples.append((round(now - t0, 3), len(starts), old))
-
-    def fire_events() -> None:
-        for at, fn in sorted(events or [], key=lambda e: e[0]):
-            delay = t0 + at - time.monotonic()
-            if delay > 0 and stop.wait(delay):
-                return
-            fn()
-
-    threads = [threading.Thread(target=monitor, daemon=True)]
-    threads.append(threading.Thread(target=fire_events, daemon=True))
-    for t in threads:
-        t.start()
-    futures: list[Future] = []
-    sent = 0
-    while True:
-        now = time.monotonic()
-        if now - t0 >= total_s:
-            break
-        if rate is not None:
-            due = int((now - t0) * rate)
-            if sent >= due:
-                time.sleep(0.002)
-                continue
-        if not sem.acquire(timeout=0.05):
-            continue
-        proc, args, kind = next_call()
-        cid = next(ids)
-        outstanding[cid] = time.monotonic()
-        f = client.submit(proc, *args)
-        f.add_done_callback(lambda f, cid=cid, kind=kind: done(f, cid, kind))
-        futures.append(f)
-        sent += 1
-    deadline = time.monotonic() + DRAIN_S
-    for f in futures:
-        try:
-            f.result(timeout=max(0.1, deadline - time.monotonic()))
-        except Exception:
-            pass
-    stop.set()
-    for t in threads:
-        t.join(timeout=5)
-    with lock:
-        for started in list(outstanding.values()):  # never answered: blocked for good
-            sb = int((started - t0) / BUCKET_S)
-            if sb < len(w.by_submit):
-                w.by_submit[sb][0] += 1
-                w.by_submit[sb][1] += 1
+    """Drive calls for warmup_s + duration_s through cluster.loadgen, with a timeline of
+    BUCKET_S buckets. Closed loop (``in_flight`` outstanding) or open loop at ``rate``
+    calls/s (at most ``in_flight`` outstanding; calls due beyond it are skipped and
+    reported on stderr). ``events`` run at their offsets from the start (e.g. the
+    stalling transaction)."""
+    targets, route = load_targets(group)
+    load: ClosedLoop | OpenLoop = ClosedLoop(terminals=in_flight)
+    if rate is not None:
+        load = OpenLoop(rate, in_flight_max=in_flight)
+    with LoadGenerator(targets, lambda _t: next_call(), load, route=route, timeout_s=120) as gen:
+        w = gen.run(
+            warmup_s=warmup_s,
+            duration_s=duration_s,
+            drain_s=DRAIN_S,
+            events=events,
+            timeline_bucket_s=BUCKET_S,
+            late_after_s=blocked_after_s,
+        )
+    if w.skipped:
+        print(
+            f"warning: {w.skipped} calls not sent (at most {in_flight} in flight)", file=sys.stderr
+        )
     return w
+
+
+def point_summary(w: Window) -> dict[str, Any]:
+    """A point's measured numbers (answers inside the window), as rows report them."""
+    lat = w.latencies_s()
+    pct = w.percentiles_ms((0.5, 0.99))
+    measured_s = round(w.measured_s, 2)
+    return {
+        "measured_s": measured_s,
+        "answered": w.answered,
+        "ok": w.ok,
+        "aborted": w.aborted,
+        "failed": w.errors,
+        "errors": list(w.error_codes)[:3],
+        "txn_per_s": round(w.answered / w.measured_s, 1),
+        "latency_avg_ms": round(1000 * sum(lat) / len(lat), 2) if lat else None,
+        "latency_p50_ms": pct["p50"],
+        "latency_p99_ms": pct["p99"],
+        "kinds": {name: k.ok + k.aborted for name, k in w.kinds.items() if k.ok + k.aborted},
+    }
 
 
 # --- a: TPC-C New Order vs multi-partition share -----------------------------------------
@@ -312,7 +226,7 @@ def new_order_calls(warehouses: int, multi_share: float, seed: int) -> Callable[
             supply = list(supply)
             supply[rng.randrange(len(supply))] = rng.choice(others)
             kind = "multi"
-        return ("tpcc.new_order", (w, d, c, list(i_ids), list(supply), list(qty)), kind)
+        return Call("tpcc.new_order", (w, d, c, list(i_ids), list(supply), list(qty)), kind)
 
     return nxt
 
@@ -331,7 +245,7 @@ def experiment_a(a: argparse.Namespace) -> list[dict[str, Any]]:
                     for share in shares:
                         before = contention_counters(client)
                         w = run_point(
-                            client,
+                            group,
                             new_order_calls(warehouses, share, seed=int(share * 100) + 7),
                             a.warmup_s,
                             a.duration_s,
@@ -346,7 +260,7 @@ def experiment_a(a: argparse.Namespace) -> list[dict[str, Any]]:
                             "warehouses": warehouses,
                             "multi_partition_share": share,
                             "load_s": round(load_s, 1),
-                            **w.summary(),
+                            **point_summary(w),
                         }
                         # Counted over warm-up + window + drain (status is cumulative),
                         # so divided by every call answered in that span.
@@ -406,7 +320,7 @@ def clog_calls(ws: WorkingSet, seed: int) -> Callable[[], Call]:
     def nxt() -> Call:
         p = rng.randrange(PARTITIONS)
         js = rng.sample(range(ws.size), 10)
-        return ("bench.update", ([p + PARTITIONS * j for j in js], 1), "update")
+        return Call("bench.update", ([p + PARTITIONS * j for j in js], 1), "update")
 
     return nxt
 
@@ -426,7 +340,7 @@ def experiment_b(a: argparse.Namespace) -> list[dict[str, Any]]:
                     ws = working_set_for(target, records)
                     nxt = clog_calls(ws, seed=int(target * 1e6))
                     stall_call = nxt()  # a regular txn of the workload, on some partition
-                    stall_rids = stall_call[1][0]
+                    stall_rids = stall_call.args[0]
                     stall_future: list[Future] = []
 
                     def fire(
@@ -435,7 +349,7 @@ def experiment_b(a: argparse.Namespace) -> list[dict[str, Any]]:
                         out.append(c.submit("bench.stall", rids, 1, a.stall_ms))
 
                     w = run_point(
-                        client,
+                        group,
                         nxt,
                         0.0,
                         a.clog_total_s,
@@ -450,15 +364,16 @@ def experiment_b(a: argparse.Namespace) -> list[dict[str, Any]]:
                             stall_latency = round(stall_future[0].result(timeout=30).latency_s, 3)
                         except Exception as e:
                             stall_latency = repr(e)
-                    sampled = {int(t / BUCKET_S) - 1: (n, old) for t, n, old in w.samples}
+                    tl = w.timeline
+                    assert tl is not None
                     series = []
                     for b in range(int(a.clog_total_s / BUCKET_S)):
-                        n, old = sampled.get(b, (None, None))
-                        submitted, late = w.by_submit[b]
+                        n, old = tl.samples[b][1:] if b < len(tl.samples) else (None, None)
+                        submitted, late = tl.submitted[b], tl.late[b]
                         series.append(
                             {
                                 "t_s": round((b + 1) * BUCKET_S, 3),  # end of the bucket
-                                "txn_per_s": w.buckets[b] / BUCKET_S,  # answers in it
+                                "txn_per_s": tl.answers[b] / BUCKET_S,  # answers in it
                                 "in_flight": n,  # sampled at about the bucket's end
                                 "blocked": old,  # of those, waiting > 200 ms
                                 "submitted": submitted,
@@ -482,7 +397,7 @@ def experiment_b(a: argparse.Namespace) -> list[dict[str, Any]]:
                         "stall_txn_partition": stall_rids[0] % PARTITIONS,
                         "load_s": round(load_s, 1),
                         "load_avg_1m": round(os.getloadavg()[0], 2),
-                        **w.summary(),
+                        **point_summary(w),
                         "series": series,
                     }
                     print(json.dumps({k: v for k, v in row.items() if k != "series"}), flush=True)
@@ -505,42 +420,34 @@ def dependent_calls(
         tag = rng.randrange(tags)
         if rng.random() < share:
             if mode == "deterministic":
-                return ("bench.tag_update", (tag, 1), "dependent")
-            return ("bench.tag_update_locking", (tag, 1, tags, slots), "dependent")
+                return Call("bench.tag_update", (tag, 1), "dependent")
+            return Call("bench.tag_update_locking", (tag, 1, tags, slots), "dependent")
         rid = rng.choice(bp.slot_rids(tag, tags, slots))
-        return ("bench.update", ([rid], 1), "known")
+        return Call("bench.update", ([rid], 1), "known")
 
     return nxt
 
 
 def index_mover(
-    client: Any, tags: int, slots: int, rate: float, stop: threading.Event, sent: list[Future]
-) -> None:
-    """Re-point random tags to random slots at ``rate`` per second (open loop); the
-    calls' futures go to ``sent`` so that the achieved rate can be counted."""
+    group: ProcessGroup, tags: int, slots: int, rate: float, stop: threading.Event
+) -> Window | None:
+    """Re-point random tags to random slots at ``rate`` per second (open loop, its own
+    load generator) until ``stop``; then wait up to 30 s for the answers. The window
+    counts every move (sent, committed); None when the rate is 0 (nothing sent)."""
     if rate <= 0:
-        return
+        return None
     rng = random.Random(99)
-    t0 = time.monotonic()
-    while not stop.is_set():
-        due = int((time.monotonic() - t0) * rate)
-        while len(sent) < due:
-            tag = rng.randrange(tags)
-            rid = rng.choice(bp.slot_rids(tag, tags, slots))
-            sent.append(client.submit("bench.tag_move", tag, rid))
-        time.sleep(0.005)
 
+    def nxt(_terminal: int) -> Call | None:
+        if stop.is_set():
+            return None
+        tag = rng.randrange(tags)
+        return Call("bench.tag_move", (tag, rng.choice(bp.slot_rids(tag, tags, slots))), "move")
 
-def committed(futures: list[Future], wait_s: float) -> int:
-    """How many of ``futures`` answered OK (waiting up to ``wait_s`` in all)."""
-    deadline = time.monotonic() + wait_s
-    ok = 0
-    for f in futures:
-        try:
-            ok += f.result(timeout=max(0.01, deadline - time.monotonic())).ok
-        except Exception:
-            pass  # unanswered or failed: not a move
-    return ok
+    targets, route = load_targets(group)
+    load = OpenLoop(rate, in_flight_max=limits.loadgen_in_flight_max)
+    with LoadGenerator(targets, nxt, load, route=route, timeout_s=30.0) as gen:
+        return gen.run(drain_s=0.0)
 
 
 def experiment_c(a: argparse.Namespace) -> list[dict[str, Any]]:
@@ -555,16 +462,18 @@ def experiment_c(a: argparse.Namespace) -> list[dict[str, Any]]:
                 for share in a.dependent_shares:
                     for rate in a.index_rates:
                         stop = threading.Event()
-                        moves: list[Future] = []
+                        moved: list[Window | None] = []
                         mover = threading.Thread(
-                            target=index_mover, args=(client, tags, slots, rate, stop, moves)
+                            target=lambda out=moved, g=group, r=rate, s=stop: out.append(
+                                index_mover(g, tags, slots, r, s)
+                            )
                         )
                         before = restarts_of(client)
                         mover_t0 = time.monotonic()
                         mover.start()
                         try:
                             w = run_point(
-                                client,
+                                group,
                                 dependent_calls(mode, tags, slots, share, seed=int(rate) + 3),
                                 a.warmup_s,
                                 a.duration_s,
@@ -572,9 +481,13 @@ def experiment_c(a: argparse.Namespace) -> list[dict[str, Any]]:
                             )
                         finally:
                             stop.set()
+                            mover_s = time.monotonic() - mover_t0
                             mover.join()
-                        mover_s = time.monotonic() - mover_t0
-                        moves_ok = committed(moves, 30.0)
+                        if not moved:
+                            raise RuntimeError("the index mover failed (its error is above)")
+                        moves = moved[0]
+                        moves_sent = 0 if moves is None else moves.sent
+                        moves_ok = 0 if moves is None else moves.ok
                         time.sleep(0.3)
                         after = restarts_of(client)
                         group.check_alive()
@@ -586,11 +499,11 @@ def experiment_c(a: argparse.Namespace) -> list[dict[str, Any]]:
                             "mode": mode,
                             "dependent_share": share,
                             "index_updates_per_s": rate,  # offered
-                            "index_moves_sent": len(moves),
+                            "index_moves_sent": moves_sent,
                             "index_moves_committed_per_s": round(moves_ok / mover_s, 1),
                             "tags": tags,
                             "slots": slots,
-                            **w.summary(),
+                            **point_summary(w),
                             "restarts": after - before,
                             "restart_kind": "dependent restarts"
                             if mode == "deterministic"

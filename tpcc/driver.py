@@ -14,11 +14,14 @@ answers; there are no keying or think times (clause 5.2.5 is not modelled), so t
 numbers are engine capacity, not a compliant tpmC. Open loop: transactions are
 submitted at a fixed rate whatever the answers (bounded in flight).
 
-The load loop is single-threaded over one ZeroMQ DEALER (txn_library.client's
-ClientProtocol encoding): replies are drained, the answering terminals' next calls
-are generated and sent in one frame. Measurement counts answers that arrive inside
-the window [warmup, warmup + duration]; the sequencer's restart counter is read at
-both ends of the window.
+The load is cluster.loadgen's generator (one thread, one DEALER, no per-call futures):
+a ``ClosedLoop`` of the terminals, or an ``OpenLoop`` at the rate with fixed spacing and
+at most ``limits.loadgen_in_flight_max`` calls outstanding. This module keeps what is
+TPC-C's: the terminals and their inputs (tpcc.inputs), the embedded cluster, the
+summary's layout and the checks. Measurement counts answers that arrive inside the
+window [warmup, warmup + duration); the sequencer's status (restarts, epochs) is read
+at both ends of the window. Latency percentiles are cluster.measure.percentiles
+(nearest rank).
 
 Invariant: the driver never decides anything the database should: every outcome it
 reports is a result returned by the cluster.
@@ -32,26 +35,21 @@ import shutil
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import zmq
-
 from cluster.config import ClusterConfig
-from tpcc.inputs import KINDS, NEW_ORDER, Call, Terminal, TpccInputs, terminals_for
-from txn_library import limits, wire
-from txn_library.client import ClientProtocol
-from txn_library.errors import ABORTED, ERROR, OK
+from cluster.loadgen import ClosedLoop, LoadGenerator, OpenLoop
+from cluster.measure import CpuMeter, KindStats, Window
+from tpcc.inputs import KINDS, NEW_ORDER, Call, TpccInputs, terminals_for
+from txn_library import limits
 
 GENESIS = "tpcc.loader:genesis"
 PROCEDURE_MODULES = ("txn_library.builtin", "tpcc.procedures")
-FRAME_CALLS_MAX = 1000  # calls per client frame (well under limits.calls_per_frame_max)
 DRAIN_S = 30.0  # after the window, wait this long for calls still in flight
 LOAD_S_PER_WAREHOUSE = 2.0  # rough, for the load progress bar's patience
-QUANTILES = (0.50, 0.95, 0.99)
 
 
 @dataclass
@@ -77,31 +75,6 @@ class RunOptions:
     keep_data: bool = False
     out: str | None = "results/tpcc_run.json"
     progress: bool = True
-
-
-@dataclass
-class KindStats:
-    ok: int = 0
-    aborted: int = 0
-    errors: int = 0
-    multi_partition: int = 0
-    latencies_s: list[float] = field(default_factory=list)
-
-
-@dataclass
-class Window:
-    """What was answered inside the measurement window."""
-
-    kinds: dict[str, KindStats] = field(default_factory=lambda: {k: KindStats() for k in KINDS})
-    errors: Counter = field(default_factory=Counter)
-    restarts_start: int | None = None
-    restarts_end: int | None = None
-    status_start: dict | None = None
-    status_end: dict | None = None
-    started_at: float = 0.0
-    ended_at: float = 0.0
-    skipped: int = 0  # open loop: not sent because of the in-flight bound
-    unanswered: int = 0
 
 
 # --- Cluster -----------------------------------------------------------------------------
@@ -169,239 +142,74 @@ def start_cluster(cfg: ClusterConfig, progress: bool, log: Callable[[str], None]
     return lc
 
 
-# --- Load loop ---------------------------------------------------------------------------
+# --- Load --------------------------------------------------------------------------------
 
 
-class LoadLoop:
-    """One DEALER, many terminals. Not thread-safe; run() blocks for the whole run."""
+def drive(
+    address: str, inputs: TpccInputs, opts: RunOptions, log: Callable[[str], None], meter: CpuMeter
+) -> Window:
+    """The terminals against the cluster at ``address``: warm-up, window, drain."""
+    terminals = terminals_for(opts.terminals, opts.warehouses)
 
-    def __init__(
-        self,
-        address: str,
-        inputs: TpccInputs,
-        terminals: list[Terminal],
-        log: Callable[[str], None],
-    ) -> None:
-        self.inputs = inputs
-        self.terminals = terminals
+    def next_call(t: int) -> Call:
+        return inputs.next(terminals[t])
+
+    load: ClosedLoop | OpenLoop = ClosedLoop(terminals=opts.terminals)
+    if opts.open_loop:
+        load = OpenLoop(opts.rate, limits.loadgen_in_flight_max, terminals=opts.terminals)
+    with LoadGenerator(address, next_call, load, seed=opts.seed) as gen:
+        return gen.run(
+            warmup_s=opts.warmup_s,
+            duration_s=opts.duration_s,
+            drain_s=DRAIN_S,
+            status_at_edges=True,
+            on_edge=meter.edge,
+            on_tick=_Progress(log).tick,
+        )
+
+
+class _Progress:
+    """One line a second: warming up, or the last second's throughput."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
         self.log = log
-        self.proto = ClientProtocol()
-        self.ctx: zmq.Context = zmq.Context.instance()
-        self.sock = self.ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.SNDHWM, 0)
-        self.sock.setsockopt(zmq.RCVHWM, 0)
-        self.sock.connect(address)
-        # req_id -> (terminal index, call, sent at)
-        self.in_flight: dict[int, tuple[int, Call, float]] = {}
-        self._outbox: list[tuple] = []
-        self._status_waiting: list[str] = []
-        self.window = Window()
-        # Called with "start" / "end" at the window's edges (CPU accounting).
-        self.on_edge: Callable[[str], None] = lambda _edge: None
+        self.last = (0, 0)  # (txns, new orders) answered in the window at the last line
 
-    def close(self) -> None:
-        self.sock.close(linger=0)
-
-    # Sending ------------------------------------------------------------------------
-    def _issue(self, t: int, now: float) -> None:
-        call = self.inputs.next(self.terminals[t])
-        req_id = self.proto.next_req_id()
-        self.in_flight[req_id] = (t, call, now)
-        self._outbox.append((req_id, call.proc, call.args))
-
-    def _flush(self) -> None:
-        out = self._outbox
-        for i in range(0, len(out), FRAME_CALLS_MAX):
-            self.sock.send(self.proto.encode_calls(out[i : i + FRAME_CALLS_MAX]))
-        self._outbox = []
-
-    def _ask_status(self, tag: str) -> None:
-        self._status_waiting.append(tag)
-        self.sock.send(wire.pack((wire.REQ_STATUS,)))
-
-    # Receiving ----------------------------------------------------------------------
-    def _on_frame(self, frame: bytes, now: float, measuring: bool, answered: list[int]) -> None:
-        kind, body = ClientProtocol.decode_reply(frame)
-        if kind == wire.REP_STATUS:
-            tag = self._status_waiting.pop(0) if self._status_waiting else ""
-            w = self.window
-            if tag == "start":
-                w.status_start, w.restarts_start = body, body["restarts"]
-            elif tag == "end":
-                w.status_end, w.restarts_end = body, body["restarts"]
+    def tick(self, elapsed_s: float, measuring: bool, w: Window, in_flight: int) -> None:
+        if not measuring:
+            self.log(f"[{elapsed_s:6.1f}s] warming up: in flight {in_flight}")
             return
-        kinds = self.window.kinds
-        for req_id, status, value in body:
-            entry = self.in_flight.pop(req_id, None)
-            if entry is None:
-                continue
-            t, call, sent = entry
-            answered.append(t)
-            if not measuring:
-                continue
-            k = kinds[call.kind]
-            if status == OK:
-                k.ok += 1
-            elif status == ABORTED:
-                k.aborted += 1
-            else:
-                k.errors += 1
-                code = value[0] if status == ERROR and value else str(status)
-                self.window.errors[f"{call.proc}: {code}"] += 1
-                continue
-            k.latencies_s.append(now - sent)
-            if call.multi_partition:
-                k.multi_partition += 1
-
-    # Running ------------------------------------------------------------------------
-    def run(self, warmup_s: float, duration_s: float, *, rate: float | None = None) -> Window:
-        """Closed loop (rate None) or open loop at ``rate`` txn/s; returns the window."""
-        n = len(self.terminals)
-        start = time.perf_counter()
-        window_start = start + warmup_s
-        window_end = window_start + duration_s
-        w = self.window
-        measuring = False
-        next_report = start + 1.0
-        last_report_counts = (0, 0)
-        sent = 0
-        rr = 0
-        if rate is None:
-            for t in range(n):
-                self._issue(t, start)
-            self._flush()
-        poller = zmq.Poller()
-        poller.register(self.sock, zmq.POLLIN)
-        answered: list[int] = []
-        while True:
-            now = time.perf_counter()
-            if not measuring and now >= window_start and now < window_end:
-                measuring = True
-                w.started_at = now
-                self._ask_status("start")
-                self.on_edge("start")
-            if now >= window_end:
-                break
-            timeout_ms = 1 if rate is not None else max(1, int((next_report - now) * 1000))
-            if poller.poll(timeout_ms):
-                now = time.perf_counter()
-                while True:
-                    try:
-                        frame = self.sock.recv(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    self._on_frame(frame, now, measuring and now < window_end, answered)
-            if rate is None:
-                for t in answered:
-                    self._issue(t, now)
-            else:
-                due = int((now - start) * rate) - sent
-                for _ in range(max(0, due)):
-                    sent += 1
-                    if len(self.in_flight) >= limits.client_in_flight_max:
-                        if measuring:
-                            w.skipped += 1
-                        continue
-                    self._issue(rr, now)
-                    rr = (rr + 1) % n
-            answered.clear()
-            if self._outbox:
-                self._flush()
-            if now >= next_report:
-                last_report_counts = self._report(now - start, measuring, last_report_counts)
-                next_report += 1.0
-        w.ended_at = time.perf_counter()
-        self.on_edge("end")
-        self._ask_status("end")
-        self._drain(window_end)
-        return w
-
-    def _report(self, elapsed: float, measuring: bool, last: tuple[int, int]) -> tuple[int, int]:
-        ks = self.window.kinds
-        total = sum(k.ok + k.aborted for k in ks.values())
-        new_orders = ks[NEW_ORDER].ok
-        if measuring:
-            self.log(
-                f"[{elapsed:6.1f}s] measuring: {total - last[0]:6d} txn/s  "
-                f"{new_orders - last[1]:6d} new-order/s  in flight {len(self.in_flight):5d}  "
-                f"errors {sum(k.errors for k in ks.values())}"
-            )
-        else:
-            self.log(f"[{elapsed:6.1f}s] warming up: in flight {len(self.in_flight)}")
-        return total, new_orders
-
-    def _drain(self, window_end: float) -> None:
-        """Wait for calls still in flight (not counted) and the end-of-window status."""
-        deadline = time.perf_counter() + DRAIN_S
-        answered: list[int] = []
-        while (self.in_flight or self._status_waiting) and time.perf_counter() < deadline:
-            if self.sock.poll(100):
-                while True:
-                    try:
-                        frame = self.sock.recv(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    self._on_frame(frame, time.perf_counter(), False, answered)
-        self.window.unanswered = len(self.in_flight)
-
-
-# --- CPU accounting ----------------------------------------------------------------------
-
-
-def process_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of a process (Linux /proc), None if unavailable."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-class CpuMeter:
-    """CPU seconds used by each cluster process and by the driver inside the window."""
-
-    def __init__(self, pids: dict[str, int]) -> None:
-        self.pids = pids
-        self.start: dict[str, float | None] = {}
-        self.used: dict[str, float] = {}
-
-    def edge(self, edge: str) -> None:
-        now = {name: process_cpu_s(pid) for name, pid in self.pids.items()}
-        now["driver"] = time.process_time()
-        if edge == "start":
-            self.start = now
-            return
-        for name, value in now.items():
-            before = self.start.get(name)
-            if value is not None and before is not None:
-                self.used[name] = round(value - before, 2)
+        total = sum(k.ok + k.aborted for k in w.kinds.values())
+        new_orders = w.kinds[NEW_ORDER].ok if NEW_ORDER in w.kinds else 0
+        self.log(
+            f"[{elapsed_s:6.1f}s] measuring: {total - self.last[0]:6d} txn/s  "
+            f"{new_orders - self.last[1]:6d} new-order/s  in flight {in_flight:5d}  "
+            f"errors {w.errors}"
+        )
+        self.last = (total, new_orders)
 
 
 # --- Results -----------------------------------------------------------------------------
 
 
-def percentiles_ms(latencies_s: list[float]) -> dict[str, float | None]:
-    xs = sorted(latencies_s)
-    out: dict[str, float | None] = {}
-    for q in QUANTILES:
-        key = f"p{int(q * 100)}"
-        out[key] = round(1000.0 * xs[min(len(xs) - 1, int(q * len(xs)))], 2) if xs else None
-    return out
+def _sequenced(w: Window) -> int:
+    """Answered calls that went through the log (the read-only kinds do not)."""
+    return sum(k.ok + k.aborted for name, k in w.kinds.items() if name in _SEQUENCED)
 
 
 def summarize(w: Window, opts: RunOptions, partitions: int, replicas: int) -> dict[str, Any]:
-    seconds = max(1e-9, w.ended_at - w.started_at)
-    completed = sum(k.ok + k.aborted for k in w.kinds.values())
-    sequenced = sum(k.ok + k.aborted for name, k in w.kinds.items() if name in _SEQUENCED)
+    seconds = w.measured_s
+    completed = w.ok + w.aborted
+    sequenced = _sequenced(w)
     multi = sum(k.multi_partition for k in w.kinds.values())
-    no = w.kinds[NEW_ORDER]
+    no = w.kinds.get(NEW_ORDER, KindStats())
     restarts = None
-    if w.restarts_start is not None and w.restarts_end is not None:
-        restarts = w.restarts_end - w.restarts_start
+    if w.status_start is not None and w.status_end is not None:
+        restarts = w.status_end["restarts"] - w.status_start["restarts"]
     per_kind = {}
-    for name, k in w.kinds.items():
-        if k.ok + k.aborted + k.errors == 0:
+    for name in KINDS:
+        k = w.kinds.get(name)
+        if k is None or k.answered == 0:
             continue
         per_kind[name] = {
             "ok": k.ok,
@@ -409,7 +217,7 @@ def summarize(w: Window, opts: RunOptions, partitions: int, replicas: int) -> di
             "errors": k.errors,
             "per_s": round((k.ok + k.aborted) / seconds, 1),
             "multi_partition": k.multi_partition,
-            "latency_ms": percentiles_ms(k.latencies_s),
+            "latency_ms": k.percentiles_ms(),
         }
     epochs = None
     if w.status_start and w.status_end:
@@ -422,7 +230,7 @@ def summarize(w: Window, opts: RunOptions, partitions: int, replicas: int) -> di
         "new_order_rollbacks": no.aborted,
         "dependent_restarts": restarts,
         "multi_partition_share": round(multi / sequenced, 4) if sequenced else 0.0,
-        "errors": dict(w.errors),
+        "errors": dict(w.error_codes),
         "unanswered_after_drain": w.unanswered,
         "open_loop_skipped": w.skipped,
         "epochs": epochs,
@@ -536,9 +344,6 @@ def run(opts: RunOptions, log: Callable[[str], None] = _stderr) -> dict[str, Any
                 "tpcc.payment_by_name_rc" if opts.payment_rc else "tpcc.payment_by_name"
             ),
         )
-        loop = LoadLoop(
-            cfg.client_addr, inputs, terminals_for(opts.terminals, opts.warehouses), log
-        )
         mode = f"open loop at {opts.rate:g} txn/s" if opts.open_loop else "closed loop"
         log(
             f"driving {opts.terminals} terminals, {mode}, no keying/think times, mix "
@@ -546,17 +351,11 @@ def run(opts: RunOptions, log: Callable[[str], None] = _stderr) -> dict[str, Any
         )
         pids = {} if lc is None else {name: p.pid for name, p in lc.procs.items()}
         meter = CpuMeter(pids)
-        loop.on_edge = meter.edge
-        try:
-            window = loop.run(
-                opts.warmup_s, opts.duration_s, rate=opts.rate if opts.open_loop else None
-            )
-        finally:
-            loop.close()
+        window = drive(cfg.client_addr, inputs, opts, log, meter)
         load_after = os.getloadavg()
         summary = summarize(window, opts, cfg.partitions, cfg.replicas)
         summary["cpu_s_in_window"] = meter.used
-        sequenced = sum(k.ok + k.aborted for name, k in window.kinds.items() if name in _SEQUENCED)
+        sequenced = _sequenced(window)
         if sequenced:
             summary["cpu_us_per_sequenced_txn"] = {
                 name: round(1e6 * used / sequenced, 1) for name, used in meter.used.items()

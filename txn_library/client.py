@@ -151,6 +151,14 @@ class ClientProtocol:
         Every call must come from ``encode_call`` (so it fits in a frame alone).
         """
         budget = limits.request_bytes_max - len(self._frame_prefix) - _ARRAY_HEADER_BYTES_MAX
+        if (
+            isinstance(calls, list)
+            and len(calls) <= limits.calls_per_frame_max
+            and sum(map(len, calls)) <= budget
+        ):  # the common case, one frame, without a Python step per call
+            if calls:
+                yield self._bounded_frame(calls)
+            return
         batch: list[bytes] = []
         size = 0
         for call in calls:
@@ -241,7 +249,7 @@ class _Control:
     """A control request (status, checkpoint, prune) waiting for its reply."""
 
     future: Future
-    request: tuple
+    request: wire.StatusRequest | wire.CheckpointRequest | wire.PruneRequest
 
 
 def _settle(fut: Future, outcome: Any) -> None:
@@ -330,9 +338,13 @@ class Client:
 
     def status(self, timeout_s: float = 5.0) -> dict:
         """The sequencer's view: epochs, counters, every partition's status."""
-        return self.control((wire.REQ_STATUS,), timeout_s)
+        return self.control(wire.StatusRequest(), timeout_s)
 
-    def control(self, request: tuple, timeout_s: float = 5.0) -> Any:
+    def control(
+        self,
+        request: wire.StatusRequest | wire.CheckpointRequest | wire.PruneRequest,
+        timeout_s: float = 5.0,
+    ) -> Any:
         """A control request (status, checkpoint, prune); returns the reply body.
 
         Raises CallFailed when the sequencer answers REP_ERROR.
@@ -454,7 +466,7 @@ class Client:
                 break
             if isinstance(item, _Control):
                 self._control_waiters.append(item.future)
-                sock.send(wire.pack(item.request))
+                sock.send(wire.encode(item.request))
                 continue
             pending[item.req_id] = item
             calls.append(item.call)

@@ -71,6 +71,13 @@ traditional_calls_max = pending_calls_max  # accepted, not yet answered; above: 
 client_timeout_s_default = 30.0
 client_in_flight_max = 50_000
 
+# Load generator (cluster/loadgen.py): a client driving many terminals from one thread
+loadgen_in_flight_max = client_in_flight_max  # calls outstanding, all its connections
+loadgen_connections_max = 64  # client identities (one DEALER per target each)
+loadgen_frame_calls_max = 1_000  # calls per frame it sends
+loadgen_latency_samples_max = 5_000_000  # latencies kept per kind and window; then sampled
+loadgen_timeline_buckets_max = 100_000  # buckets of a run's timeline
+
 
 # msgpack's integer encoding edges (fixint, int8/16/32, float-exact, int64, uint64)
 WIRE_INT_EDGES = (
@@ -113,6 +120,11 @@ _check(batch_bytes_max <= log_service_reply_bytes_max, "a log service reply hold
 _check(batch_bytes_max <= unapplied_bytes_max, "flow control lets a full batch through")
 _check(request_bytes_max <= receive_bytes_per_turn_max, "a turn can receive a whole frame")
 _check(retry_cache_bytes_max >= 16 * txn_bytes_max, "the retry cache keeps several answers")
+_check(
+    loadgen_in_flight_max <= client_pending_calls_max,
+    "a load generator's calls fit the pending bound of one client, even on one connection",
+)
+_check(loadgen_frame_calls_max <= calls_per_frame_max, "the load generator's frames fit intake")
 
 
 # Executor (write validation, inbox)

@@ -9,11 +9,12 @@ sequenced command log.
 
 from __future__ import annotations
 
+from cluster.bank_load import run_transfers
 from cluster.launcher import wait_quiescent
 from executor.deterministic.oracle import SerialExecutor
 from sequencer.log import iter_frames
 from txn_library import wire
-from txn_library.bank_workload import make_transfers, open_accounts, run_transfers
+from txn_library.bank_workload import make_transfers, open_accounts
 from txn_library.client import Client
 
 ACCOUNTS = 1_000
@@ -29,7 +30,7 @@ def test_transfers_on_live_cluster_match_serial_log_replay(make_cluster) -> None
         open_accounts(c, ACCOUNTS, START)
     transfers = make_transfers(20_000, ACCOUNTS, PARTITIONS, multi_share=0.5, seed=42)
     run = run_transfers(addr, transfers, clients=8)
-    assert run.failed == 0, run.errors
+    assert run.errors == 0, run.error_codes
     assert run.answered == 20_000
     assert run.aborted > 0  # some transfers hit insufficient funds: aborts are exercised
 
@@ -65,7 +66,7 @@ def test_lost_batches_are_repaired_from_the_log_service(make_cluster) -> None:  
     run = run_transfers(
         addr, make_transfers(5_000, ACCOUNTS, 2, 0.5, seed=8), clients=4, in_flight_per_client=50
     )
-    assert run.failed == 0 and run.answered == 5_000
+    assert run.errors == 0 and run.answered == 5_000, run.error_codes
     with Client(addr) as c:
         st = wait_quiescent(c, 2, 2)
         assert c.call("bank.total", 0, ACCOUNTS).value == ACCOUNTS * START

@@ -22,6 +22,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from cluster.bank_load import run_transfers
 from cluster.config import ClusterConfig
 from cluster.launcher import (
     LocalCluster,
@@ -34,7 +35,7 @@ from executor.core.checkpoint import copy_newest_complete
 from sequencer.log import CommandLog, iter_frames
 from tests.cluster_checks import replicas_agree_with_serial_replay
 from txn_library import wire
-from txn_library.bank_workload import make_transfers, open_accounts, run_transfers
+from txn_library.bank_workload import make_transfers, open_accounts
 from txn_library.client import Client
 
 ACCOUNTS = 1_000
@@ -65,7 +66,7 @@ def test_kill9_partition_under_load_recovers_from_checkpoint(make_cluster) -> No
     with Client(cfg.client_addr) as c:
         open_accounts(c, ACCOUNTS, START)
         # Make sure a checkpoint exists before the crash.
-        epoch = c.control((wire.REQ_CHECKPOINT,))
+        epoch = c.control(wire.CheckpointRequest())
         _wait_for(
             lambda: all(p["newest_checkpoint_epoch"] >= epoch for p in c.status()["partitions"]),
             what="first checkpoint",
@@ -85,7 +86,7 @@ def test_kill9_partition_under_load_recovers_from_checkpoint(make_cluster) -> No
         lc.start_partition(1, 0)
         worker.join(timeout=120)
         run = out["run"]
-        assert run.failed == 0, run.errors
+        assert run.errors == 0, run.error_codes
         assert run.answered == len(transfers)
         wait_live_again(c, 1, 0, old_pid, killed_at)
         st = wait_quiescent(c, 2, 2, timeout_s=90)
@@ -149,7 +150,7 @@ def test_new_replica_joins_a_running_cluster(tmp_path: Path) -> None:
         with Client(cfg.client_addr) as c:
             open_accounts(c, ACCOUNTS, START)
         run = run_transfers(cfg.client_addr, make_transfers(5_000, ACCOUNTS, 2, 0.5, seed=9), 2)
-        assert run.failed == 0
+        assert run.errors == 0, run.error_codes
         for p in range(2):
             lc.start_partition(1, p)  # brand new: genesis, then the whole log
         with Client(cfg.client_addr) as c:
@@ -169,7 +170,7 @@ def test_new_replica_seeded_from_a_peer_checkpoint(tmp_path: Path) -> None:
         with Client(cfg.client_addr) as c:
             open_accounts(c, ACCOUNTS, START)
             run_transfers(cfg.client_addr, make_transfers(3_000, ACCOUNTS, 2, 0.5, seed=1), 2)
-            epoch = c.control((wire.REQ_CHECKPOINT,))
+            epoch = c.control(wire.CheckpointRequest())
             _wait_for(
                 lambda: all(
                     p["newest_checkpoint_epoch"] >= epoch for p in c.status()["partitions"]
@@ -196,14 +197,14 @@ def test_prune_keeps_what_recovery_needs(make_cluster) -> None:  # type: ignore[
     with Client(cfg.client_addr) as c:
         open_accounts(c, ACCOUNTS, START)
         run_transfers(cfg.client_addr, make_transfers(6_000, ACCOUNTS, 2, 0.5, seed=4), 2)
-        epoch = c.control((wire.REQ_CHECKPOINT,))
+        epoch = c.control(wire.CheckpointRequest())
         _wait_for(
             lambda: all(p["newest_checkpoint_epoch"] >= epoch for p in c.status()["partitions"]),
             what="checkpoint",
         )
         segments_before = len(list(cfg.log_dir.glob("segment-*.log")))
         archive = Path(cfg.data_dir) / "archive"
-        removed = c.control((wire.REQ_PRUNE, str(archive)))
+        removed = c.control(wire.PruneRequest(str(archive)))
         assert removed and len(list(archive.glob("segment-*.log"))) == len(removed)
         assert len(list(cfg.log_dir.glob("segment-*.log"))) == segments_before - len(removed)
         first_kept = c.status()["log_first_epoch"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import txn_library.builtin  # noqa: F401  (registers the bank)
+from cluster.bank_load import run_transfers
 from cluster.launcher import wait_quiescent
 from cluster.replay_cli import find_config, replay_spec
 from executor.replay.boundaries import scan_checkpoints
@@ -10,7 +11,7 @@ from executor.replay.reconstruct import reconstruct
 from executor.replay.verdicts import TAIL
 from executor.replay.verify import verify_local
 from tests.unit.test_replay import ACCOUNTS, START, verdicts
-from txn_library.bank_workload import make_transfers, open_accounts, run_transfers
+from txn_library.bank_workload import make_transfers, open_accounts
 from txn_library.client import Client
 
 
@@ -22,7 +23,7 @@ def test_replay_of_a_live_cluster_matches_its_replicas(make_cluster) -> None:  #
         open_accounts(c, ACCOUNTS, START)
     transfers = make_transfers(6_000, ACCOUNTS, 2, multi_share=0.1, seed=11)
     run = run_transfers(cfg.client_addr, transfers, clients=3, in_flight_per_client=40)
-    assert run.failed == 0
+    assert run.errors == 0, run.error_codes
     with Client(cfg.client_addr) as c:
         st = wait_quiescent(c, 2, 2)
     lc.stop()

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""TPC-C New Order throughput of two trees, side by side in one session.
+
+This machine is noisy: a number measured an hour ago says little about today's. So
+this runs the same command on a base revision (checked out in a temporary git
+worktree) and on the work tree, alternating, ``--runs`` times each, and prints both
+and their ratio. Both trees use this project's venv; each run's JSON (``ordo tpcc run
+--out``) is kept under --out-dir.
+
+    .venv/bin/python scripts/bench_compare.py --base 4708671 --runs 2
+
+The command is ``python -m cluster.cli tpcc run --warehouses 2 --partitions 2
+--replicas 1 --duration D --quiet --out FILE`` in each tree (``--args`` replaces the
+part after ``tpcc run``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_ARGS = "--warehouses 2 --partitions 2 --replicas 1 --duration 20"
+
+
+def run_once(tree: Path, args: list[str], out: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    cmd = [sys.executable, "-m", "cluster.cli", "tpcc", "run", *args, "--quiet", "--out", str(out)]
+    subprocess.run(cmd, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
+    return json.loads(out.read_text())
+
+
+def new_orders_per_s(summary: dict) -> float:
+    """New Order transactions per second of the measured window."""
+    return float(summary["new_order_per_s"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--base", required=True, help="git revision to compare against")
+    ap.add_argument("--runs", type=int, default=2, help="runs per tree, alternating")
+    ap.add_argument("--args", default=DEFAULT_ARGS, help="arguments after 'tpcc run'")
+    ap.add_argument("--out-dir", default="results/compare")
+    a = ap.parse_args()
+    out_dir = ROOT / a.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    args = a.args.split()
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", a.base],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="ordo-base-") as tmp:
+        base = Path(tmp) / "tree"
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(base), rev],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        try:
+            rates: dict[str, list[float]] = {"base": [], "work": []}
+            for i in range(a.runs):
+                for name, tree in (("base", base), ("work", ROOT)):
+                    summary = run_once(tree, args, out_dir / f"{name}-{i + 1}.json")
+                    rates[name].append(new_orders_per_s(summary))
+                    print(
+                        f"run {i + 1} {name:4s} ({rev if name == 'base' else 'work tree'}): "
+                        f"{rates[name][-1]:,.0f} New Order/s",
+                        flush=True,
+                    )
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT)
+    mean = {k: statistics.fmean(v) for k, v in rates.items()}
+    ratio = mean["work"] / mean["base"]
+    result = {"base": rev, "args": a.args, "new_order_per_s": rates, "mean": mean, "ratio": ratio}
+    (out_dir / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(
+        f"mean: base {mean['base']:,.0f}, work tree {mean['work']:,.0f} New Order/s; "
+        f"work/base = {ratio:.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""cluster.loadgen against an in-process fake server (a ROUTER on inproc://).
+
+Proves the generator's contract without a cluster: the one percentile rule (nearest
+rank, index floor(q * n)); closed-loop terminals never exceed their in-flight bound and
+a finite source ends the run with every call answered; open loop keeps its rate and
+skips what its bound does not allow; answers outside the window are not counted; a lost
+answer is recovered by a resend with the same request id, and a call never answered
+becomes a timeout error; status is read at the window's edges.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import zmq
+
+from cluster.loadgen import (
+    Call,
+    ClosedLoop,
+    LoadGenerator,
+    OpenLoop,
+)
+from cluster.measure import latency_percentiles_ms, percentiles
+from txn_library import wire
+from txn_library.errors import ABORTED, OK
+
+# decide(proc, args, copy) -> (status, value), or None to drop the call (no answer);
+# copy counts how many times this (client, req_id) arrived (1 = first send).
+Decide = Callable[[str, tuple, int], tuple[int, Any] | None]
+
+
+class FakeServer:
+    """Answers REQ_CALLS after ``hold_s`` (answers of one poll turn go together), and
+    REQ_STATUS with a counter; records per-terminal outstanding calls (args[0])."""
+
+    def __init__(self, decide: Decide, hold_s: float = 0.0) -> None:
+        self.addr = f"inproc://fake-{os.urandom(6).hex()}"
+        self.decide = decide
+        self.hold_s = hold_s
+        self.copies: Counter[tuple[bytes, int]] = Counter()
+        self.outstanding: Counter[Any] = Counter()
+        self.max_outstanding: Counter[Any] = Counter()
+        self.statuses = 0
+        self._stop = threading.Event()
+        ctx: zmq.Context = zmq.Context.instance()
+        self._sock = ctx.socket(zmq.ROUTER)
+        self._sock.bind(self.addr)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sock.close(linger=0)
+
+    def _serve(self) -> None:
+        held: list[tuple[bytes, int, tuple, int, Any]] = []
+        while not self._stop.is_set():
+            if self._sock.poll(int(self.hold_s * 1000) or 1):
+                while self._sock.poll(0):
+                    ident, frame = self._sock.recv_multipart()
+                    held += self._take(ident, wire.unpack(frame))
+            by_ident: dict[bytes, list[tuple[int, int, Any]]] = {}
+            for ident, req_id, args, status, value in held:
+                self.outstanding[args[0]] -= 1
+                by_ident.setdefault(ident, []).append((req_id, status, value))
+            held = []
+            for ident, results in by_ident.items():
+                self._sock.send_multipart([ident, wire.pack((wire.REP_RESULTS, results))])
+
+    def _take(self, ident: bytes, msg: tuple) -> list[tuple[bytes, int, tuple, int, Any]]:
+        if msg[0] == wire.REQ_STATUS:
+            self.statuses += 1
+            reply = (wire.REP_STATUS, {"restarts": self.statuses})
+            self._sock.send_multipart([ident, wire.pack(reply)])
+            return []
+        _kind, client_id, calls = msg
+        out = []
+        for req_id, proc, args in calls:
+            self.copies[(client_id, req_id)] += 1
+            answer = self.decide(proc, tuple(args), self.copies[(client_id, req_id)])
+            if answer is None:
+                continue
+            self.outstanding[args[0]] += 1
+            key = args[0]
+            self.max_outstanding[key] = max(self.max_outstanding[key], self.outstanding[key])
+            out.append((ident, req_id, tuple(args), *answer))
+        return out
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., FakeServer]]:
+    servers: list[FakeServer] = []
+
+    def make(decide: Decide = lambda proc, args, copy: (OK, None), **kw: Any) -> FakeServer:
+        servers.append(FakeServer(decide, **kw))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+def numbered(terminals: int, per_terminal: int, kind: str = "x") -> Callable[[int], Call | None]:
+    """Each terminal's calls (terminal, i) for i < per_terminal, then None."""
+    sent = [0] * terminals
+
+    def source(t: int) -> Call | None:
+        if sent[t] >= per_terminal:
+            return None
+        sent[t] += 1
+        return Call("p", (t, sent[t]), kind)
+
+    return source
+
+
+def test_percentiles_are_nearest_rank_at_index_floor_q_n() -> None:
+    xs = [float(x) for x in range(100, 0, -1)]  # 1..100, unsorted
+    assert percentiles(xs, (0.0, 0.5, 0.95, 0.99, 1.0)) == [1.0, 51.0, 96.0, 100.0, 100.0]
+    assert percentiles([3.0, 1.0], (0.5,)) == [3.0]  # no interpolation, no averaging
+    assert percentiles([], (0.5, 0.99)) == [None, None]
+    assert latency_percentiles_ms([0.001, 0.002, 0.0031], (0.5, 0.999)) == {
+        "p50": 2.0,
+        "p99.9": 3.1,
+    }
+    with pytest.raises(ValueError):
+        percentiles([1.0], (1.5,))
+
+
+def test_closed_loop_keeps_each_terminal_within_its_bound_and_answers_everything(
+    serve: Callable[..., FakeServer],
+) -> None:
+    def decide(proc: str, args: tuple, copy: int) -> tuple[int, Any]:
+        return (ABORTED, "no") if args[1] % 5 == 0 else (OK, args[1])
+
+    server = serve(decide, hold_s=0.005)
+    load = ClosedLoop(terminals=4, in_flight_per_terminal=3)
+    with LoadGenerator(server.addr, numbered(4, 50), load, connections=2) as gen:
+        w = gen.run()
+    assert w.sent == w.answered == 200 and w.unanswered == 0
+    assert (w.ok, w.aborted, w.errors) == (160, 40, 0)
+    assert len(w.kinds["x"].latencies_s) == 200
+    assert max(server.max_outstanding.values()) == 3  # reached, never exceeded
+    assert w.measured_s > 0
+
+
+def test_open_loop_keeps_its_rate_and_skips_beyond_its_bound(
+    serve: Callable[..., FakeServer],
+) -> None:
+    fast = serve()
+    source = numbered(1, 10_000)
+    with LoadGenerator(fast.addr, source, OpenLoop(200.0, in_flight_max=50)) as gen:
+        w = gen.run(duration_s=0.5)
+    assert 85 <= w.sent <= 101 and w.skipped == 0  # 200/s for 0.5 s, fixed spacing
+    assert w.answered >= w.sent - 5  # answers of the last turn may land after the window
+
+    never = serve(lambda proc, args, copy: None)
+    source = numbered(1, 10_000)
+    with LoadGenerator(never.addr, source, OpenLoop(400.0, in_flight_max=10)) as gen:
+        w = gen.run(duration_s=0.25, drain_s=0.0)
+    assert w.sent == 10 and w.skipped >= 80 and w.unanswered == 10
+
+
+def test_warm_up_answers_are_not_counted_and_status_is_read_at_both_edges(
+    serve: Callable[..., FakeServer],
+) -> None:
+    server = serve(hold_s=0.005)
+    ticks: list[bool] = []
+    edges: list[str] = []
+    source = numbered(2, 10**9)
+    with LoadGenerator(server.addr, source, ClosedLoop(terminals=2)) as gen:
+        w = gen.run(
+            warmup_s=0.3,
+            duration_s=0.3,
+            status_at_edges=True,
+            on_edge=edges.append,
+            on_tick=lambda _t, measuring, _w, _n: ticks.append(measuring),
+            tick_s=0.1,
+        )
+    assert edges == ["start", "end"]
+    assert w.status_start == {"restarts": 1} and w.status_end == {"restarts": 2}
+    assert w.answered_all > w.answered > 0  # the warm-up's answers are in _all only
+    assert 0.29 <= w.measured_s <= 0.4
+    assert ticks[0] is False and ticks[-1] is True
+
+
+def test_lost_answers_are_resent_with_the_same_id_and_silence_times_out(
+    serve: Callable[..., FakeServer],
+) -> None:
+    def decide(proc: str, args: tuple, copy: int) -> tuple[int, Any] | None:
+        if proc == "silent" or copy == 1:
+            return None  # the first copy of every call is lost
+        return (OK, None)
+
+    server = serve(decide)
+    source = numbered(3, 2)
+    with LoadGenerator(server.addr, source, ClosedLoop(3), retry_s=0.15, timeout_s=5) as gen:
+        w = gen.run()
+    assert (w.ok, w.errors) == (6, 0)
+    assert sorted(server.copies.values()) == [2] * 6  # each call resent once, same id
+
+    calls = iter([Call("silent", (0, 1)), Call("p", (0, 2))])
+    with LoadGenerator(
+        server.addr, lambda t: next(calls, None), ClosedLoop(1), retry_s=0.1, timeout_s=0.3
+    ) as gen:
+        w = gen.run()
+    assert w.error_codes == {"silent: timeout": 1}
+    assert w.ok == 1  # the terminal moved on after the timeout
+
+
+def test_bounds_are_checked_when_the_generator_is_built() -> None:
+    with pytest.raises(ValueError, match="loadgen_in_flight_max"):
+        LoadGenerator("inproc://nowhere", numbered(1, 1), ClosedLoop(100_000, 1))
+    with pytest.raises(ValueError, match="route"):
+        LoadGenerator(["inproc://a", "inproc://b"], numbered(1, 1), ClosedLoop(1))
+
+
+def test_think_time_spaces_a_terminals_calls_and_poisson_arrivals_keep_the_rate(
+    serve: Callable[..., FakeServer],
+) -> None:
+    server = serve()
+    thinking = ClosedLoop(terminals=1, think_s=0.05)
+    with LoadGenerator(server.addr, numbered(1, 10_000), thinking) as gen:
+        w = gen.run(duration_s=0.5)
+    assert 6 <= w.sent <= 11  # one call per ~50 ms, not back to back
+
+    poisson = OpenLoop(400.0, in_flight_max=1000, arrivals="poisson")
+    with LoadGenerator(server.addr, numbered(1, 10_000), poisson, seed=7) as gen:
+        w = gen.run(duration_s=0.5)
+    assert 140 <= w.sent <= 260  # 200 expected; a seeded draw, not a flaky one
