@@ -36,9 +36,34 @@ def run_once(tree: Path, args: list[str], out: Path) -> dict:
     return json.loads(out.read_text())
 
 
-def new_orders_per_s(summary: dict) -> float:
+def new_orders_per_s(run: dict) -> float:
     """New Order transactions per second of the measured window."""
-    return float(summary["new_order_per_s"])
+    return float(run["summary"]["new_order_per_s"])
+
+
+def cpu_us_per_txn(run: dict) -> float:
+    """CPU of every process (sequencer, partitions, driver) per sequenced txn."""
+    return float(sum(run["summary"]["cpu_us_per_sequenced_txn"].values()))
+
+
+def plot(rates: dict[str, list[float]], rev: str, path: Path) -> None:
+    """Each run's New Order/s, base and work tree side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    runs = range(1, len(rates["base"]) + 1)
+    ax.bar([r - 0.2 for r in runs], rates["base"], width=0.4, label=f"base {rev}")
+    ax.bar([r + 0.2 for r in runs], rates["work"], width=0.4, label="work tree")
+    ax.set_xlabel("run (alternating)")
+    ax.set_ylabel("New Order/s")
+    ax.set_xticks(list(runs))
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def main() -> None:
@@ -68,21 +93,33 @@ def main() -> None:
         )
         try:
             rates: dict[str, list[float]] = {"base": [], "work": []}
+            cpu: dict[str, list[float]] = {"base": [], "work": []}
             for i in range(a.runs):
                 for name, tree in (("base", base), ("work", ROOT)):
-                    summary = run_once(tree, args, out_dir / f"{name}-{i + 1}.json")
-                    rates[name].append(new_orders_per_s(summary))
+                    run = run_once(tree, args, out_dir / f"{name}-{i + 1}.json")
+                    rates[name].append(new_orders_per_s(run))
+                    cpu[name].append(cpu_us_per_txn(run))
                     print(
                         f"run {i + 1} {name:4s} ({rev if name == 'base' else 'work tree'}): "
-                        f"{rates[name][-1]:,.0f} New Order/s",
+                        f"{rates[name][-1]:,.0f} New Order/s, "
+                        f"{cpu[name][-1]:.0f} us CPU per txn (all processes)",
                         flush=True,
                     )
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT)
-    mean = {k: statistics.fmean(v) for k, v in rates.items()}
+    mean = {k: round(statistics.fmean(v), 1) for k, v in rates.items()}
+    cpu = {k: [round(x, 1) for x in v] for k, v in cpu.items()}
     ratio = mean["work"] / mean["base"]
-    result = {"base": rev, "args": a.args, "new_order_per_s": rates, "mean": mean, "ratio": ratio}
+    result = {
+        "base": rev,
+        "args": a.args,
+        "new_order_per_s": rates,
+        "cpu_us_per_txn": cpu,
+        "mean": mean,
+        "ratio": round(ratio, 4),
+    }
     (out_dir / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(rates, rev, out_dir / "compare.png")
     print(
         f"mean: base {mean['base']:,.0f}, work tree {mean['work']:,.0f} New Order/s; "
         f"work/base = {ratio:.3f}"
