@@ -43,6 +43,7 @@ from executor.replay.reconstruct import reconstruct  # noqa: E402
 from executor.replay.spec import ReplaySpec  # noqa: E402
 from executor.replay.verdicts import BAD_CHECKPOINT, DIVERGED, LOG_CORRUPT  # noqa: E402
 from executor.replay.verify import verify_local  # noqa: E402
+from sequencer.log import rewrite_payloads  # noqa: E402
 from txn_library import wire  # noqa: E402
 from txn_library.client import Client  # noqa: E402
 
@@ -165,17 +166,6 @@ def ordo(args: list[str]) -> tuple[dict[str, Any], float]:
     return json.loads(proc.stdout), wall
 
 
-def _rewrite_log(log_dir: Path, change: dict[int, bytes]) -> None:
-    from sequencer.log import CommandLog, iter_frames
-
-    frames = [(e, change.get(e, p)) for e, p in iter_frames(log_dir)]
-    for seg in log_dir.glob("segment-*.log"):
-        seg.unlink()
-    with CommandLog(log_dir, fsync=False) as log:
-        for e, p in frames:
-            log.append(e, p)
-
-
 def _doctor(batch: wire.Batch) -> tuple[wire.Batch, str]:
     """Change one argument of one call so that it still validates (same footprint)."""
     txns = list(batch.txns)
@@ -227,7 +217,7 @@ def damage_check(cfg: ClusterConfig, work: Path) -> dict[str, Any]:
         dict(iter_frames(d / "log", doctored_epoch, doctored_epoch))[doctored_epoch]
     )
     changed, what = _doctor(batch)  # a live log is chained: all 8 fields
-    _rewrite_log(d / "log", {doctored_epoch: wire.pack(changed)})
+    rewrite_payloads(d / "log", {doctored_epoch: wire.pack(changed)})
     # 2. A checkpoint whose rows are damaged (its header still reads).
     bad = ckpt / checkpoint.checkpoint_name(epochs[3], 1)
     raw = bytearray(bad.read_bytes())

@@ -559,3 +559,16 @@ class CommandLog:
         except BaseException as err:
             self._failed = err
             raise
+
+
+def rewrite_payloads(log_dir: str | Path, change: dict[int, bytes]) -> None:
+    """Re-encode the whole log with the payloads of some epochs replaced: valid frames,
+    valid CRCs. For tests and benchmarks that plant damage a CRC cannot see (never
+    used by the engine; the batch digest chain is what finds such a change)."""
+    log_dir = Path(log_dir)
+    frames = [(e, change.get(e, p)) for e, p in iter_frames(log_dir)]
+    for seg in log_dir.glob("segment-*.log"):
+        seg.unlink()
+    with CommandLog(log_dir, fsync=False) as log:
+        for e, p in frames:
+            log.append(e, p)

@@ -91,9 +91,11 @@ from txn_library.partition_wire import RESULT_LOOKUP, PartitionStatus, Results
 from txn_library.procedure import Procedure, lookup
 from txn_library.wire import (
     FLAG_CHECKPOINT,
+    CallsRequest,
     ErrorReply,
     LogBatches,
     OkReply,
+    PruneRequest,
     StatusReply,
     Txn,
     batch_digest,
@@ -235,7 +237,8 @@ class Sequencer:
                     identity, None, ERR_MALFORMED, "REQ_CALLS is [kind, client_id, [calls]]"
                 )
                 return
-            self._queue_calls(identity, msg[1], msg[2], len(frame))
+            request = CallsRequest._make(msg[1:])  # fields checked by _queue_calls
+            self._queue_calls(identity, request.client_id, request.calls, len(frame))
         elif kind == wire.REQ_STATUS:
             self.control_out.append((identity, StatusReply(self.status_report())))
         elif kind == wire.REQ_CHECKPOINT:
@@ -248,7 +251,7 @@ class Sequencer:
     def _prune_request(self, msg: tuple) -> OkReply | ErrorReply:
         if len(msg) != 2:
             return ErrorReply("REQ_PRUNE is [kind, archive_dir or None]")
-        archive = msg[1]
+        archive = PruneRequest._make(msg[1:]).archive_dir  # checked below
         if archive is not None and (
             not isinstance(archive, str) or not archive or len(archive) > _ARCHIVE_PATH_MAX
         ):

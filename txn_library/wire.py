@@ -29,7 +29,7 @@ Batch (= one command-log frame = one PUB message body):
   prev_digest: batch_digest() of the previous batch's bytes as logged (0 for epoch
       1), so every logged batch's bytes are vouched for by its successor: a batch
       changed after the fact, even with a valid frame CRC, is found at its exact
-      epoch (executor.replay.history). Not cryptographic: it catches accidents and careless
+      epoch (executor.replay.batches). Not cryptographic: it catches accidents and careless
       edits, not an adversary who rewrites the successors too. Absent in logs
       written before it existed (readers treat a 7-field batch as unchained).
   txn = [proc_name, args, participants, client_id, req_id]

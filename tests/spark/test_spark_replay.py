@@ -38,8 +38,8 @@ from executor.replay.intervals import VERIFY_COLUMNS
 from executor.replay.spec import ReplaySpec
 from executor.replay.tables import table_layout
 from executor.replay.verdicts import BAD_CHECKPOINT, BATCH_INVALID, BY_DIGEST, LOG_CORRUPT, TAIL
-from sequencer.log import iter_frames
-from tests.unit.test_replay import frame_offset, rewrite_log
+from sequencer.log import iter_frames, rewrite_payloads
+from tests.unit.test_replay import frame_offset
 from txn_library import wire
 from txn_library.bank_workload import make_transfers, open_accounts
 from txn_library.catalog import Table, place_by_first_int, register_table
@@ -306,7 +306,7 @@ def test_verify_locates_a_doctored_frame_a_corrupt_checkpoint_and_a_flipped_byte
     )
     src, dst, amount = txns[i].args
     txns[i] = txns[i]._replace(args=(src, dst, amount + 1))
-    rewrite_log(log_dir, {doctored_epoch: wire.pack(batch._replace(txns=tuple(txns)))})
+    rewrite_payloads(log_dir, {doctored_epoch: wire.pack(batch._replace(txns=tuple(txns)))})
     # 2. A checkpoint whose rows are damaged (header intact).
     bad_ckpt = ckpt / checkpoint.checkpoint_name(epochs[2], 1)
     raw = bytearray(bad_ckpt.read_bytes())

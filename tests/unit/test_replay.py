@@ -46,7 +46,7 @@ from executor.replay.verdicts import (
 )
 from executor.replay.verify import verify_local
 from sequencer.calls import make_batch
-from sequencer.log import CommandLog, encode_frame, iter_frames
+from sequencer.log import CommandLog, encode_frame, iter_frames, rewrite_payloads
 from txn_library import limits, placement, wire
 
 ACCOUNTS = 200
@@ -137,16 +137,6 @@ def _writer(cfg: ClusterConfig, r: int, partitions: int):  # type: ignore[no-unt
     return on_checkpoint
 
 
-def rewrite_log(log_dir: Path, change: dict[int, bytes]) -> None:
-    """Re-encode the log with some payloads replaced: valid frames, valid CRCs."""
-    frames = [(e, change.get(e, p)) for e, p in iter_frames(log_dir)]
-    for seg in log_dir.glob("segment-*.log"):
-        seg.unlink()
-    with CommandLog(log_dir, fsync=False) as log:
-        for e, p in frames:
-            log.append(e, p)
-
-
 def frame_offset(segment: Path, index: int) -> int:
     data, offset = segment.read_bytes(), 0
     for _ in range(index):
@@ -210,7 +200,7 @@ def test_doctored_argument_with_valid_crc_is_located(tmp_path: Path) -> None:
     txns = list(batch.txns)
     src, dst, amount = txns[-1].args  # the last transfer of the epoch
     txns[-1] = txns[-1]._replace(args=(src, dst, amount + 1))
-    rewrite_log(b.cfg.log_dir, {target_epoch: with_txns(batch, txns)})
+    rewrite_payloads(b.cfg.log_dir, {target_epoch: with_txns(batch, txns)})
 
     rows = verify_local(b.spec, b.ckpt)
     bad = by_end(rows, 40)
@@ -238,7 +228,7 @@ def test_doctored_chained_batch_is_located_at_its_exact_epoch(
     src, dst, amount = txns[-1].args
     txns[-1] = txns[-1]._replace(args=(src, dst, amount + 1))
     # its own prev_digest is untouched, and still right
-    rewrite_log(b.cfg.log_dir, {target_epoch: with_txns(batch, txns)})
+    rewrite_payloads(b.cfg.log_dir, {target_epoch: with_txns(batch, txns)})
 
     rows = verify_local(b.spec, b.ckpt)
     bad = by_end(rows, 40)
@@ -260,7 +250,7 @@ def test_doctored_routing_is_located_at_its_exact_epoch(tmp_path: Path) -> None:
     txns = list(batch.txns)
     i = next(i for i, t in enumerate(txns) if len(t.participants) == 2)
     txns[i] = txns[i]._replace(participants=txns[i].participants[:1])  # drop a participant
-    rewrite_log(b.cfg.log_dir, {e: with_txns(batch, txns)})
+    rewrite_payloads(b.cfg.log_dir, {e: with_txns(batch, txns)})
     rows = verify_local(b.spec, b.ckpt)
     bad = by_end(rows, 30)
     assert (bad["verdict"], bad["bad_epoch"], bad["located_by"]) == (
