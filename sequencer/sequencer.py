@@ -816,4 +816,18 @@ class Sequencer:
 
     def status_report(self, now: float | None = None) -> dict:
         """Counters and every partition's last status; ``down`` if it went quiet."""
-        return status_report(self, self.clock() if now is None else now)
+        return status_report(
+            self.stats,
+            self._heard_at,
+            self.clock() if now is None else now,
+            epoch=self.epoch,
+            next_txn_id=self.next_txn_id,
+            failed=self.failed,
+            log_first_epoch=self.log.first_epoch,
+            intake_slices_queued=len(self._intake),  # of up to intake_quantum_calls
+            pending=len(self._pending),
+            pending_bytes=self._pending.total_bytes,
+            in_flight=len(self._inflight),
+            retry_cache_entries=len(self.retries),
+            retry_cache_bytes=self.retries.answered_bytes,
+        )

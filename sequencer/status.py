@@ -6,13 +6,10 @@ is older than PARTITION_SILENT_S by the sequencer's clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from txn_library.partition_wire import PartitionStatus
-
-if TYPE_CHECKING:
-    from sequencer.sequencer import Sequencer
 
 PARTITION_SILENT_S = 1.5
 
@@ -32,14 +29,16 @@ class SequencerStats:
     partitions: dict[tuple[int, int], PartitionStatus] = field(default_factory=dict)
 
 
-def status_report(seq: Sequencer, now: float) -> dict:
-    """Counters and every partition's last status."""
-    s = seq.stats
+def status_report(
+    stats: SequencerStats, heard_at: dict[tuple[int, int], float], now: float, **role: Any
+) -> dict:
+    """The sequencer's counters, ``role``'s values (epoch, queue lengths, ...) and every
+    partition's last status; ``heard_at`` is when each partition last reported."""
     parts = []
-    for (r, p), st in sorted(s.partitions.items()):
+    for (r, p), st in sorted(stats.partitions.items()):
         parts.append(
             {
-                "down": now - seq._heard_at.get((r, p), now) > PARTITION_SILENT_S,
+                "down": now - heard_at.get((r, p), now) > PARTITION_SILENT_S,
                 "pid": st.pid,
                 "newest_checkpoint_epoch": st.newest_checkpoint_epoch,
                 "catching_up": bool(st.catching_up),
@@ -55,25 +54,5 @@ def status_report(seq: Sequencer, now: float) -> dict:
                 "blocked": st.blocked,
             }
         )
-    return {
-        "epoch": seq.epoch,
-        "next_txn_id": seq.next_txn_id,
-        "calls_accepted": s.calls_accepted,
-        "calls_rejected": s.calls_rejected,
-        "calls_overloaded": s.calls_overloaded,
-        "txns_sequenced": s.txns_sequenced,
-        "restarts": s.restarts,
-        "queries": s.queries,
-        "duplicate_calls": s.duplicate_calls,
-        "determinism_violations": s.determinism_violations,
-        "bad_partition_messages": s.bad_partition_messages,
-        "failed": seq.failed,
-        "log_first_epoch": seq.log.first_epoch,
-        "intake_slices_queued": len(seq._intake),  # of up to intake_quantum_calls
-        "pending": len(seq._pending),
-        "pending_bytes": seq._pending.total_bytes,
-        "in_flight": len(seq._inflight),
-        "retry_cache_entries": len(seq.retries),
-        "retry_cache_bytes": seq.retries.answered_bytes,
-        "partitions": parts,
-    }
+    counters = {f.name: getattr(stats, f.name) for f in fields(stats) if f.name != "partitions"}
+    return {**role, **counters, "partitions": parts}
