@@ -61,9 +61,11 @@ from executor.replay.tables import (
 )
 from executor.replay.verdicts import PASSED, UNCHECKED
 from executor.replay.verify import annotate_results, plan_verify, verify_interval
+from txn_library.errors import invariant
 
 MARKER = "_ordo.json"
-PACKAGES = ("cluster", "executor", "scheduler", "sequencer", "tpcc", "txn_library")
+# What a task may import: the engine below cluster/, and workloads' procedures (tpcc).
+PACKAGES = ("executor", "scheduler", "sequencer", "tpcc", "txn_library")
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 _UTC = dt.UTC
 
@@ -116,10 +118,11 @@ def _is_loopback(master: str) -> bool:
 
 def _code_zip() -> Path:
     """The Ordo packages as one zip for executors (built once per driver process)."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # executor/replay/spark_jobs.py -> the tree
     path = Path(tempfile.gettempdir()) / f"ordo-code-{os.getpid()}.zip"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for package in PACKAGES:
+            invariant((root / package / "__init__.py").is_file(), f"no package {package} in {root}")
             for f in sorted((root / package).rglob("*.py")):
                 z.write(f, f.relative_to(root))
     return path
