@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create (or reuse) the project's virtualenv in .venv and install Ordo with every
-# pinned dependency. Idempotent: re-installs only when pyproject.toml changed.
+# pinned dependency, and Debian's zookeeper package when its jar is missing.
+# Idempotent: re-installs the venv only when pyproject.toml changed.
 # The pip cache (~/.cache/pip) keeps the ~450 MB pyspark download across runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,23 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     exit 1
   fi
   echo "$want" > "$stamp"
+fi
+# ZooKeeper (Debian's package): the cluster tests start real ensembles from its jars
+# (cluster/zookeeper.py). Installed once; later runs see the jar and do nothing.
+if [ ! -e /usr/share/java/zookeeper.jar ]; then
+  zk_hint="run as root: apt-get update && apt-get install -y --no-install-recommends zookeeper"
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: ZooKeeper is missing and the cluster tests need it; $zk_hint" >&2
+    exit 1
+  fi
+  echo "setup: installing Debian's zookeeper package (log: .venv/zookeeper-install.log)"
+  if ! { apt-get update &&
+         DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends zookeeper
+       } > .venv/zookeeper-install.log 2>&1; then
+    tail -n 20 .venv/zookeeper-install.log >&2
+    echo "setup: apt-get failed (log: .venv/zookeeper-install.log) and the cluster tests need ZooKeeper; $zk_hint" >&2
+    exit 1
+  fi
 fi
 if ! command -v java >/dev/null 2>&1; then
   echo "warning: java not found; Spark replay needs Java 17 (apt-get install openjdk-17-jre-headless)" >&2

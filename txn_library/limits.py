@@ -141,3 +141,12 @@ _check(
     "a checkpoint frame (cut after the row that crosses its budget) fits in a log frame",
 )
 _check(queries_pending_max <= pending_calls_max, "queries are drawn from pending calls")
+
+# ZooKeeper ensemble (cluster/zookeeper.py): what one local server may hold
+zk_server_heap_mb_max = 256  # JVM -Xmx of one server
+zk_snapshots_retained = 3  # autopurge keeps this many snapshots and their txn logs
+zk_client_connections_per_host_max = 60  # ZooKeeper's maxClientCnxns, per client address
+zk_server_log_bytes_max = 8 << 20  # one server's log4j file; one older file is kept
+zk_four_letter_reply_bytes_max = 64 << 10  # a srvr/ruok/mntr answer, as Ensemble reads it
+
+_check(zk_snapshots_retained >= 3, "ZooKeeper raises autopurge.snapRetainCount below 3 to 3")
