@@ -166,11 +166,33 @@ class LocalCluster(ProcessGroup):
         )
 
 
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+PORTS_LOWEST = 10_000
+
+
+def _ports_below_ephemeral() -> int:
+    """The first port the kernel may hand out as a connection's source port.
+
+    A range picked inside the ephemeral range can be taken between the check and the
+    bind by any outgoing connection (the cluster's own processes connect to each other
+    while others still bind), so ranges are picked below it.
+    """
+    try:
+        low = int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32_768  # Linux's default
+    return low
+
+
 def free_base_port(span: int = 64) -> int:
-    """A base port such that [base, base+span) is currently free on 127.0.0.1."""
+    """A base port such that [base, base+span) is currently free on 127.0.0.1, below the
+    kernel's ephemeral port range."""
     rng = random.Random()
+    top = _ports_below_ephemeral() - span
+    if top <= PORTS_LOWEST:
+        raise RuntimeError(f"no room for {span} ports below the ephemeral port range")
     for _ in range(200):
-        base = rng.randrange(20000, 60000 - span)
+        base = rng.randrange(PORTS_LOWEST, top)
         socks = []
         try:
             for port in range(base, base + span):
