@@ -43,6 +43,34 @@ def _spawn(args: list[str], log_path: Path, module: str = "cluster.cli") -> subp
         )
 
 
+KILL_WAIT_S = 10.0
+
+
+def kill_process(p: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    """Send ``sig`` (kill -9 by default) and reap the process."""
+    try:
+        os.kill(p.pid, sig)
+    except ProcessLookupError:
+        pass
+    p.wait(timeout=KILL_WAIT_S)
+
+
+def stop_processes(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM every live process, then SIGKILL whatever is left after STOP_GRACE_S."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.kill(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + STOP_GRACE_S
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            kill_process(p)
+
+
 class ProcessGroup(ABC):
     """Child processes tracked by name and PID, always stopped (SIGTERM, then SIGKILL)."""
 
@@ -69,27 +97,10 @@ class ProcessGroup(ABC):
         return code
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        p = self.procs.pop(name)
-        try:
-            os.kill(p.pid, sig)
-        except ProcessLookupError:
-            pass
-        p.wait(timeout=10)
+        kill_process(self.procs.pop(name), sig)
 
     def stop(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                try:
-                    os.kill(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + STOP_GRACE_S
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.kill(p.pid, signal.SIGKILL)
-                p.wait(timeout=5)
+        stop_processes(list(self.procs.values()))
         self.procs.clear()
 
     @abstractmethod

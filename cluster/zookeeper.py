@@ -31,7 +31,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from cluster.launcher import STOP_GRACE_S
+from cluster.launcher import kill_process, stop_processes
 from txn_library import limits
 
 JAR_DIR = Path("/usr/share/java")
@@ -53,7 +53,6 @@ AUTOPURGE_INTERVAL_H = 1
 READY_TIMEOUT_S = 30.0
 READY_POLL_S = 0.05
 FOUR_LETTER_TIMEOUT_S = 1.0
-KILL_WAIT_S = 10.0
 
 
 class ServerStatus(NamedTuple):
@@ -243,28 +242,11 @@ class Ensemble:
         self._checked(n)
         if n not in self.procs:
             raise ValueError(f"server {n} is not running")
-        p = self.procs.pop(n)
-        try:
-            os.kill(p.pid, sig)
-        except ProcessLookupError:
-            pass
-        p.wait(timeout=KILL_WAIT_S)
+        kill_process(self.procs.pop(n), sig)
 
     def stop(self) -> None:
-        """Stop every server: SIGTERM, then SIGKILL after ``STOP_GRACE_S``."""
-        for p in self.procs.values():
-            if p.poll() is None:
-                try:
-                    os.kill(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + STOP_GRACE_S
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.kill(p.pid, signal.SIGKILL)
-                p.wait(timeout=KILL_WAIT_S)
+        """Stop every server: SIGTERM, then SIGKILL after launcher.STOP_GRACE_S."""
+        stop_processes(list(self.procs.values()))
         self.procs.clear()
 
     def __enter__(self) -> Ensemble:
