@@ -11,6 +11,7 @@
   ordo dump         export one replica's tables as of a fresh checkpoint
   ordo log prune    remove log segments every partition's checkpoint has made unneeded
   ordo procedures   list the registered procedures and their arguments
+  ordo keys         create the CURVE keys of the cluster's roles and clients (0600)
 
 Every command finds the cluster through ``--data-dir`` (its cluster.json), read by
 ``load_config``: a missing or unreadable config is a one-line error, never a
@@ -86,6 +87,12 @@ def main() -> None:
     help="Ordo (sequenced, deterministic) or the 2PL + 2PC baseline.",
 )
 @click.option("--no-update-locks", is_flag=True, help="Traditional mode: shared, then upgrade.")
+@click.option(
+    "--ha",
+    is_flag=True,
+    help="Highly available layout on this machine: 3 ZooKeeper servers, 3 sequencers "
+    "(one leads, elected through ZooKeeper), hosts on loopback addresses 127.0.0.1-3.",
+)
 @data_dir_option
 def up(
     replicas: int,
@@ -98,6 +105,7 @@ def up(
     checkpoint_every: int,
     mode: str,
     no_update_locks: bool,
+    ha: bool,
     data_dir: str,
 ) -> None:
     """Start a local cluster and stay in the foreground until Ctrl-C.
@@ -114,6 +122,12 @@ def up(
     cfg = _config_for_up(
         data_dir, replicas, partitions, base_port, epoch_ms, not no_fsync, modules, checkpoint_every
     )
+    if ha:
+        if mode == "traditional":
+            raise click.ClickException(
+                "--ha replicates Ordo's ordering layer; not with --mode traditional"
+            )
+        cfg = ha_layout(cfg)
     cluster: ProcessGroup
     if mode == "traditional":
         from cluster.traditional_server import TraditionalCluster
@@ -127,6 +141,12 @@ def up(
     else:
         cluster = LocalCluster(cfg)
         banner = f"sequencer at {cfg.client_addr}, {replicas} replicas x {partitions} partitions"
+        if cfg.replicated:
+            banner = (
+                f"{cfg.sequencers} sequencers at {', '.join(cfg.client_addrs)} "
+                f"(ZooKeeper {cfg.zookeeper_connect}), "
+                f"{replicas} replicas x {partitions} partitions"
+            )
     stopping = stop_requested_on_signals()
     try:
         cluster.start()
@@ -135,6 +155,28 @@ def up(
     finally:
         click.echo("ordo up: stopping")
         cluster.stop()
+
+
+HA_HOSTS = {"h1": "127.0.0.1", "h2": "127.0.0.2", "h3": "127.0.0.3"}
+
+
+def ha_layout(cfg: ClusterConfig) -> ClusterConfig:
+    """``ordo up --ha``: three hosts on loopback addresses, a sequencer on each, three
+    ZooKeeper servers, replica r's partitions on host r mod 3."""
+    from dataclasses import replace
+
+    names = tuple(HA_HOSTS)
+    return replace(
+        cfg,
+        sequencers=3,
+        zookeeper_servers=3,
+        hosts=dict(HA_HOSTS),
+        sequencer_hosts=names,
+        zookeeper_hosts=(names[0],) * 3,
+        partition_hosts=tuple(
+            (names[r % len(names)],) * cfg.partitions for r in range(cfg.replicas)
+        ),
+    )
 
 
 def _config_for_up(
@@ -171,15 +213,26 @@ def _config_for_up(
 
 
 @main.command()
+@click.option(
+    "--member",
+    "--id",
+    "member",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Which of the cluster's sequencers (replicated ordering layer).",
+)
 @data_dir_option
-def sequencer(data_dir: str) -> None:
-    """Run the sequencer of the cluster in DATA_DIR."""
+def sequencer(member: int, data_dir: str) -> None:
+    """Run a sequencer of the cluster in DATA_DIR (on its host, as cluster.json says)."""
     from cluster.profiling import maybe_profile
     from cluster.sequencer_server import main as run
 
     cfg = load_config(data_dir)
-    maybe_profile("sequencer")
-    run(cfg)
+    if not 0 <= member < cfg.sequencers:
+        raise click.ClickException(f"no sequencer {member}: the cluster has {cfg.sequencers}")
+    maybe_profile("sequencer" if cfg.sequencers == 1 else f"sequencer-{member}")
+    run(cfg, member)
 
 
 @main.command()
@@ -329,7 +382,7 @@ def call(procedure: str, args: tuple[str, ...], timeout: float, data_dir: str) -
         values = parse_call_args(procedure, args)
     except BadRequest as e:
         raise click.ClickException(e.message) from None
-    with Client(cfg.client_addr, timeout_s=timeout) as c:
+    with Client(cfg.client_addrs, timeout_s=timeout) as c:
         try:
             r = c.call(procedure, *values)
         except BadRequest as e:  # refused before sending: cannot be encoded, too large
@@ -351,6 +404,84 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, dict):
         return {str(k): _jsonable(x) for k, x in v.items()}
     return v
+
+
+def _ha_status(cfg: ClusterConfig) -> dict:
+    """Every sequencer's role, term and lag, and every ZooKeeper server's mode."""
+    from cluster.launcher import sequencer_statuses
+    from cluster.zookeeper import four_letter_word, mode_of
+
+    reports = sequencer_statuses(cfg)
+    leader = max(
+        (r for r in reports if r is not None and r.get("role") == "leader"),
+        key=lambda r: r["term"],
+        default=None,
+    )
+    committed = (
+        leader["epoch"]
+        if leader
+        else max((r["local_last_epoch"] for r in reports if r is not None), default=0)
+    )
+    sequencers = []
+    for m, r in enumerate(reports):
+        row: dict = {"id": m, "address": cfg.client_addr_of(m)}
+        if r is None:
+            row.update(pid=None, role="down", term=None, local_last_epoch=None, lag_epochs=None)
+        else:
+            row.update(
+                pid=r["pid"],
+                role=r["role"],
+                term=r["term"],
+                local_last_epoch=r["local_last_epoch"],
+                lag_epochs=max(0, committed - r["local_last_epoch"]),
+                report=r,
+            )
+        sequencers.append(row)
+    zookeeper = []
+    for n in range(1, cfg.zookeeper_servers + 1):
+        host, port = cfg.zookeeper_host(n), cfg.zookeeper_client_port(n)
+        try:
+            mode = mode_of(four_letter_word(host, port, "srvr", 1.0)) or "not serving"
+        except OSError:
+            mode = "down"
+        zookeeper.append({"server": n, "address": f"{host}:{port}", "mode": mode})
+    return {"sequencers": sequencers, "zookeeper": zookeeper}
+
+
+def _echo_ha(ha: dict) -> None:
+    click.echo(
+        f"{'sequencer':>9} {'pid':>7} {'role':>9} {'term':>5} {'local_epoch':>11} "
+        f"{'lag':>5}  address"
+    )
+    for s in ha["sequencers"]:
+        dash = "-"
+        click.echo(
+            f"{s['id']:>9} {s['pid'] or dash:>7} {s['role']:>9} "
+            f"{dash if s['term'] is None else s['term']:>5} "
+            f"{dash if s['local_last_epoch'] is None else s['local_last_epoch']:>11} "
+            f"{dash if s['lag_epochs'] is None else s['lag_epochs']:>5}  {s['address']}"
+        )
+    healthy = sum(z["mode"] in ("leader", "follower", "standalone") for z in ha["zookeeper"])
+    click.echo(
+        f"zookeeper: {healthy} of {len(ha['zookeeper'])} serving ("
+        + ", ".join(f"{z['server']} {z['mode']}" for z in ha["zookeeper"])
+        + ")"
+    )
+
+
+def leader_address(cfg: ClusterConfig) -> str:
+    """Where control requests go: the leading sequencer's client address."""
+    if cfg.sequencers == 1:
+        return cfg.client_addr
+    from cluster.launcher import sequencer_statuses
+
+    statuses = [st for st in sequencer_statuses(cfg) if st is not None]
+    leaders = [st for st in statuses if st.get("role") == "leader"]
+    if not leaders:
+        raise click.ClickException(
+            f"no sequencer leads now ({len(statuses)} of {cfg.sequencers} answered)"
+        )
+    return cfg.client_addr_of(max(leaders, key=lambda st: st["term"])["member"])
 
 
 def _status(c: Client) -> dict:
@@ -436,15 +567,44 @@ def _checkpoint_files(cfg: ClusterConfig, replica: int, epoch: int) -> list[Path
 @data_dir_option
 def status(as_json: bool, data_dir: str) -> None:
     """Per partition of every replica: last applied epoch, txns applied, transactions
-    active and blocked on locks now, lock requests that had to queue so far, state hash."""
+    active and blocked on locks now, lock requests that had to queue so far, state hash.
+    Replicated: every sequencer's role, term and lag, and each ZooKeeper server's mode."""
     from txn_library.client import Client
 
     cfg = load_config(data_dir)
-    with Client(cfg.client_addr) as c:
-        st = _status(c)
+    ha: dict = {}
+    if cfg.replicated:
+        ha = _ha_status(cfg)
+        leaders = [s for s in ha["sequencers"] if s["role"] == "leader"]
+        st = dict(leaders[0]["report"]) if leaders else {"partitions": []}
+    else:
+        with Client(cfg.client_addr) as c:
+            st = _status(c)
+        ha_rows = [
+            {
+                "id": 0,
+                "address": cfg.client_addr,
+                "pid": st.get("pid"),
+                "role": st.get("role", "leader"),
+                "term": st.get("term", 0),
+                "local_last_epoch": st.get("epoch"),
+                "lag_epochs": 0,
+            }
+        ]
     if as_json:
-        click.echo(json.dumps(st, indent=2))
+        if ha:
+            st = {**st, "sequencers": ha["sequencers"], "zookeeper": ha["zookeeper"]}
+            for s_ in st["sequencers"]:
+                s_.pop("report", None)
+        else:
+            st = {**st, "sequencers": ha_rows, "zookeeper": []}
+        click.echo(json.dumps(st, indent=2, default=_jsonable))
         return
+    if ha:
+        _echo_ha(ha)
+        if "epoch" not in st:
+            click.echo("no sequencer leads now")
+            return
     click.echo(
         f"epoch {st['epoch']}  txns sequenced {st['txns_sequenced']}  "
         f"pending {st['pending']}  in flight {st['in_flight']}  "
@@ -474,7 +634,7 @@ def checkpoint(timeout: float, data_dir: str) -> None:
     from txn_library.client import Client
 
     cfg = load_config(data_dir)
-    with Client(cfg.client_addr) as c:
+    with Client(leader_address(cfg)) as c:
         epoch = _request_checkpoint(c)
         _wait_checkpoint_durable(c, epoch, range(cfg.replicas), cfg.partitions, timeout)
     click.echo(
@@ -509,7 +669,7 @@ def dump(replica: int, out_dir: str, fmt: str, timeout: float, data_dir: str) ->
         )
     if cfg.checkpoint_keep <= 0:
         raise click.ClickException("checkpoints are disabled (checkpoint_keep = 0)")
-    with Client(cfg.client_addr) as c:
+    with Client(leader_address(cfg)) as c:
         epoch = _request_checkpoint(c)
         _wait_checkpoint_durable(c, epoch, [replica], cfg.partitions, timeout)
     totals: dict[str, int] = {}
@@ -544,7 +704,7 @@ def log_prune(archive: str | None, data_dir: str) -> None:
     from txn_library.errors import CallFailed, OrdoError
 
     cfg = load_config(data_dir)
-    with Client(cfg.client_addr) as c:
+    with Client(leader_address(cfg)) as c:
         try:
             removed = c.control(wire.PruneRequest(archive))
         except CallFailed as e:
@@ -572,6 +732,39 @@ def procedures(data_dir: str) -> None:
         args = ", ".join(f"{a.name}:{a.type}" for a in p.args)
         kind = "read-only" if p.read_only else ("dependent" if p.dependent else "read-write")
         click.echo(f"{name}({args})  [{kind}]  {p.doc.splitlines()[0] if p.doc else ''}")
+
+
+@main.command()
+@click.option(
+    "--client",
+    "clients",
+    multiple=True,
+    help="Also a key pair for client NAME, its public key on the allowlist (repeatable).",
+)
+@data_dir_option
+def keys(clients: tuple[str, ...], data_dir: str) -> None:
+    """Create the CURVE keys of the cluster in DATA_DIR, in DATA_DIR/keys: a key pair per
+    role (each sequencer, each partition of each replica), per client (always `admin`,
+    which the command line uses) and the client allowlist. Never replaces a key: run it
+    again to add what is missing. Secret key files are created 0600."""
+    from cluster.security import ADMIN_CLIENT, SecurityError, create_keys, keys_dir, role_names
+
+    cfg = load_config(data_dir)
+    try:
+        made = create_keys(data_dir, role_names(cfg), (ADMIN_CLIENT, *clients))
+    except (SecurityError, OSError) as e:
+        raise click.ClickException(f"keys incomplete: {e}") from None
+    click.echo(
+        f"keys in {keys_dir(data_dir)}: {len(made.created)} file(s) created, "
+        f"{len(made.existing)} already there (left alone)"
+    )
+    for p in made.created:
+        click.echo(f"  created {p}")
+    if not getattr(cfg, "curve", False):
+        click.echo(
+            f"note: {Path(data_dir) / CONFIG_FILE} has curve off; the keys take "
+            f"effect in a cluster that runs with CURVE"
+        )
 
 
 # Subcommand groups that live with the code they drive (their heavy imports are lazy).

@@ -1,19 +1,40 @@
-"""Cluster layout: how many replicas and partitions, and where every endpoint lives.
+"""Cluster layout: replicas, partitions, sequencers, ZooKeeper servers, and where each runs.
 
-Invariants: every address is on 127.0.0.1 (or ipc://); ports are derived from one
-base port so a whole cluster is described by (base_port, replicas, partitions,
-data_dir). The config is written to ``data_dir/cluster.json`` by ``ordo up`` and read
+The embedded default is one host (127.0.0.1), one sequencer and no ZooKeeper. A
+highly available cluster names its hosts (name -> IP address) and places every role
+on one: ``sequencer_hosts[i]`` runs sequencer i, ``zookeeper_hosts[n-1]`` ZooKeeper
+server n, ``partition_hosts[r][p]`` partition p of replica r. Every process binds its
+own host's address; the others connect to it there.
+
+Ports are derived from one base port, the same on every host, so each role's ports
+are distinct even when several hosts are one machine:
+  sequencer i         base + 4i + (0 client, 1 publish, 2 log service, 3 results)
+  partition (r, p)    base + 16 + r * partitions + p
+  ZooKeeper server n  base + 16 + replicas * partitions + 3(n - 1) + (0 client,
+                      1 peer, 2 election)
+
+Invariants: at most ``SEQUENCERS_MAX`` sequencers (their ports stay below base + 16);
+more than one sequencer needs a ZooKeeper ensemble (1 or 3 servers), which elects the
+leader and holds the committed tail of the log (sequencer.replication); every host a
+role is placed on is named in ``hosts`` (or the placement is empty: all on
+127.0.0.1). The config is written to ``data_dir/cluster.json`` by ``ordo up`` and read
 by every other command, so all processes agree on it.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 HOST = "127.0.0.1"
+LOCAL = "local"  # the host name of the embedded default: 127.0.0.1
 CONFIG_FILE = "cluster.json"
+SEQUENCERS_MAX = 4
+SEQUENCER_PORTS = 4
+ZOOKEEPER_PORTS = 3
+ZOOKEEPER_SERVER_COUNTS = (0, 1, 3)
 DEFAULT_BASE_PORT = 17100
 DEFAULT_DATA_DIR = "ordo-data"
 
@@ -44,54 +65,172 @@ class ClusterConfig:
     # Fault injection, for tests only: each partition drops every Nth batch it receives
     # over PUB/SUB (0 = never), forcing the gap-repair path through the log service.
     fault_drop_every_nth_batch: int = 0
+    # High availability (sequencer.replication). One sequencer and no ZooKeeper is the
+    # embedded default; N sequencers need a ZooKeeper ensemble of 1 or 3 servers.
+    sequencers: int = 1
+    zookeeper_servers: int = 0
+    # Hosts: name -> IP address. Empty: every role on 127.0.0.1.
+    hosts: dict = field(default_factory=dict)
+    sequencer_hosts: tuple[str, ...] = ()  # host of sequencer i; () = all local
+    zookeeper_hosts: tuple[str, ...] = ()  # host of ZooKeeper server n (1-based) at n-1
+    partition_hosts: tuple[tuple[str, ...], ...] = ()  # [replica][partition]
+    zookeeper_root: str = "/ordo"  # the ensemble's node holding this cluster's state
+    # CURVE on every ZeroMQ socket (cluster.security); the loopback default runs without.
+    curve: bool = False
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or self.partitions < 1:
             raise ValueError("replicas and partitions must be >= 1")
-        if not (1024 <= self.base_port <= 65535 - 16 - self.replicas * self.partitions):
+        top = 16 + self.replicas * self.partitions + ZOOKEEPER_PORTS * self.zookeeper_servers
+        if not (1024 <= self.base_port <= 65535 - top):
             raise ValueError(f"base_port {self.base_port} out of range")
         if self.epoch_duration_ms < 1:
             raise ValueError("epoch_duration_ms must be >= 1")
+        if not 1 <= self.sequencers <= SEQUENCERS_MAX:
+            raise ValueError(f"sequencers must be 1..{SEQUENCERS_MAX}, not {self.sequencers}")
+        if self.zookeeper_servers not in ZOOKEEPER_SERVER_COUNTS:
+            raise ValueError("zookeeper_servers must be 0, 1 or 3")
+        if self.sequencers > 1 and not self.zookeeper_servers:
+            raise ValueError("more than one sequencer needs a ZooKeeper ensemble")
+        self._check_placement()
+
+    def _check_placement(self) -> None:
+        for name, addr in self.hosts.items():
+            try:
+                ipaddress.ip_address(addr)
+            except ValueError:
+                raise ValueError(f"host {name!r}: {addr!r} is not an IP address") from None
+        wanted = (
+            ("sequencer_hosts", self.sequencer_hosts, self.sequencers),
+            ("zookeeper_hosts", self.zookeeper_hosts, self.zookeeper_servers),
+            ("partition_hosts", self.partition_hosts, self.replicas),
+        )
+        for what, placed, count in wanted:
+            if placed and len(placed) != count:
+                raise ValueError(f"{what} names {len(placed)} hosts, expected {count}")
+        for row in self.partition_hosts:
+            if len(row) != self.partitions:
+                raise ValueError(f"partition_hosts rows name {self.partitions} hosts each")
+        for name in (
+            *self.sequencer_hosts,
+            *self.zookeeper_hosts,
+            *(h for row in self.partition_hosts for h in row),
+        ):
+            if name != LOCAL and name not in self.hosts:
+                raise ValueError(f"host {name!r} is not in hosts")
+
+    # Placement -------------------------------------------------------------------
+    @property
+    def replicated(self) -> bool:
+        """The ordering layer is replicated through ZooKeeper (leader election, terms)."""
+        return self.zookeeper_servers > 0
+
+    def host_address(self, name: str) -> str:
+        return HOST if name == LOCAL else str(self.hosts[name])
+
+    def sequencer_host(self, member: int) -> str:
+        return self.host_address(self.sequencer_hosts[member] if self.sequencer_hosts else LOCAL)
+
+    def partition_host(self, replica: int, partition: int) -> str:
+        if not self.partition_hosts:
+            return HOST
+        return self.host_address(self.partition_hosts[replica][partition])
+
+    def zookeeper_host(self, server: int) -> str:
+        """Address of ZooKeeper server ``server`` (1-based, its myid)."""
+        return self.host_address(
+            self.zookeeper_hosts[server - 1] if self.zookeeper_hosts else LOCAL
+        )
+
+    @property
+    def zookeeper_base_port(self) -> int:
+        return self.base_port + 16 + self.replicas * self.partitions
+
+    def zookeeper_client_port(self, server: int) -> int:
+        return self.zookeeper_base_port + ZOOKEEPER_PORTS * (server - 1)
+
+    @property
+    def zookeeper_connect(self) -> str:
+        """kazoo's hosts string: every server's client address."""
+        return ",".join(
+            f"{self.zookeeper_host(n)}:{self.zookeeper_client_port(n)}"
+            for n in range(1, self.zookeeper_servers + 1)
+        )
 
     # Sequencer endpoints -------------------------------------------------------
+    def _sequencer_addr(self, member: int, port: int) -> str:
+        if not 0 <= member < self.sequencers:
+            raise ValueError(f"no sequencer {member} (the cluster has {self.sequencers})")
+        port += self.base_port + SEQUENCER_PORTS * member
+        return f"tcp://{self.sequencer_host(member)}:{port}"
+
+    def client_addr_of(self, member: int) -> str:
+        return self._sequencer_addr(member, 0)
+
+    def publish_addr_of(self, member: int) -> str:
+        return self._sequencer_addr(member, 1)
+
+    def log_service_addr_of(self, member: int) -> str:
+        return self._sequencer_addr(member, 2)
+
+    def results_addr_of(self, member: int) -> str:
+        return self._sequencer_addr(member, 3)
+
+    @property
+    def client_addrs(self) -> list[str]:
+        """Every sequencer's client address: what a client fails over between."""
+        return [self.client_addr_of(i) for i in range(self.sequencers)]
+
     @property
     def client_addr(self) -> str:
-        return f"tcp://{HOST}:{self.base_port}"
+        """Sequencer 0's client address (the only one of the embedded default)."""
+        return self.client_addr_of(0)
 
     @property
     def publish_addr(self) -> str:
-        return f"tcp://{HOST}:{self.base_port + 1}"
+        return self.publish_addr_of(0)
 
     @property
     def log_service_addr(self) -> str:
-        return f"tcp://{HOST}:{self.base_port + 2}"
+        return self.log_service_addr_of(0)
 
     @property
     def results_addr(self) -> str:
-        return f"tcp://{HOST}:{self.base_port + 3}"
+        return self.results_addr_of(0)
 
     # Partition endpoints -------------------------------------------------------
     def partition_addr(self, replica: int, partition: int) -> str:
         """Inbound PULL socket of one partition: peer reads and sequencer queries."""
-        return f"tcp://{HOST}:{self.base_port + 16 + replica * self.partitions + partition}"
+        port = self.base_port + 16 + replica * self.partitions + partition
+        return f"tcp://{self.partition_host(replica, partition)}:{port}"
 
     # Files ---------------------------------------------------------------------
     @property
     def log_dir(self) -> Path:
-        return Path(self.data_dir) / "log"
+        """The command log of the single sequencer (sequencer 0's when replicated)."""
+        return self.sequencer_log_dir(0)
+
+    def sequencer_log_dir(self, member: int) -> Path:
+        if not self.replicated:
+            return Path(self.data_dir) / "log"
+        return Path(self.data_dir) / f"sequencer-{member}" / "log"
+
+    @property
+    def zookeeper_dir(self) -> Path:
+        return Path(self.data_dir) / "zookeeper"
 
     def checkpoint_dir(self, replica: int) -> Path:
         return Path(self.data_dir) / f"replica-{replica}" / "checkpoints"
 
     def to_json(self) -> str:
-        d = asdict(self)
-        d["procedure_modules"] = list(self.procedure_modules)
-        return json.dumps(d, indent=2)
+        return json.dumps(asdict(self), indent=2)
 
     @classmethod
     def from_json(cls, text: str) -> ClusterConfig:
         d = json.loads(text)
-        d["procedure_modules"] = tuple(d.get("procedure_modules", ()))
+        for name in ("procedure_modules", "sequencer_hosts", "zookeeper_hosts"):
+            d[name] = tuple(d.get(name, ()))
+        d["partition_hosts"] = tuple(tuple(row) for row in d.get("partition_hosts", ()))
         return cls(**d)
 
     def save(self) -> Path:

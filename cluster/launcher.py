@@ -7,68 +7,21 @@ fails, so no test leaves processes behind.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from cluster.config import ClusterConfig
+from cluster.processes import kill_process, spawn_python, stop_processes
 from txn_library.client import Client
-
-STOP_GRACE_S = 5.0
-
-
-def _spawn(args: list[str], log_path: Path, module: str = "cluster.cli") -> subprocess.Popen:
-    """Start ``python -m module args...`` in its own session, output appended to a log."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    with open(log_path, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", module, *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env=env,
-        )
-
-
-KILL_WAIT_S = 10.0
-
-
-def kill_process(p: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
-    """Send ``sig`` (kill -9 by default) and reap the process."""
-    try:
-        os.kill(p.pid, sig)
-    except ProcessLookupError:
-        pass
-    p.wait(timeout=KILL_WAIT_S)
-
-
-def stop_processes(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM every live process, then SIGKILL whatever is left after STOP_GRACE_S."""
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.kill(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + STOP_GRACE_S
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            kill_process(p)
+from txn_library.errors import CallTimeout
 
 
 class ProcessGroup(ABC):
@@ -83,7 +36,7 @@ class ProcessGroup(ABC):
         return Path(self.config.data_dir) / "logs"
 
     def spawn(self, name: str, args: list[str], log_name: str, module: str = "cluster.cli") -> None:
-        self.procs[name] = _spawn(args, self.logs_dir / log_name, module)
+        self.procs[name] = spawn_python(args, self.logs_dir / log_name, module)
 
     def check_alive(self) -> None:
         for name, p in self.procs.items():
@@ -125,12 +78,21 @@ class ProcessGroup(ABC):
 
 
 class LocalCluster(ProcessGroup):
-    """A sequencer and R x P partition processes on 127.0.0.1."""
+    """Sequencers, R x P partition processes and (replicated) a ZooKeeper ensemble, all
+    on this machine (the hosts of cluster.json are its loopback addresses)."""
+
+    def __init__(self, config: ClusterConfig) -> None:
+        super().__init__(config)
+        self.ensemble: Any = None  # cluster.zookeeper.Ensemble when replicated
 
     def start(self, wait_s: float = 60.0, replicas: list[int] | None = None) -> LocalCluster:
-        """Start the sequencer and the partitions of ``replicas`` (default: all)."""
+        """Start ZooKeeper (if replicated), every sequencer and the partitions of
+        ``replicas`` (default: all)."""
         self.config.save()
-        self.start_sequencer()
+        if self.config.replicated:
+            self.start_zookeeper()
+        for m in range(self.config.sequencers):
+            self.start_sequencer(m)
         started = range(self.config.replicas) if replicas is None else replicas
         for r in started:
             for p in range(self.config.partitions):
@@ -138,8 +100,29 @@ class LocalCluster(ProcessGroup):
         self.wait_ready(wait_s, want=len(started) * self.config.partitions)
         return self
 
-    def start_sequencer(self) -> None:
-        self.spawn("sequencer", ["sequencer", "--data-dir", self.config.data_dir], "sequencer.log")
+    def start_zookeeper(self) -> None:
+        from cluster.ordering_zk import ensemble_of, ensure_secret
+
+        ensure_secret(self.config)
+        self.ensemble = ensemble_of(self.config)
+        self.ensemble.start()
+        self.ensemble.wait_ready()
+
+    @staticmethod
+    def sequencer_name(config: ClusterConfig, member: int) -> str:
+        return "sequencer" if config.sequencers == 1 else f"sequencer-{member}"
+
+    def start_sequencer(self, member: int = 0) -> None:
+        name = self.sequencer_name(self.config, member)
+        args = ["sequencer", "--data-dir", self.config.data_dir]
+        if self.config.sequencers > 1:
+            args += ["--member", str(member)]
+        self.spawn(name, args, f"{name}.log")
+
+    def stop(self) -> None:
+        super().stop()
+        if self.ensemble is not None:
+            self.ensemble.stop()
 
     def start_partition(self, r: int, p: int) -> None:
         self.spawn(
@@ -157,24 +140,52 @@ class LocalCluster(ProcessGroup):
         )
 
     def wait_ready(self, wait_s: float = 60.0, want: int | None = None) -> dict:
-        """Wait until ``want`` partitions (default all) report to the sequencer."""
+        """Wait until ``want`` partitions (default all) report to the (leading)
+        sequencer; returns its status."""
         deadline = time.monotonic() + wait_s
         if want is None:
             want = self.config.replicas * self.config.partitions
-        last_err: Exception | None = None
-        with Client(self.config.client_addr, timeout_s=5) as c:
-            while time.monotonic() < deadline:
-                self.check_alive()
-                try:
-                    st = c.status(timeout_s=2)
-                    if len(st["partitions"]) >= want:
-                        return st
-                except Exception as e:  # not up yet
-                    last_err = e
-                time.sleep(0.1)
+        last_err: Exception | str | None = None
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                st = leader_status(self.config, timeout_s=2)
+                if st is None:
+                    last_err = "no sequencer leads yet"
+                elif len(st["partitions"]) >= want:
+                    return st
+            except Exception as e:  # not up yet
+                last_err = e
+            time.sleep(0.1)
         raise TimeoutError(
             f"cluster not ready after {wait_s}s ({last_err}); see logs in {self.logs_dir}"
         )
+
+
+def sequencer_statuses(config: ClusterConfig, timeout_s: float = 2.0) -> list[dict | None]:
+    """Every sequencer's own status report (None: no answer within ``timeout_s``)."""
+    out: list[dict | None] = []
+    for addr in config.client_addrs:
+        with Client(addr, timeout_s=timeout_s) as c:
+            try:
+                out.append(c.status(timeout_s=timeout_s))
+            except CallTimeout:
+                out.append(None)
+    return out
+
+
+def leader_status(config: ClusterConfig, timeout_s: float = 2.0) -> dict | None:
+    """The status of the sequencer that leads (the only one of the embedded default),
+    or None while none does."""
+    if config.sequencers == 1:
+        with Client(config.client_addr, timeout_s=timeout_s) as c:
+            return c.status(timeout_s=timeout_s)
+    leaders = [
+        st
+        for st in sequencer_statuses(config, timeout_s)
+        if st is not None and st.get("role") == "leader"
+    ]
+    return max(leaders, key=lambda st: st["term"]) if leaders else None
 
 
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")

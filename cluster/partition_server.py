@@ -1,11 +1,16 @@
 """The partition process: one OS process, one thread, a zmq.Poller loop around Partition.
 
 Sockets:
-  SUB    publish_addr        batches and heartbeats from the sequencer
-  DEALER log_service_addr    fetches missing epochs (gap repair and catch-up)
+  SUB    every sequencer's publish_addr   batches and heartbeats from the leader
+  DEALER every sequencer's log service    fetches missing epochs (gap repair and
+                                          catch-up); any sequencer's log will do
   PULL   partition_addr      reads from peer partitions, queries from the sequencer
   PUSH   peers' partition_addr (same replica)    reads of multi-partition txns
-  PUSH   results_addr        results, query answers and status to the sequencer
+  PUSH   one per sequencer's results_addr: results, query answers and status go to
+         the leader named by the newest term's heartbeat
+
+With a replicated ordering layer a published batch or heartbeat of a term older than
+the newest seen comes from a deposed leader and is ignored (BatchFeed).
 
 Delivery is reliable and totally ordered although PUB/SUB is neither: a batch whose
 epoch is not last+1 is held back and the gap is fetched from the log service;
@@ -120,15 +125,20 @@ class PartitionServer:
         self.sub = c.socket(zmq.SUB)
         self.sub.setsockopt(zmq.RCVHWM, 0)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sub.connect(config.publish_addr)
         self.logsvc = c.socket(zmq.DEALER)
         self.logsvc.setsockopt(zmq.LINGER, 0)
-        self.logsvc.connect(config.log_service_addr)
+        if config.sequencers > 1:
+            self.logsvc.setsockopt(zmq.IMMEDIATE, 1)  # ask only sequencers that are up
+        self.results_to: list[zmq.Socket] = []
+        for m in range(config.sequencers):
+            self.sub.connect(config.publish_addr_of(m))
+            self.logsvc.connect(config.log_service_addr_of(m))
+            s = c.socket(zmq.PUSH)
+            s.setsockopt(zmq.SNDHWM, 0)
+            s.setsockopt(zmq.LINGER, 1000)
+            s.connect(config.results_addr_of(m))
+            self.results_to.append(s)
         self.inbox, self.peers = replica_mesh(c, config, replica, partition)
-        self.results = c.socket(zmq.PUSH)
-        self.results.setsockopt(zmq.SNDHWM, 0)
-        self.results.setsockopt(zmq.LINGER, 1000)
-        self.results.connect(config.results_addr)
         self.feed = BatchFeed(self.part, REPAIR_RETRY_S)  # ordered delivery, gap repair
         self._received = 0
         self._stop = False
@@ -215,9 +225,16 @@ class PartitionServer:
                 self._received += 1
                 if self._received % n == 0:
                     return  # injected loss: the gap is repaired from the log service
-            self.feed.offer(payload)
+            self.feed.offer(payload, published=True)
         elif topic == swire.TOPIC_HEARTBEAT:
-            self.feed.heartbeat(swire.Heartbeat._make(swire.unpack(payload)).last_epoch)
+            hb = swire.heartbeat(swire.unpack(payload))
+            if hb is None or hb.leader >= len(self.results_to):
+                self.dropped.note("malformed heartbeat")
+                return
+            leader = self.feed.leader
+            if self.feed.heartbeat(hb.last_epoch, hb.term, hb.leader) and hb.leader != leader:
+                log.info("sequencer %d leads (term %d): results go there", hb.leader, hb.term)
+                self._status_requested = True
 
     def _on_inbox(self) -> None:
         data = self.inbox.recv()
@@ -293,7 +310,7 @@ class PartitionServer:
         for q, entries in peer_out.items():
             self.peers[q].send(ewire.encode(ewire.Reads(self.partition_id, entries)))
         if results or queries or force_status:
-            self.results.send(
+            self.results_to[self.feed.leader].send(
                 ewire.encode(
                     ewire.Results(
                         self.replica,
@@ -379,7 +396,7 @@ class PartitionServer:
 
     def close(self) -> None:
         self._reap_child(block=True)
-        for s in [self.sub, self.logsvc, self.inbox, self.results, *self.peers.values()]:
+        for s in [self.sub, self.logsvc, self.inbox, *self.results_to, *self.peers.values()]:
             s.close(linger=0)
 
 

@@ -1,11 +1,29 @@
 """The sequencer process: sockets and the single-threaded poll loop around Sequencer.
 
-Sockets (all on 127.0.0.1):
+Sockets (bound at this sequencer's host address, ports from cluster.config):
   ROUTER client_addr     client calls and status requests
   PUB    publish_addr    batches and heartbeats to every partition of every replica
   ROUTER log_service_addr  epoch ranges from the command log (gap repair, catch-up)
   PULL   results_addr    results and status from partitions
   PUSH   one per partition of every replica: read-only queries and recon reads
+  DEALER every other sequencer's log service (replicated only): batches the
+         ZooKeeper tail no longer holds
+
+Embedded default (one sequencer, no ZooKeeper): this process always leads, term 0,
+and its command log is the durable record, as in Calvin without replication.
+
+Replicated (cluster.zookeeper_servers > 0, N sequencers): every sequencer process runs
+this loop as a *follower* until ZooKeeper's election names it:
+- a follower copies committed batches from ZooKeeper (or a peer) into its own log,
+  serves the log service from it, reports its progress, and answers calls with
+  ERR_NOT_LEADER naming the leader (status requests with its own status);
+- elected, it claims a new term, copies every committed batch it lacks, then builds
+  a Sequencer over that log (epochs continue after the last committed batch, and the
+  exactly-once table is rebuilt from the log) whose appends commit to ZooKeeper
+  first (sequencer.replication.ReplicatedLog); it publishes a batch only after that;
+- a leader that cannot commit (deposed, ZooKeeper unreachable, session lost) steps
+  down: its unanswered calls get ERR_NOT_LEADER and their clients resend them, same
+  ids, to the next leader.
 
 A client's mistake never kills this process: every frame is decoded inside a guard
 and answered with an error.
@@ -15,56 +33,91 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 import time
+from typing import Any
 
 import zmq
 
 from cluster.config import ClusterConfig
-from sequencer.calls import parse_log_fetch
+from sequencer.calls import is_req_id, parse_log_fetch, serve_log_fetch
 from sequencer.log import CommandLog, LogCorruption
+from sequencer.replication import (
+    CopyProgress,
+    NotLeader,
+    ReplicatedLog,
+    copy_committed,
+    copy_from_peer,
+    trim_point,
+)
 from sequencer.sequencer import HEARTBEAT_MS, Sequencer
 from txn_library import limits, wire
 from txn_library import partition_wire as ewire
-from txn_library.errors import ERR_MALFORMED, ERROR, DroppedMessages
+from txn_library.errors import ERR_MALFORMED, ERR_NOT_LEADER, ERROR, DroppedMessages
 from txn_library.procedure import load_modules
 
 log = logging.getLogger("ordo.sequencer")
 
+LEADER, FOLLOWER, CANDIDATE = "leader", "follower", "candidate"
+
 
 class SequencerServer:
-    def __init__(self, config: ClusterConfig, ctx: zmq.Context | None = None) -> None:
+    def __init__(
+        self, config: ClusterConfig, member: int = 0, ctx: zmq.Context | None = None
+    ) -> None:
         self.config = config
+        self.member = member
         load_modules(config.procedure_modules)
         if config.log_segment_bytes:
             limits.segment_bytes_max = config.log_segment_bytes
-        self.log = CommandLog(config.log_dir, fsync=config.fsync)
-        if self.log.recovered_truncated_bytes:
+        self.local = CommandLog(config.sequencer_log_dir(member), fsync=config.fsync)
+        if self.local.recovered_truncated_bytes:
             log.warning(
-                "command log: truncated %d bytes of torn tail", self.log.recovered_truncated_bytes
+                "command log: truncated %d bytes of torn tail", self.local.recovered_truncated_bytes
             )
-        self.seq = Sequencer(
-            self.log,
-            config.replicas,
-            config.partitions,
-            checkpoint_every_epochs=config.checkpoint_every_epochs,
-            checkpoint_every_s=config.checkpoint_every_s,
-        )
         self.ctx = ctx or zmq.Context.instance()
-        c = self.ctx
+        self._bind_sockets()
+        self._junk = DroppedMessages(log, "internal messages")
+        self._stop = False
+        self.seq: Sequencer | None = None
+        self.store: Any = None  # cluster.ordering_zk.ZooKeeperStore when replicated
+        self.term = 0
+        self.leader: int | None = None
+        self.role = FOLLOWER
+        self._copy = CopyProgress(0, self.local.last_epoch, self.local.last_epoch)
+        self._peer_fetch_at = 0.0
+        self._next_progress = self._next_trim = self._next_election = 0.0
+        if config.replicated:
+            from cluster.ordering_zk import ZooKeeperStore
+
+            self.store = ZooKeeperStore(config, member)
+            self.store.start(limits.zk_connect_timeout_s)
+            self.store.join_election()
+            log.info(
+                "sequencer %d up as follower: local log to epoch %d, client %s",
+                member,
+                self.local.last_epoch,
+                config.client_addr_of(member),
+            )
+        else:
+            self._lead(term=0)
+
+    def _bind_sockets(self) -> None:
+        config, c, m = self.config, self.ctx, self.member
         self.client = c.socket(zmq.ROUTER)
         self.client.setsockopt(zmq.MAXMSGSIZE, limits.frame_bytes_hard_max)
         self.client.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        self.client.bind(config.client_addr)
+        self.client.bind(config.client_addr_of(m))
         self.pub = c.socket(zmq.PUB)
         self.pub.setsockopt(zmq.SNDHWM, 0)
-        self.pub.bind(config.publish_addr)
+        self.pub.bind(config.publish_addr_of(m))
         self.logsvc = c.socket(zmq.ROUTER)
         self.logsvc.setsockopt(zmq.MAXMSGSIZE, limits.log_service_request_bytes_max)
-        self.logsvc.bind(config.log_service_addr)
+        self.logsvc.bind(config.log_service_addr_of(m))
         self.results = c.socket(zmq.PULL)
         self.results.setsockopt(zmq.RCVHWM, 0)
-        self.results.bind(config.results_addr)
+        self.results.bind(config.results_addr_of(m))
         self.query_socks: dict[tuple[int, int], zmq.Socket] = {}
         for r in range(config.replicas):
             for p in range(config.partitions):
@@ -73,17 +126,115 @@ class SequencerServer:
                 s.setsockopt(zmq.IMMEDIATE, 1)
                 s.connect(config.partition_addr(r, p))
                 self.query_socks[(r, p)] = s
-        self._junk = DroppedMessages(log, "internal messages")
-        self._stop = False
-        log.info(
-            "sequencer up: epoch %d, next txn %d, client %s",
-            self.seq.epoch,
-            self.seq.next_txn_id,
-            config.client_addr,
-        )
+        self.peers = c.socket(zmq.DEALER)  # other sequencers' log services
+        self.peers.setsockopt(zmq.LINGER, 0)
+        self.peers.setsockopt(zmq.IMMEDIATE, 1)
+        self.peers.setsockopt(zmq.MAXMSGSIZE, limits.frame_bytes_hard_max * 8)
+        for i in range(config.sequencers):
+            if i != m:
+                self.peers.connect(config.log_service_addr_of(i))
 
     def stop(self, *_: object) -> None:
         self._stop = True
+
+    # Roles --------------------------------------------------------------------
+    def _lead(self, term: int) -> None:
+        """Build the Sequencer over the (caught-up) local log and serve."""
+        cmd_log: CommandLog | ReplicatedLog = self.local
+        if self.store is not None:
+            cmd_log = ReplicatedLog(self.local, self.store, term)
+        self.seq = Sequencer(
+            cmd_log,
+            self.config.replicas,
+            self.config.partitions,
+            checkpoint_every_epochs=self.config.checkpoint_every_epochs,
+            checkpoint_every_s=self.config.checkpoint_every_s,
+            term=term,
+        )
+        self.term, self.leader, self.role = term, self.member, LEADER
+        self.seq.status_extra = self._role_report
+        log.info(
+            "sequencer %d leads: term %d, epoch %d, next txn %d, client %s",
+            self.member,
+            term,
+            self.seq.epoch,
+            self.seq.next_txn_id,
+            self.config.client_addr_of(self.member),
+        )
+
+    def _follow(self, reason: str) -> None:
+        """Stop leading: answer what is unanswered (ERR_NOT_LEADER), then follow."""
+        if self.seq is not None:
+            self.seq.step_down(reason)
+            self._flush()
+            self.seq = None
+        if self.role != FOLLOWER:
+            log.warning("sequencer %d follows now (term %d): %s", self.member, self.term, reason)
+        self.role = FOLLOWER
+        self.leader = None
+
+    def _replication_turn(self, now: float) -> None:
+        """A replicated sequencer's housekeeping: session, election, copying, trim."""
+        store = self.store
+        try:
+            if store.session_lost or (self.role == LEADER and store.surely_expired(now)):
+                self._follow("ZooKeeper session lost")
+                if store.session_lost and store.connected:
+                    store.join_election()
+            if self.role == LEADER:
+                if now >= self._next_progress:
+                    self._next_progress = now + limits.sequencer_progress_every_s
+                    store.report_progress(self.member, self.local.last_epoch)
+                if now >= self._next_trim:
+                    self._next_trim = now + limits.sequencer_trim_every_s
+                    through = trim_point(
+                        self.local.last_epoch, store.progress(), self.config.sequencers
+                    )
+                    store.trim_through(through)
+                return
+            self._copy_committed(now)
+            if now >= self._next_progress:
+                self._next_progress = now + limits.sequencer_progress_every_s
+                store.report_progress(self.member, self.local.last_epoch)
+            if self.role == FOLLOWER and now >= self._next_election:
+                self._next_election = now + limits.sequencer_election_check_s
+                self.leader = store.leader()
+                if store.i_lead():
+                    self.term = store.claim_term()
+                    self.role = CANDIDATE
+                    log.info("sequencer %d elected: term %d, catching up", self.member, self.term)
+                    self._copy_committed(now)
+            if self.role == CANDIDATE and self._copy.caught_up:
+                self._lead(self.term)
+        except NotLeader as e:
+            self._follow(str(e))
+        except Exception as e:  # ZooKeeper unreachable or slow: try again next turn
+            if not _is_zookeeper_error(e):
+                raise
+            if self.role != FOLLOWER:
+                self._follow(f"ZooKeeper: {type(e).__name__}")
+
+    def _copy_committed(self, now: float) -> None:
+        self._copy = copy_committed(self.local, self.store, limits.sequencer_copy_batches_per_turn)
+        gap = self._copy.gap
+        if gap is not None and now >= self._peer_fetch_at:
+            self._peer_fetch_at = now + 0.5
+            self.peers.send(wire.encode(wire.LogFetch(*gap)))
+
+    def _on_peer_batches(self) -> None:
+        data = self.peers.recv()
+        try:
+            msg = wire.unpack(data)
+            reply = wire.LogBatches._make(msg[1:])
+            copied = copy_from_peer(self.local, reply.batches)
+        except (ValueError, TypeError, LogCorruption) as e:
+            self._junk.note(f"bad log batches from a peer sequencer: {type(e).__name__}")
+            return
+        if copied:
+            self._peer_fetch_at = 0.0
+            log.info(
+                "copied %d batches from a peer, now at epoch %d", copied, self.local.last_epoch
+            )
 
     # Handlers -----------------------------------------------------------------
     def _receive_clients(self) -> None:
@@ -95,23 +246,56 @@ class SequencerServer:
         """
         deadline = time.monotonic() + limits.receive_turn_s_max
         received = 0
-        while received < limits.receive_bytes_per_turn_max and self.seq.intake_room():
+        seq = self.seq
+        while received < limits.receive_bytes_per_turn_max and (seq is None or seq.intake_room()):
             try:
                 frames = self.client.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
             identity = frames[0]
-            if len(frames) != 2:
-                self.seq._error(identity, None, ERR_MALFORMED, "expected exactly one frame")
-                received += sum(len(f) for f in frames)
+            received += sum(len(f) for f in frames)
+            if seq is None:
+                self._answer_not_leader(identity, frames)
+            elif len(frames) != 2:
+                seq._error(identity, None, ERR_MALFORMED, "expected exactly one frame")
             else:
-                self.seq.on_frame(identity, frames[1])
-                received += len(frames[1])
+                seq.on_frame(identity, frames[1])
             if time.monotonic() >= deadline:
                 return
 
+    def _leader_hint(self) -> str:
+        if self.leader is None or self.leader == self.member:
+            return ""
+        return self.config.client_addr_of(self.leader)
+
+    def _answer_not_leader(self, identity: bytes, frames: list[bytes]) -> None:
+        """A follower's answer: status requests get its status, calls ERR_NOT_LEADER."""
+        msg = None
+        if len(frames) == 2 and len(frames[1]) <= limits.request_bytes_max:
+            try:
+                msg = wire.unpack(frames[1])
+            except (ValueError, TypeError):
+                msg = None
+        kind = msg[0] if isinstance(msg, tuple) and msg else None
+        hint = self._leader_hint()
+        body: Any
+        if kind == wire.REQ_STATUS:
+            body = wire.StatusReply(self.status_report())
+        elif kind == wire.REQ_CALLS and isinstance(msg, tuple) and len(msg) == 3:
+            calls = msg[2] if isinstance(msg[2], tuple) else ()
+            req_ids = [c[0] for c in calls if isinstance(c, tuple) and c and is_req_id(c[0])]
+            body = wire.ResultsReply([(r, ERROR, (ERR_NOT_LEADER, hint)) for r in req_ids])
+        else:
+            body = wire.ErrorReply(f"{ERR_NOT_LEADER}: {hint or 'no leader known yet'}")
+        try:
+            self.client.send_multipart([identity, wire.encode(body)], flags=zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+
     def _on_results(self) -> None:
         data = self.results.recv()
+        if self.seq is None:
+            return  # a partition that has not heard of the new leader yet
         if not self.seq.on_results_frame(data):
             self._junk.note(f"malformed results message ({len(data)} bytes)")
 
@@ -121,29 +305,35 @@ class SequencerServer:
         if request is None:
             self._junk.note("malformed log service request")
             return
-        reply = self.seq.log_reply(*request)
+        if self.seq is not None:
+            reply = self.seq.log_reply(*request)
+        else:
+            reply = serve_log_fetch(self.local, *request)
         if reply is None:
             self._junk.note("log service request while fail-stopped")
             return
         self.logsvc.send_multipart([frames[0], reply])
 
     def _flush(self) -> None:
-        for identity, body in self.seq.take_control_out():
+        seq = self.seq
+        if seq is None:
+            return
+        for identity, body in seq.take_control_out():
             try:
                 self.client.send_multipart([identity, wire.encode(body)], flags=zmq.NOBLOCK)
             except zmq.ZMQError:
                 log.warning("client gone; dropped a control reply")
-        for identity, replies in self.seq.take_client_out().items():
+        for identity, replies in seq.take_client_out().items():
             try:
                 self.client.send_multipart(
                     [identity, wire.encode(wire.ResultsReply(replies))], flags=zmq.NOBLOCK
                 )
             except zmq.ZMQError:
                 log.warning("client gone; dropped %d replies", len(replies))
-        for (r, p), queries in self.seq.take_query_out().items():
-            self._send_queries(r, p, queries)
+        for (r, p), queries in seq.take_query_out().items():
+            self._send_queries(seq, r, p, queries)
 
-    def _send_queries(self, r: int, p: int, queries: list) -> None:
+    def _send_queries(self, seq: Sequencer, r: int, p: int, queries: list) -> None:
         """Send to replica r, or the next replica whose partition p is connected."""
         for i in range(self.config.replicas):
             rr = (r + i) % self.config.replicas
@@ -154,26 +344,55 @@ class SequencerServer:
                 return
             except zmq.Again:
                 continue
-        self.seq.query_out.setdefault((r, p), []).extend(queries)  # nobody up: next turn
+        seq.query_out.setdefault((r, p), []).extend(queries)  # nobody up: next turn
+
+    def status_report(self) -> dict:
+        """The leader's full report, or a follower's own; both name role and term."""
+        if self.seq is not None:
+            return self.seq.status_report()  # with _role_report
+        report: dict = {"epoch": self.local.last_epoch, "partitions": []}
+        report.update(self._role_report())
+        return report
+
+    def _role_report(self) -> dict:
+        report = dict(
+            role=self.role,
+            member=self.member,
+            pid=os.getpid(),
+            term=self.term,
+            leader=self.leader,
+            local_last_epoch=self.local.last_epoch,
+            replicated=self.store is not None,
+        )
+        if self.store is not None and self.seq is not None:
+            try:
+                # map keys are strings: msgpack readers refuse others by default
+                progress = self.store.progress()
+                report["sequencer_progress"] = {str(m): e for m, e in progress.items()}
+            except Exception as e:
+                if not _is_zookeeper_error(e):
+                    raise
+                report["sequencer_progress"] = {}
+        return report
 
     # Loop ---------------------------------------------------------------------
     def run(self) -> None:
         poller = zmq.Poller()
-        poller.register(self.client, zmq.POLLIN)
-        poller.register(self.results, zmq.POLLIN)
-        poller.register(self.logsvc, zmq.POLLIN)
+        for s in (self.client, self.results, self.logsvc, self.peers):
+            poller.register(s, zmq.POLLIN)
         epoch_s = self.config.epoch_duration_ms / 1000.0
         next_tick = time.monotonic() + epoch_s
         next_heartbeat = time.monotonic()
-        seq = self.seq
         while not self._stop:
+            seq = self.seq
             timeout_ms = max(0.0, (next_tick - time.monotonic()) * 1000.0)
-            if seq.has_intake():
+            if seq is not None and seq.has_intake():
                 timeout_ms = 0.0  # calls still wait for validation: no sleeping
             events = dict(poller.poll(math.ceil(timeout_ms)))
             if events.get(self.client):
                 self._receive_clients()
-            seq.run_intake(time.monotonic() + limits.intake_turn_s_max)
+            if seq is not None:
+                seq.run_intake(time.monotonic() + limits.intake_turn_s_max)
             for _ in range(256):
                 if not self.results.poll(0):
                     break
@@ -183,17 +402,29 @@ class SequencerServer:
                     if not self.logsvc.poll(0):
                         break
                     self._on_log_fetch()
+            if events.get(self.peers):
+                while self.peers.poll(0):
+                    self._on_peer_batches()
             now = time.monotonic()
-            if now >= next_tick or seq.batch_full():
+            if self.store is not None:
+                self._replication_turn(now)
+                seq = self.seq
+            if seq is not None and (now >= next_tick or seq.batch_full()):
                 data = seq.tick(int(time.time() * 1000))
                 if data is not None:
                     self.pub.send_multipart([wire.TOPIC_BATCH, data])
                     next_heartbeat = now + HEARTBEAT_MS / 1000.0
-                if now >= next_tick:
-                    next_tick = max(next_tick + epoch_s, now)
-            if now >= next_heartbeat:
+                elif seq.deposed is not None:
+                    self._follow(seq.deposed)
+                    seq = None
+            if now >= next_tick:
+                next_tick = max(next_tick + epoch_s, now)
+            if seq is not None and now >= next_heartbeat:
                 self.pub.send_multipart(
-                    [wire.TOPIC_HEARTBEAT, wire.pack(wire.Heartbeat(seq.epoch))]
+                    [
+                        wire.TOPIC_HEARTBEAT,
+                        wire.pack(wire.Heartbeat(seq.epoch, self.term, self.member)),
+                    ]
                 )
                 next_heartbeat = now + HEARTBEAT_MS / 1000.0
             self._flush()
@@ -201,15 +432,28 @@ class SequencerServer:
         self.close()
 
     def close(self) -> None:
-        for s in [self.client, self.pub, self.logsvc, self.results, *self.query_socks.values()]:
+        socks = [self.client, self.pub, self.logsvc, self.results, self.peers]
+        for s in [*socks, *self.query_socks.values()]:
             s.close(linger=0)
-        self.log.close()
+        if self.store is not None:
+            self.store.close()
+        self.local.close()
 
 
-def main(config: ClusterConfig) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+def _is_zookeeper_error(e: Exception) -> bool:
+    from kazoo.exceptions import KazooException
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    return isinstance(e, (KazooException, KazooTimeoutError))
+
+
+def main(config: ClusterConfig, member: int = 0) -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s s{member} %(name)s %(levelname)s %(message)s",
+    )
     try:
-        server = SequencerServer(config)
+        server = SequencerServer(config, member)
     except LogCorruption as e:
         log.critical("command log is corrupt, refusing to start: %s", e)
         raise SystemExit(3) from None

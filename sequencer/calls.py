@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from txn_library import limits, placement, wire
 from txn_library import partition_wire as ewire
@@ -45,6 +45,31 @@ def make_batch(
         for name, args in calls
     )
     return Batch(epoch, epoch - 1, first_txn_id, timestamp_ms, seed, txns)
+
+
+class LogReader(Protocol):
+    """What the log service reads: a CommandLog or a leader's ReplicatedLog."""
+
+    @property
+    def last_epoch(self) -> int: ...
+
+    def read_range(self, first: int, last: int) -> list[tuple[int, bytes]]: ...
+
+
+def serve_log_fetch(log: LogReader, first: int, last: int) -> bytes:
+    """The log service's LOG_BATCHES answer to LOG_FETCH(first, last): the batches from
+    ``first`` on, at most ``log_service_epochs_per_reply_max`` of them and
+    ``log_service_reply_bytes_max`` bytes (at least one), and the last epoch on disk.
+    Every sequencer serves it from its own log (leader and followers alike)."""
+    last = min(last, first + limits.log_service_epochs_per_reply_max - 1)
+    batches: list[bytes] = []
+    size = 0
+    for _e, data in log.read_range(first, last):
+        if batches and size + len(data) > limits.log_service_reply_bytes_max:
+            break  # the partition asks again for the rest
+        batches.append(data)
+        size += len(data)
+    return wire.encode(wire.LogBatches(batches, log.last_epoch))
 
 
 def parse_log_fetch(frame: bytes) -> LogFetch | None:

@@ -337,6 +337,17 @@ class CommandLog:
         tail.end_bytes += frame_bytes
         self._buffered = self._unsynced = True
 
+    def start_at(self, epoch: int) -> None:
+        """Make an empty log begin at ``epoch`` (its first append), as a pruned log does:
+        a sequencer that copies a peer's log whose older segments were pruned."""
+        self._check_usable()
+        if self._segments:
+            raise ValueError(f"start_at({epoch}) on a log that ends at {self.last_epoch}")
+        if epoch < 1:
+            raise ValueError(f"epochs start at 1, not {epoch}")
+        self._roll(epoch)
+        self.sync()
+
     def sync(self) -> None:
         """Make every appended frame durable: the group-commit point, once per epoch.
 

@@ -18,13 +18,19 @@ Invariants:
   ids, and is at most ``batch_bytes_max`` bytes (calls that do not fit wait for the
   next epoch, in order). A batch is appended to the command log and synced *before*
   ``tick`` returns it, so nothing is published (hence executed or acknowledged)
-  before it is durable. Flow control: no batch is cut while the partitions' fastest
+  before it is durable. With a replicated ordering layer the command log is a
+  ``sequencer.replication.ReplicatedLog``: appending commits the batch to the quorum
+  store under this leader's ``term`` (carried in every batch) first; when that fails
+  (``NotLeader``) the sequencer steps down for good: the batch is not published, and
+  every call not yet answered gets ERR_NOT_LEADER, so its client resends it, same
+  ids, to the new leader. Flow control: no batch is cut while the partitions' fastest
   live replicas are ``unapplied_bytes_max`` behind (a slow replica never holds back
   the others).
 - Each call is encoded once, when it is accepted; a batch is those bytes joined
   under a batch header (byte-identical to packing the batch as a whole).
 - The batch fixes every source of nondeterminism: one timestamp and one seed per
-  batch (a txn's own seed is derived from the batch seed and its txn id).
+  batch (a txn's own seed is derived from the batch seed and its txn id). Batch
+  timestamps never decrease along the log, across restarts and leaders.
 - The first replica's result for a txn goes to the client; every later replica's
   result is compared with it; a mismatch is a determinism violation: counted and
   logged loudly.
@@ -60,9 +66,11 @@ from sequencer.calls import (
     participants,
     results_problem,
     same_result,
+    serve_log_fetch,
 )
 from sequencer.fair import FairQueues
 from sequencer.log import CommandLog
+from sequencer.replication import NotLeader, ReplicatedLog
 from sequencer.retry_cache import (
     Done,
     Logged,
@@ -75,6 +83,7 @@ from txn_library import limits, placement, wire
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_MALFORMED,
+    ERR_NOT_LEADER,
     ERR_OVERLOADED,
     ERR_RESTARTS_EXHAUSTED,
     ERR_RETRY_EXPIRED,
@@ -93,7 +102,6 @@ from txn_library.wire import (
     FLAG_CHECKPOINT,
     CallsRequest,
     ErrorReply,
-    LogBatches,
     OkReply,
     PruneRequest,
     StatusReply,
@@ -115,7 +123,7 @@ _ARCHIVE_PATH_MAX = 4096
 class Sequencer:
     def __init__(
         self,
-        command_log: CommandLog,
+        command_log: CommandLog | ReplicatedLog,
         replicas: int,
         partitions: int,
         *,
@@ -123,8 +131,10 @@ class Sequencer:
         checkpoint_every_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         seed_source: Callable[[], int] = os_seed,
+        term: int = 0,
     ) -> None:
         self.log = command_log
+        self.term = term  # the leader term every batch carries (0: no replication)
         self.replicas = replicas
         self.partitions = partitions
         self.checkpoint_every_epochs = checkpoint_every_epochs
@@ -135,6 +145,8 @@ class Sequencer:
         self._last_checkpoint_ms: int | None = None
         # Fail-stop: once the log cannot be written or synced, nothing is accepted.
         self.failed: str | None = None
+        # Stepped down: another sequencer leads (or the store is unreachable).
+        self.deposed: str | None = None
         # (partition, epoch) -> (replica, hash) at checkpoint boundaries, compared
         # across replicas.
         self._boundaries: OrderedDict[tuple[int, int], tuple[int, int]] = OrderedDict()
@@ -142,9 +154,14 @@ class Sequencer:
         self._heard_at: dict[tuple[int, int], float] = {}  # clock time of last status
         self.epoch = command_log.last_epoch
         self.next_txn_id = self._next_txn_id_from_log()
+        self._last_timestamp_ms = (
+            decode_batch(self.log.read(self.epoch)).timestamp_ms if self.epoch else 0
+        )
         # batch_digest of the last logged batch: the next batch records it (wire doc)
         self._prev_digest = batch_digest(self.log.read(self.epoch)) if self.epoch else 0
         self.stats = SequencerStats()
+        # The process adds who it is to every status report (role, member, pid, ...).
+        self.status_extra: Callable[[], dict] | None = None
         self._intake: FairQueues[tuple[bytes, bytes, tuple]] = FairQueues()
         self._pending: FairQueues[PendingCall] = FairQueues()
         self._inflight: OrderedDict[int, InFlight] = OrderedDict()
@@ -372,6 +389,8 @@ class Sequencer:
             if seen is not None:
                 self._on_retry(identity, key, seen)
                 return
+        if self.deposed is not None:
+            raise BadRequest(ERR_NOT_LEADER, f"not the leader: {self.deposed}")
         if self.failed is not None:
             raise BadRequest(ERR_UNAVAILABLE, f"sequencer stopped: {self.failed}")
         self._check_load(identity, len(body))
@@ -542,7 +561,9 @@ class Sequencer:
         (fail-stop: the calls of a batch that could not be made durable are answered
         ``unavailable``, outcome unknown, and nothing more is accepted).
         """
-        if self.failed is not None or not (self._pending or self._checkpoint_requested):
+        if self.failed is not None or self.deposed is not None:
+            return None
+        if not (self._pending or self._checkpoint_requested):
             return None
         if not self._checkpoint_requested and self.unapplied_bytes() >= limits.unapplied_bytes_max:
             return None  # flow control: the replicas are behind; calls wait here, fairly
@@ -555,11 +576,13 @@ class Sequencer:
         epoch = self.epoch + 1
         for i, c in enumerate(calls):
             self._inflight[first + i] = InFlight(c)
+        # Batch time never goes back, even when a new leader's clock is behind.
+        now_ms = max(now_ms, self._last_timestamp_ms)
         flags = self._checkpoint_flag(epoch, now_ms)
         p = self._packer
         data = b"".join(
             [
-                p.pack_array_header(8),
+                p.pack_array_header(9),
                 p.pack(epoch),
                 p.pack(self.epoch),
                 p.pack(first),
@@ -569,6 +592,7 @@ class Sequencer:
                 *[c.encoded for c in calls],
                 p.pack(flags),
                 p.pack(self._prev_digest),
+                p.pack(self.term),
             ]
         )
         invariant(len(data) <= limits.batch_bytes_max, f"batch of {len(data)} bytes over bound")
@@ -578,10 +602,14 @@ class Sequencer:
         except OSError as e:
             self._fail(f"command log write/sync failed at epoch {epoch}: {e}", first)
             return None
+        except NotLeader as e:
+            self.step_down(f"commit of epoch {epoch} refused: {e}")
+            return None
         self.epoch = epoch
         self._published.append((epoch, len(data)))
         self._published_bytes += len(data)
         self._prev_digest = batch_digest(data)
+        self._last_timestamp_ms = now_ms
         self.next_txn_id = first + len(calls)
         self.stats.epochs += 1
         self.stats.txns_sequenced += len(calls)
@@ -625,15 +653,24 @@ class Sequencer:
         disk. None once fail-stopped: the log refuses reads until a restart."""
         if self.failed is not None:
             return None
-        last = min(last, first + limits.log_service_epochs_per_reply_max - 1)
-        batches: list[bytes] = []
-        size = 0
-        for _e, data in self.log.read_range(first, last):
-            if batches and size + len(data) > limits.log_service_reply_bytes_max:
-                break  # the partition asks again for the rest
-            batches.append(data)
-            size += len(data)
-        return wire.encode(LogBatches(batches, self.log.last_epoch))
+        return serve_log_fetch(self.log, first, last)
+
+    def step_down(self, reason: str) -> None:
+        """Stop leading for good (this object is discarded; the process follows).
+
+        Every call not yet answered was not sequenced by us, or was committed and will
+        be answered by the next leader: either way its client resends it with the same
+        ids, and the next leader's retry cache (rebuilt from the log) runs it once."""
+        if self.deposed is not None:
+            return
+        self.deposed = reason
+        log.warning("stepping down as leader (term %d): %s", self.term, reason)
+        doomed = [f.call for f in self._inflight.values()] + self._pending.drain()
+        doomed += [call for call, _recon in self._queries.values()]
+        self._inflight.clear()
+        self._queries.clear()
+        for call in doomed:
+            self.reply(call.identity, call.req_id, ERROR, (ERR_NOT_LEADER, reason))
 
     def _fail(self, reason: str, first_txn_id: int) -> None:
         """Stop for good: never acknowledge what might not be durable."""
@@ -816,13 +853,15 @@ class Sequencer:
 
     def status_report(self, now: float | None = None) -> dict:
         """Counters and every partition's last status; ``down`` if it went quiet."""
-        return status_report(
+        report = status_report(
             self.stats,
             self._heard_at,
             self.clock() if now is None else now,
             epoch=self.epoch,
+            term=self.term,
             next_txn_id=self.next_txn_id,
             failed=self.failed,
+            deposed=self.deposed,
             log_first_epoch=self.log.first_epoch,
             intake_slices_queued=len(self._intake),  # of up to intake_quantum_calls
             pending=len(self._pending),
@@ -831,3 +870,6 @@ class Sequencer:
             retry_cache_entries=len(self.retries),
             retry_cache_bytes=self.retries.answered_bytes,
         )
+        if self.status_extra is not None:
+            report.update(self.status_extra())
+        return report

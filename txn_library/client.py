@@ -23,6 +23,14 @@ Invariants:
   pending and queued call fails with InvariantViolation naming the cause, and later
   ``submit``/``control`` calls raise it at once: no caller waits forever.
 
+Failover (a replicated ordering layer): a Client given several sequencer addresses
+talks to one at a time. A follower answers a call with ERR_NOT_LEADER naming the
+leader; the client then moves to that address (or the next one) and resends every
+unanswered call with the same ids, so the new leader runs each at most once, and a
+call the old leader had committed is answered from the log. A client whose calls get
+no frame at all back for ``limits.client_failover_silence_s`` moves on to the next
+address the same way. ERR_NOT_LEADER never reaches the caller.
+
 ``ClientProtocol`` holds the encoding and bookkeeping without threads or sockets, so
 gevent users (locust, with zmq.green) can drive it from their own loop.
 """
@@ -48,6 +56,7 @@ from txn_library.errors import (
     ABORTED,
     ERR_BAD_ARGUMENTS,
     ERR_MALFORMED,
+    ERR_NOT_LEADER,
     ERR_TOO_LARGE,
     ERROR,
     OK,
@@ -275,13 +284,22 @@ class Client:
 
     def __init__(
         self,
-        address: str,
+        address: str | Sequence[str],
         *,
         timeout_s: float = limits.client_timeout_s_default,
         retry_s: float = 5.0,
         client_id: bytes | None = None,
+        curve: Any = None,
     ) -> None:
-        self.address = address
+        """``address``: the sequencer's client address, or every sequencer's (from
+        cluster.json) to fail over between. ``curve``: a txn_library.curve key set
+        (CURVE encryption and authentication), or None on a loopback cluster."""
+        self.addresses = [address] if isinstance(address, str) else list(address)
+        if not self.addresses:
+            raise ValueError("a client needs at least one sequencer address")
+        self.address = self.addresses[0]
+        self.curve = curve
+        self.failovers = 0  # times the client moved to another sequencer
         self.timeout_s = timeout_s
         self.retry_s = retry_s
         self.proto = ClientProtocol(client_id)
@@ -417,15 +435,23 @@ class Client:
                 except zmq.Again:
                     pass  # pipe full: the I/O thread has wake-ups pending already
 
-    def _io_loop(self) -> None:
+    def _connect(self, address: str) -> zmq.Socket:
         sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.setsockopt(zmq.SNDHWM, 0)
+        if self.curve is not None:
+            sock.setsockopt(zmq.CURVE_PUBLICKEY, self.curve.client_public)
+            sock.setsockopt(zmq.CURVE_SECRETKEY, self.curve.client_secret)
+            sock.setsockopt(zmq.CURVE_SERVERKEY, self.curve.server_public)
+        sock.connect(address)
+        return sock
+
+    def _io_loop(self) -> None:
         pending: dict[int, _Pending] = {}
+        self._sock: zmq.Socket = self._connect(self.address)
         try:
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.RCVHWM, 0)
-            sock.setsockopt(zmq.SNDHWM, 0)
-            sock.connect(self.address)
-            self._serve(sock, pending)
+            self._serve(pending)
         except Exception as e:  # a bug: keep it (with its type) for every caller
             log.exception("ordo client I/O thread failed")
             self._io_failure = e
@@ -436,26 +462,63 @@ class Client:
             for fut in self._control_waiters:
                 _settle(fut, self._stopped_error())
             self._fail_queued()
-            sock.close(linger=0)
+            self._sock.close(linger=0)
             self._wake_recv.close(linger=0)
 
-    def _serve(self, sock: zmq.Socket, pending: dict[int, _Pending]) -> None:
+    def _serve(self, pending: dict[int, _Pending]) -> None:
         poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
+        poller.register(self._sock, zmq.POLLIN)
         poller.register(self._wake_recv, zmq.POLLIN)
         next_check = time.monotonic() + 0.1
+        self._heard_at = time.monotonic()  # last frame from the current address
+        self._move_to: str | None = None  # set by a "not leader" answer
+        self._moved_at = 0.0
         while not self._closed.is_set():
             events = dict(poller.poll(100))
             if self._wake_recv in events:
                 while self._wake_recv.poll(0):
                     self._wake_recv.recv()
+            sock = self._sock
             self._send_new(sock, pending)
             while sock.poll(0):
+                self._heard_at = time.monotonic()
                 self._on_reply(sock.recv(), pending)
             now = time.monotonic()
+            if len(self.addresses) > 1:
+                self._maybe_fail_over(poller, pending, now)
             if now >= next_check:
-                self._expire(sock, pending, now)
+                self._expire(self._sock, pending, now)
                 next_check = now + 0.1
+
+    def _maybe_fail_over(
+        self, poller: zmq.Poller, pending: dict[int, _Pending], now: float
+    ) -> None:
+        """Move to the leader a follower named, or to the next address when the current
+        one is silent with calls out; then resend every unanswered call, same ids."""
+        target = self._move_to
+        silent = pending and now - max(self._heard_at, self._moved_at) >= (
+            limits.client_failover_silence_s
+        )
+        if target is None and not silent:
+            return
+        if now - self._moved_at < limits.client_failover_backoff_s:
+            return
+        if target is None or target == "" or target not in self.addresses:
+            target = self.addresses[(self.addresses.index(self.address) + 1) % len(self.addresses)]
+        self._move_to = None
+        self._moved_at = now
+        if target != self.address:
+            poller.unregister(self._sock)
+            self._sock.close(linger=0)
+            self.address = target
+            self._sock = self._connect(target)
+            poller.register(self._sock, zmq.POLLIN)
+            self.failovers += 1
+            log.info("ordo client: moved to %s", target)
+        for p in pending.values():
+            p.resend_at = now + self.retry_s
+        for frame in self.proto.frames([p.call for p in pending.values()]):
+            self._sock.send(frame)
 
     def _send_new(self, sock: zmq.Socket, pending: dict[int, _Pending]) -> None:
         calls: list[bytes] = []
@@ -497,6 +560,16 @@ class Client:
                 continue
             if type(req_id) is not int:
                 self._malformed(f"result for request id {req_id!r:.50}")
+                continue
+            if (
+                status == ERROR
+                and len(self.addresses) > 1
+                and isinstance(value, tuple)
+                and value
+                and value[0] == ERR_NOT_LEADER
+            ):  # not sequenced there: keep it pending, move, resend (same ids)
+                hint = value[1] if len(value) > 1 and isinstance(value[1], str) else ""
+                self._move_to = hint
                 continue
             p = pending.pop(req_id, None)
             if p is not None and not p.future.done():

@@ -29,6 +29,9 @@ ERR_RESTARTS_EXHAUSTED = "restarts_exhausted"
 ERR_UNAVAILABLE = "unavailable"
 ERR_REQUEST_ID_REUSED = "request_id_reused"  # same (client_id, req_id), different call
 ERR_RETRY_EXPIRED = "retry_expired"  # a retry older than the retry cache: outcome unknown
+# Not the leader of the replicated ordering layer: the call was not sequenced here; the
+# client resends it, same ids, to the leader (the message names it when known).
+ERR_NOT_LEADER = "not_leader"
 
 
 class OrdoError(Exception):

@@ -150,3 +150,38 @@ zk_server_log_bytes_max = 8 << 20  # one server's log4j file; one older file is 
 zk_four_letter_reply_bytes_max = 64 << 10  # a srvr/ruok/mntr answer, as Ensemble reads it
 
 _check(zk_snapshots_retained >= 3, "ZooKeeper raises autopurge.snapRetainCount below 3 to 3")
+
+# Replicated ordering layer (sequencer.replication, cluster.ordering_zk)
+zk_session_timeout_s = 1.0  # a leader silent this long loses its session: failover
+zk_commit_timeout_s = 0.8  # a batch commit unanswered this long: outcome unknown, step down
+zk_connect_timeout_s = 30.0  # a sequencer's first connection to the ensemble
+zk_node_bytes_max = 4 << 20  # ZooKeeper's jute.maxbuffer, set on servers and clients
+zk_tail_epochs_max = 2_000  # committed batches ZooKeeper keeps; older come from peers
+zk_trim_batch_max = 256  # deletes per trimming multi-op
+sequencer_copy_batches_per_turn = 256  # a follower copies at most this many per loop turn
+sequencer_progress_every_s = 0.2  # a sequencer reports its local last epoch this often
+sequencer_trim_every_s = 1.0  # the leader trims the committed tail this often
+sequencer_election_check_s = 0.05  # a follower looks at the election this often
+client_failover_silence_s = 1.0  # a client with calls out hears nothing this long: next
+client_failover_backoff_s = 0.1  # after "not leader" with no leader named, wait this long
+
+_check(
+    batch_bytes_max + (64 << 10) <= zk_node_bytes_max,
+    "a batch, with the commit's other operations, fits in one ZooKeeper request",
+)
+_check(zk_commit_timeout_s < zk_session_timeout_s, "a commit gives up before its session ends")
+
+# CURVE keys (cluster/security.py)
+curve_allowlist_keys_max = 10_000  # client public keys in keys/clients/; more: refused
+curve_key_file_bytes_max = 4096  # one key file; larger is not a key file: refused
+curve_key_name_chars_max = 64  # a role or client name, which names its key files
+
+_check(curve_key_name_chars_max < curve_key_file_bytes_max // 8, "a key file holds its name")
+
+# Hosts for multi-host tests from network namespaces (cluster/netns.py)
+netns_hosts_max = 64  # hosts of one Hosts: 198.18.0.1 .. 198.18.0.64 on one bridge
+netns_processes_max = 1024  # live processes one Hosts tracks; more: RuntimeError
+netns_command_timeout_s = 10.0  # one `ip` command; slower: NetnsError
+netns_process_exit_timeout_s = 10.0  # a SIGKILLed process is reaped within this
+
+_check(netns_hosts_max <= 254, "every host's address fits the one /24 of its bridge")

@@ -24,7 +24,7 @@ Sequencer -> client:
                        reply [REP_OK, [paths]] or an error
 
 Batch (= one command-log frame = one PUB message body):
-  [epoch, prev_epoch, first_txn_id, timestamp_ms, seed, txns, flags, prev_digest]
+  [epoch, prev_epoch, first_txn_id, timestamp_ms, seed, txns, flags, prev_digest, term]
   flags: FLAG_CHECKPOINT = partitions checkpoint at the end of this epoch
   prev_digest: batch_digest() of the previous batch's bytes as logged (0 for epoch
       1), so every logged batch's bytes are vouched for by its successor: a batch
@@ -32,11 +32,16 @@ Batch (= one command-log frame = one PUB message body):
       epoch (executor.replay.batches). Not cryptographic: it catches accidents and careless
       edits, not an adversary who rewrites the successors too. Absent in logs
       written before it existed (readers treat a 7-field batch as unchained).
+  term: the leader term of the sequencer that committed the batch (0: a single
+      sequencer without ZooKeeper). Terms never decrease along the log; a partition
+      ignores a *published* batch of a term older than one it has seen
+      (sequencer.replication). Absent (0) in logs written before it existed.
   txn = [proc_name, args, participants, client_id, req_id]
   txn ids are consecutive from first_txn_id; epochs are consecutive from 1.
 
 Publication (PUB -> SUB), two frames: [TOPIC_BATCH, batch] or
-  [TOPIC_HEARTBEAT, [last_epoch]] so a receiver that missed the tail notices.
+  [TOPIC_HEARTBEAT, [last_epoch, term, leader]] so a receiver that missed the tail
+  notices, and learns which sequencer leads (results go there).
 
 Log service (DEALER -> ROUTER):
   [LOG_FETCH, first_epoch, last_epoch]
@@ -92,6 +97,7 @@ class Batch(NamedTuple):
     txns: tuple[Txn, ...]
     flags: int = 0
     prev_digest: int | None = None  # None: not chained (logs written before the chain)
+    term: int = 0  # leader term that committed it; 0: single sequencer (or older logs)
 
     @property
     def next_txn_id(self) -> int:
@@ -106,15 +112,21 @@ def decode_batch(data: bytes) -> Batch:
 
 def named_batch(raw: tuple) -> Batch:
     """A decoded batch array as a Batch (a 7-field batch of an unchained log has
-    prev_digest None; txns of 3 fields, from before client ids were logged, get none)."""
+    prev_digest None, a batch without a term has term 0; txns of 3 fields, from before
+    client ids were logged, get none)."""
     txns = tuple(Txn._make(t if len(t) == 5 else (*t[:3], b"", None)) for t in raw[5])
-    return Batch._make((*raw[:5], txns, *raw[6:8], *(None,) * (8 - max(len(raw), 7))))
+    prev_digest = raw[7] if len(raw) > 7 else None
+    term = raw[8] if len(raw) > 8 else 0
+    flags = raw[6] if len(raw) > 6 else 0
+    return Batch(raw[0], raw[1], raw[2], raw[3], raw[4], txns, flags, prev_digest, term)
 
 
 def batch_problem(raw: Any) -> str | None:
     """Why a decoded array is not a batch ``named_batch`` can take, or None."""
-    if not isinstance(raw, tuple) or not 6 <= len(raw) <= 8:
-        return "a batch is an array of 6 to 8 fields"
+    if not isinstance(raw, tuple) or not 6 <= len(raw) <= 9:
+        return "a batch is an array of 6 to 9 fields"
+    if len(raw) == 9 and (type(raw[8]) is not int or raw[8] < 0):
+        return "term must be an int >= 0"
     if not all(type(v) is int for v in raw[:5]):
         return "epoch, prev, first txn id, timestamp and seed must be ints"
     txns = raw[5]
@@ -174,9 +186,23 @@ class ErrorReply(NamedTuple):
 
 # Publication and log service
 class Heartbeat(NamedTuple):
-    """[last_epoch] under TOPIC_HEARTBEAT"""
+    """[last_epoch, term, leader] under TOPIC_HEARTBEAT (leader: the sequencer's index
+    in the cluster's list; term 0 and leader 0 for a single sequencer)"""
 
     last_epoch: int
+    term: int = 0
+    leader: int = 0
+
+
+def heartbeat(raw: Any) -> Heartbeat | None:
+    """A decoded heartbeat by name, or None if it is not one (1 or 3 ints >= 0)."""
+    if (
+        not isinstance(raw, tuple)
+        or len(raw) not in (1, 3)
+        or not all(type(v) is int and v >= 0 for v in raw)
+    ):
+        return None
+    return Heartbeat._make(raw) if len(raw) == 3 else Heartbeat(raw[0])
 
 
 class LogFetch(NamedTuple):

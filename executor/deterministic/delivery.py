@@ -12,7 +12,12 @@ Invariants:
 - Nothing is applied while the partition waits for a checkpoint (``checkpoint_due``);
   the owner calls ``apply_held`` once it has taken it.
 - ``known_last_epoch`` only grows: the highest epoch seen in a batch, a heartbeat or
-  a log-service reply. While it is above ``last_epoch`` the feed asks the log service
+  a log-service reply.
+- ``term`` only grows: the newest leader term seen in a published batch or a
+  heartbeat. A published batch or heartbeat of an older term (a deposed leader still
+  talking) is ignored; ``leader`` is the sequencer that sent the newest term's
+  heartbeat: results go there. Batches from the log service are committed history
+  and are taken whatever their term. While it is above ``last_epoch`` the feed asks the log service
   for the gap (``repair``), at most once per ``repair_retry`` unless a reply came in.
 """
 
@@ -41,11 +46,19 @@ class BatchFeed:
         self.held: dict[int, swire.Batch] = {}  # epoch -> batch, arrived ahead of a gap
         self.known_last_epoch = 0
         self.heard = False  # a heartbeat or log reply came: we know the sequencer's epoch
+        self.term = 0
+        self.leader = 0
+        self.stale_dropped = 0  # published batches and heartbeats of an older term
         self._repair_sent_at: float | None = None
 
-    def offer(self, data: bytes) -> None:
-        """A batch's bytes, from PUB/SUB or the log service."""
+    def offer(self, data: bytes, published: bool = False) -> None:
+        """A batch's bytes, from PUB/SUB (``published``) or the log service."""
         batch = swire.decode_batch(data)
+        if published:
+            if batch.term < self.term:
+                self.stale_dropped += 1
+                return
+            self.term = batch.term
         epoch = batch.epoch
         self.known_last_epoch = max(self.known_last_epoch, epoch)
         if epoch <= self.part.last_epoch:
@@ -58,12 +71,22 @@ class BatchFeed:
         while part.checkpoint_due is None and part.last_epoch + 1 in held:
             part.on_batch(held.pop(part.last_epoch + 1))
 
-    def heartbeat(self, last_epoch: int) -> None:
+    def heartbeat(self, last_epoch: int, term: int = 0, leader: int | None = None) -> bool:
+        """A leader's heartbeat (or a log reply's last epoch: ``leader`` None); False if
+        it came from a deposed leader and was ignored."""
+        if term < self.term:
+            self.stale_dropped += 1
+            return False
+        self.term = term
+        if leader is not None:
+            self.leader = leader
         self.heard = True
         self.known_last_epoch = max(self.known_last_epoch, last_epoch)
+        return True
 
     def log_reply(self, batches: Sequence[bytes], last_on_disk: int) -> None:
-        self.heartbeat(last_on_disk)
+        self.heard = True
+        self.known_last_epoch = max(self.known_last_epoch, last_on_disk)
         for data in batches:
             self.offer(data)
         self._repair_sent_at = None  # ask for the next chunk at once if still behind

@@ -265,9 +265,11 @@ class PartitionNode:
         topic, data = payload
         assert self.feed is not None
         if topic == swire.TOPIC_BATCH:
-            self.feed.offer(data)
+            self.feed.offer(data, published=True)
         elif topic == swire.TOPIC_HEARTBEAT:
-            self.feed.heartbeat(swire.Heartbeat._make(swire.unpack(data)).last_epoch)
+            hb = swire.heartbeat(swire.unpack(data))
+            assert hb is not None, "the simulated sequencer sends well-formed heartbeats"
+            self.feed.heartbeat(hb.last_epoch, hb.term, hb.leader)
         self.turn()
 
     def on_log_reply(self, payload: Payload) -> None:

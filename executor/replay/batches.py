@@ -143,7 +143,7 @@ def _vouch(prev: bytes | None, epoch: int, payload: bytes) -> None:
         batch = wire.unpack(payload)
     except Exception:
         return  # malformed: reported by the reader whose range holds it
-    if isinstance(batch, tuple) and len(batch) == 8:
+    if isinstance(batch, tuple) and len(batch) in (8, 9):
         recorded = batch[7]  # Batch.prev_digest
         if type(recorded) is int:  # anything else is the next reader's to report
             _check_digest(epoch, recorded, prev)

@@ -106,7 +106,7 @@ def build_history(
         batch = make_batch(e, txn_id, TS0 + 10 * e, rng.getrandbits(63), calls, partitions)
         batch = batch._replace(flags=flags, prev_digest=prev_digest)
         # unchained: 7 fields, as logs were before the chain
-        payload = wire.pack(batch if chained else batch[:-1])
+        payload = wire.pack(batch if chained else batch[:7])
         prev_digest = wire.batch_digest(payload)
         log.append(e, payload)
         for r, rep in enumerate(reps):

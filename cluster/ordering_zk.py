@@ -1,0 +1,278 @@
+"""The replicated ordering layer's store on ZooKeeper (kazoo): terms, the committed
+tail of the log, leader election, members' progress.
+
+Nodes under the cluster's root (``config.zookeeper_root``), every one created with a
+digest ACL when the cluster has a ZooKeeper secret (``keys/zookeeper.secret``):
+  term            the current leader term (decimal); its *version* fences commits
+  last            the newest committed epoch (decimal)
+  first           the oldest epoch the tail still holds (decimal)
+  log/<epoch:013> one committed batch's bytes
+  election/m-NNN  ephemeral sequential, one per live sequencer; data: its member id.
+                  The lowest sequence number leads.
+  progress/<id>   the member's last local epoch (trimming waits for it)
+
+Invariants (what makes the store an ``OrderingStore``):
+- A commit is one ZooKeeper multi-op: check(term, version of our claim), create
+  log/<epoch>, set_data(last, epoch, version seen). ZooKeeper applies it atomically on
+  a quorum (each server fsyncs its transaction log before acknowledging), or not at
+  all. A newer term's claim bumps ``term``'s version, so an older leader's commit
+  fails from then on; the version check on ``last`` makes epochs consecutive.
+- A commit that gets no answer within ``limits.zk_commit_timeout_s`` (or whose
+  connection or session is lost) raises CommitUnknown: it may have happened. The
+  caller never publishes it and steps down.
+- Leadership needs a live session: on SUSPENDED or LOST the process stops cutting
+  batches; after LOST it rejoins the election as a new candidate.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
+from kazoo.security import make_digest_acl
+
+from cluster.config import ClusterConfig
+from cluster.zookeeper import Ensemble
+from sequencer.replication import CommitUnknown, Deposed
+from txn_library import limits
+
+log = logging.getLogger("ordo.ordering")
+
+ZK_USER = "ordo"
+SECRET_FILE = "zookeeper.secret"
+_EPOCH_DIGITS = 13
+
+
+def ensemble_of(config: ClusterConfig) -> Ensemble:
+    """The cluster's ZooKeeper ensemble, as cluster.json places it."""
+    hosts = {config.zookeeper_host(n) for n in range(1, config.zookeeper_servers + 1)}
+    if len(hosts) != 1:
+        raise ValueError("an ensemble on several hosts is started per host (ordo zookeeper)")
+    return Ensemble(
+        config.zookeeper_dir,
+        config.zookeeper_base_port,
+        servers=config.zookeeper_servers,
+        host=hosts.pop(),
+    )
+
+
+def secret_path(config: ClusterConfig) -> Path:
+    return Path(config.data_dir) / "keys" / SECRET_FILE
+
+
+def ensure_secret(config: ClusterConfig) -> Path:
+    """Create the cluster's ZooKeeper password (mode 0600) if it is missing."""
+    path = secret_path(config)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(24) + "\n")
+    return path
+
+
+def _read_secret(config: ClusterConfig) -> str | None:
+    path = secret_path(config)
+    if not path.exists():
+        return None
+    if path.stat().st_mode & 0o077:
+        raise PermissionError(f"{path} is readable by others; chmod 600 it")
+    return path.read_text().strip()
+
+
+def _int(data: bytes) -> int:
+    return int(data.decode("ascii"))
+
+
+def _enc(n: int) -> bytes:
+    return str(n).encode("ascii")
+
+
+class ZooKeeperStore:
+    """One sequencer's connection to the ensemble: an OrderingStore plus election."""
+
+    def __init__(self, config: ClusterConfig, member: int) -> None:
+        self.member = member
+        self.root = config.zookeeper_root.rstrip("/")
+        secret = _read_secret(config)
+        auth = [("digest", f"{ZK_USER}:{secret}")] if secret else None
+        self.acl = [make_digest_acl(ZK_USER, secret, all=True)] if secret else None
+        self.zk = KazooClient(
+            hosts=config.zookeeper_connect,
+            timeout=limits.zk_session_timeout_s,
+            auth_data=auth,
+            default_acl=self.acl,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=0.25),
+            randomize_hosts=True,
+        )
+        self.session_lost = False  # set from kazoo's thread; the owner rejoins
+        self.connected = False
+        self.disconnected_at: float | None = None  # monotonic time of SUSPENDED
+        self.zk.add_listener(self._on_state)
+        self._term_version: dict[int, int] = {}  # claimed term -> version of ``term``
+        self._last_version = -1
+        self._election_node: str | None = None
+
+    # Connection ---------------------------------------------------------------------
+    def start(self, timeout_s: float) -> None:
+        self.zk.start(timeout=timeout_s)
+        for name, value in (("term", 0), ("last", 0), ("first", 1)):
+            self._ensure(f"{self.root}/{name}", _enc(value))
+        for name in ("log", "election", "progress"):
+            self._ensure(f"{self.root}/{name}", b"")
+
+    def _ensure(self, path: str, value: bytes) -> None:
+        try:
+            self.zk.create(path, value, makepath=True)
+        except NodeExistsError:
+            pass
+
+    def _on_state(self, state: str) -> None:
+        self.connected = state == KazooState.CONNECTED
+        if self.connected:
+            self.disconnected_at = None
+        elif self.disconnected_at is None:
+            self.disconnected_at = time.monotonic()
+        if state == KazooState.LOST:
+            self.session_lost = True
+
+    def surely_expired(self, now: float) -> bool:
+        """Disconnected for a whole session timeout: the ensemble has ended our session
+        (and our leadership) even if we cannot hear it say so."""
+        since = self.disconnected_at
+        return since is not None and now - since >= limits.zk_session_timeout_s
+
+    def close(self) -> None:
+        try:
+            self.zk.stop()
+            self.zk.close()
+        except KazooException:
+            pass
+
+    # Election -----------------------------------------------------------------------
+    def join_election(self) -> None:
+        """Become a candidate (again, after a lost session)."""
+        self.session_lost = False
+        self._election_node = self.zk.create(
+            f"{self.root}/election/m-", _enc(self.member), ephemeral=True, sequence=True
+        )
+
+    @property
+    def in_election(self) -> bool:
+        return self._election_node is not None and not self.session_lost
+
+    def leader(self) -> int | None:
+        """The member whose election node is lowest, or None if nobody stands."""
+        children = sorted(self.zk.get_children(f"{self.root}/election"), key=lambda c: c[-10:])
+        for child in children:
+            try:
+                data, _stat = self.zk.get(f"{self.root}/election/{child}")
+            except NoNodeError:
+                continue  # its session ended between the two calls
+            return _int(data)
+        return None
+
+    def i_lead(self) -> bool:
+        if not self.in_election or not self.connected:
+            return False
+        children = sorted(self.zk.get_children(f"{self.root}/election"), key=lambda c: c[-10:])
+        assert self._election_node is not None
+        return bool(children) and self._election_node.endswith(children[0])
+
+    # OrderingStore ------------------------------------------------------------------
+    def claim_term(self) -> int:
+        try:
+            data, stat = self.zk.get(f"{self.root}/term")
+            term = _int(data) + 1
+            new = self.zk.set(f"{self.root}/term", _enc(term), version=stat.version)
+            _data, last_stat = self.zk.get(f"{self.root}/last")
+        except BadVersionError:
+            raise Deposed("another sequencer claimed a term at the same time") from None
+        except (KazooException, KazooTimeoutError) as e:
+            raise CommitUnknown(f"claiming a term: {type(e).__name__}") from None
+        self._term_version = {term: new.version}
+        self._last_version = last_stat.version
+        return term
+
+    def commit(self, term: int, epoch: int, data: bytes) -> None:
+        version = self._term_version.get(term)
+        if version is None:
+            raise Deposed(f"term {term} was not claimed by this sequencer")
+        t = self.zk.transaction()
+        t.check(f"{self.root}/term", version)
+        t.create(self._log_path(epoch), data, acl=self.acl)
+        t.set_data(f"{self.root}/last", _enc(epoch), version=self._last_version)
+        try:
+            results = t.commit_async().get(timeout=limits.zk_commit_timeout_s)
+        except (KazooException, KazooTimeoutError) as e:  # lost, expired, unanswered
+            raise CommitUnknown(f"commit of epoch {epoch}: {type(e).__name__}") from None
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            raise Deposed(f"commit of epoch {epoch} refused: {type(failed[0]).__name__}")
+        self._last_version = results[2].version
+
+    def last_epoch(self) -> int:
+        return _int(self._get(f"{self.root}/last"))
+
+    def read(self, epoch: int) -> bytes | None:
+        try:
+            return self._get(self._log_path(epoch))
+        except NoNodeError:
+            return None
+
+    def tail_first_epoch(self) -> int:
+        return _int(self._get(f"{self.root}/first"))
+
+    def report_progress(self, member: int, last_epoch: int) -> None:
+        path = f"{self.root}/progress/{member}"
+        try:
+            self.zk.set(path, _enc(last_epoch))
+        except NoNodeError:
+            self._ensure(path, _enc(last_epoch))
+
+    def progress(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for child in self.zk.get_children(f"{self.root}/progress"):
+            try:
+                out[int(child)] = _int(self._get(f"{self.root}/progress/{child}"))
+            except (NoNodeError, ValueError):
+                continue
+        return out
+
+    def trim_through(self, epoch: int) -> int:
+        """Delete tail batches up to ``epoch`` in bounded multi-ops, moving ``first``."""
+        first = self.tail_first_epoch()
+        last = min(epoch, self.last_epoch())
+        dropped = 0
+        while first <= last:
+            upto = min(last, first + limits.zk_trim_batch_max - 1)
+            t = self.zk.transaction()
+            for e in range(first, upto + 1):
+                t.delete(self._log_path(e))
+            t.set_data(f"{self.root}/first", _enc(upto + 1))
+            results = t.commit()
+            if any(isinstance(r, Exception) for r in results):
+                log.warning("trimming epochs %d..%d refused: %r", first, upto, results)
+                break
+            dropped += upto - first + 1
+            first = upto + 1
+        return dropped
+
+    # Helpers ------------------------------------------------------------------------
+    def _log_path(self, epoch: int) -> str:
+        return f"{self.root}/log/{epoch:0{_EPOCH_DIGITS}d}"
+
+    def _get(self, path: str) -> bytes:
+        data: Any
+        data, _stat = self.zk.get(path)
+        return bytes(data)

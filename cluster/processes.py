@@ -1,0 +1,63 @@
+"""Child processes: start them in their own session, stop them for sure.
+
+Shared by the launcher (Ordo's roles) and cluster.zookeeper (ZooKeeper servers).
+Invariant: a process handed to ``stop_processes`` is gone when it returns (SIGTERM,
+then SIGKILL after ``STOP_GRACE_S``), and ``kill_process`` reaps what it kills.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STOP_GRACE_S = 5.0
+
+
+def spawn_python(args: list[str], log_path: Path, module: str = "cluster.cli") -> subprocess.Popen:
+    """Start ``python -m module args...`` in its own session, output appended to a log."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    with open(log_path, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+
+
+KILL_WAIT_S = 10.0
+
+
+def kill_process(p: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    """Send ``sig`` (kill -9 by default) and reap the process."""
+    try:
+        os.kill(p.pid, sig)
+    except ProcessLookupError:
+        pass
+    p.wait(timeout=KILL_WAIT_S)
+
+
+def stop_processes(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM every live process, then SIGKILL whatever is left after STOP_GRACE_S."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.kill(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + STOP_GRACE_S
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            kill_process(p)

@@ -1,0 +1,237 @@
+"""High availability on one machine: 3 ZooKeeper servers, 3 sequencers on loopback
+addresses 127.0.0.1-3, 2 replicas x 2 partitions, under a load of transfers with a
+client-side ledger.
+
+Each scenario ends with the same checks: every call the ledger saw acknowledged is in
+the committed log exactly once, no (client, request) is in the log twice, money is
+conserved, replicas' hashes agree per partition and equal a serial replay of the log,
+and every sequencer's local log holds the same batches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from cluster.cli import ha_layout
+from cluster.config import ClusterConfig
+from cluster.launcher import LocalCluster, free_base_port, leader_status
+from executor.deterministic.oracle import SerialExecutor
+from sequencer.log import iter_frames
+from txn_library import wire
+from txn_library.bank_workload import make_transfers, open_accounts
+from txn_library.client import Client, Result
+from txn_library.errors import OrdoError
+
+ACCOUNTS = 400
+START = 10_000
+REPLICAS, PARTITIONS = 2, 2
+
+
+@pytest.fixture
+def ha_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    cfg = ha_layout(
+        ClusterConfig(
+            replicas=REPLICAS,
+            partitions=PARTITIONS,
+            base_port=free_base_port(),
+            data_dir=str(tmp_path / "data"),
+        )
+    )
+    lc = LocalCluster(cfg)
+    try:
+        lc.start()
+        yield lc
+    finally:
+        lc.stop()
+
+
+@dataclass
+class Ledger:
+    """What clients saw: every call's ids and outcome."""
+
+    acked: dict[tuple[bytes, int], tuple] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def drive(cfg: ClusterConfig, transfers: list, clients: int, ledger: Ledger) -> None:
+    """Closed loop: each client keeps up to 20 transfers out; failover is the client's."""
+    share = [transfers[i::clients] for i in range(clients)]
+
+    def one(items: list) -> None:
+        with Client(cfg.client_addrs, timeout_s=60, retry_s=2.0) as c:
+            out: list[tuple[int, tuple, Future]] = []
+            for t in items:
+                fut = c.submit("bank.transfer", *t)
+                out.append((c.proto.next_req_id() - 1, t, fut))  # the id submit used
+                if len(out) >= 20:
+                    settle(c, out.pop(0))
+            while out:
+                settle(c, out.pop(0))
+
+    def settle(c: Client, item: tuple[int, tuple, Future]) -> None:
+        req_id, t, fut = item
+        try:
+            r: Result = fut.result()
+        except OrdoError as e:
+            with ledger.lock:
+                ledger.failed.append(f"{t}: {type(e).__name__}: {e}")
+            return
+        with ledger.lock:
+            ledger.acked[(c.proto.client_id, req_id)] = (t, r.status)
+
+    threads = [threading.Thread(target=one, args=(s,)) for s in share]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+
+def leader_name(lc: LocalCluster) -> tuple[str, dict]:
+    st = wait_for_leader(lc)
+    return LocalCluster.sequencer_name(lc.config, st["member"]), st
+
+
+def wait_for_leader(lc: LocalCluster, not_member: int | None = None, timeout_s: float = 30) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        st = leader_status(lc.config, timeout_s=1.0)
+        if st is not None and st["member"] != not_member:
+            return st
+        time.sleep(0.02)
+    raise TimeoutError("no leader elected")
+
+
+def wait_settled(lc: LocalCluster, timeout_s: float = 60) -> dict:
+    """Leader and every partition at the same epoch, idle, hashes stable."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        st = leader_status(lc.config, timeout_s=1.0)
+        if st is not None:
+            parts = st["partitions"]
+            if (
+                len(parts) == REPLICAS * PARTITIONS
+                and st["pending"] == 0
+                and all(
+                    p["last_epoch"] == st["epoch"] and p["active"] == 0 and not p["down"]
+                    for p in parts
+                )
+            ):
+                return st
+        time.sleep(0.1)
+    raise TimeoutError(f"cluster did not settle: {st}")
+
+
+def check_outcome(lc: LocalCluster, ledger: Ledger, st: dict, transfers: int) -> None:
+    cfg = lc.config
+    assert not ledger.failed, ledger.failed[:5]
+    assert len(ledger.acked) == transfers
+    logs = []
+    for m in range(cfg.sequencers):
+        logs.append([data for _e, data in iter_frames(cfg.sequencer_log_dir(m))])
+    leader_log = logs[st["member"]]
+    for m, other in enumerate(logs):
+        n = min(len(other), len(leader_log))
+        assert other[:n] == leader_log[:n], f"sequencer {m}'s log differs from the leader's"
+    seen: dict[tuple[bytes, int], int] = {}
+    terms = []
+    for data in leader_log:
+        batch = wire.decode_batch(data)
+        terms.append(batch.term)
+        for txn in batch.txns:
+            if txn.client_id:
+                key = (txn.client_id, txn.req_id)
+                seen[key] = seen.get(key, 0) + 1
+    assert terms == sorted(terms), "terms never decrease along the log"
+    twice = [k for k, n in seen.items() if n > 1]
+    assert not twice, f"{len(twice)} calls sequenced twice"
+    lost = [k for k in ledger.acked if k not in seen]
+    assert not lost, f"{len(lost)} acknowledged calls are not in the log"
+    serial = SerialExecutor()
+    for data in leader_log:
+        serial.apply(wire.decode_batch(data))
+    by_part: dict[int, set[str]] = {}
+    for p in st["partitions"]:
+        by_part.setdefault(p["partition"], set()).add(p["state_hash"])
+    assert all(len(h) == 1 for h in by_part.values()), by_part
+    live = sum(int(next(iter(h)), 16) for h in by_part.values()) % (1 << 64)
+    assert serial.state_hash == live
+    assert st["determinism_violations"] == 0
+    with Client(cfg.client_addrs) as c:
+        assert c.call("bank.total", 0, ACCOUNTS).value == ACCOUNTS * START
+
+
+def run_with_fault(lc: LocalCluster, fault, n: int = 6_000) -> tuple[Ledger, dict]:  # type: ignore[no-untyped-def]
+    with Client(lc.config.client_addrs) as c:
+        open_accounts(c, ACCOUNTS, START)
+    transfers = make_transfers(n, ACCOUNTS, PARTITIONS, multi_share=0.5, seed=7)
+    ledger = Ledger()
+    load = threading.Thread(target=drive, args=(lc.config, transfers, 4, ledger))
+    load.start()
+    time.sleep(1.0)  # under load
+    info = fault(lc)
+    load.join(timeout=240)
+    assert not load.is_alive(), "the load did not finish"
+    st = wait_settled(lc)
+    check_outcome(lc, ledger, st, n)
+    return ledger, info
+
+
+def test_leader_kill9_fails_over_without_loss(ha_cluster: LocalCluster) -> None:
+    def kill_leader(lc: LocalCluster) -> dict:
+        name, st = leader_name(lc)
+        lc.kill(name)
+        killed_at = time.monotonic()
+        new = wait_for_leader(lc, not_member=st["member"])
+        assert new["term"] > st["term"]
+        # the killed sequencer comes back as a follower and copies what it missed
+        lc.start_sequencer(st["member"])
+        return {"failover_s": time.monotonic() - killed_at}
+
+    _ledger, info = run_with_fault(ha_cluster, kill_leader)
+    assert info["failover_s"] < 30
+
+
+def test_paused_leader_is_fenced_and_rejoins_as_follower(ha_cluster: LocalCluster) -> None:
+    """SIGSTOP the leader past its session timeout: the others elect a new term; on
+    SIGCONT the old leader's commits are refused (term fencing) and it follows."""
+
+    def pause_leader(lc: LocalCluster) -> dict:
+        name, st = leader_name(lc)
+        pid = lc.procs[name].pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            new = wait_for_leader(lc, not_member=st["member"])
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert new["term"] > st["term"]
+        return {"old": st["member"]}
+
+    _ledger, info = run_with_fault(ha_cluster, pause_leader)
+    st = wait_for_leader(ha_cluster)
+    assert st["member"] != info["old"]
+
+
+def test_ha_layout_status_names_roles_and_terms(ha_cluster: LocalCluster) -> None:
+    from click.testing import CliRunner
+
+    from cluster.cli import main
+
+    out = CliRunner().invoke(main, ["status", "--json", "--data-dir", ha_cluster.config.data_dir])
+    assert out.exit_code == 0, out.output
+    st = json.loads(out.output)
+    roles = sorted(s["role"] for s in st["sequencers"])
+    assert roles == ["follower", "follower", "leader"]
+    assert all(s["pid"] and s["term"] >= 1 for s in st["sequencers"] if s["role"] == "leader")
+    assert [z["mode"] for z in st["zookeeper"]].count("leader") == 1
+    assert len(st["partitions"]) == REPLICAS * PARTITIONS
