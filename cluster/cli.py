@@ -91,7 +91,8 @@ def main() -> None:
     "--ha",
     is_flag=True,
     help="Highly available layout on this machine: 3 ZooKeeper servers, 3 sequencers "
-    "(one leads, elected through ZooKeeper), hosts on loopback addresses 127.0.0.1-3.",
+    "(one leads, elected through ZooKeeper), hosts on loopback addresses 127.0.0.1-3, "
+    "CURVE on every socket.",
 )
 @data_dir_option
 def up(
@@ -170,6 +171,7 @@ def ha_layout(cfg: ClusterConfig) -> ClusterConfig:
         cfg,
         sequencers=3,
         zookeeper_servers=3,
+        curve=True,
         hosts=dict(HA_HOSTS),
         sequencer_hosts=names,
         zookeeper_hosts=(names[0],) * 3,
@@ -373,7 +375,7 @@ def call(procedure: str, args: tuple[str, ...], timeout: float, data_dir: str) -
     ARGS are values in the procedure's order, or NAME=VALUE. Negative numbers are
     values, not options: `ordo call kv.add k -5`.
     """
-    from txn_library.client import Client
+    from cluster.launcher import cluster_client
     from txn_library.errors import BadRequest, OrdoError
 
     cfg = load_config(data_dir)
@@ -382,7 +384,7 @@ def call(procedure: str, args: tuple[str, ...], timeout: float, data_dir: str) -
         values = parse_call_args(procedure, args)
     except BadRequest as e:
         raise click.ClickException(e.message) from None
-    with Client(cfg.client_addrs, timeout_s=timeout) as c:
+    with cluster_client(cfg, cfg.client_addrs, timeout_s=timeout) as c:
         try:
             r = c.call(procedure, *values)
         except BadRequest as e:  # refused before sending: cannot be encoded, too large
@@ -569,7 +571,7 @@ def status(as_json: bool, data_dir: str) -> None:
     """Per partition of every replica: last applied epoch, txns applied, transactions
     active and blocked on locks now, lock requests that had to queue so far, state hash.
     Replicated: every sequencer's role, term and lag, and each ZooKeeper server's mode."""
-    from txn_library.client import Client
+    from cluster.launcher import cluster_client
 
     cfg = load_config(data_dir)
     ha: dict = {}
@@ -578,7 +580,7 @@ def status(as_json: bool, data_dir: str) -> None:
         leaders = [s for s in ha["sequencers"] if s["role"] == "leader"]
         st = dict(leaders[0]["report"]) if leaders else {"partitions": []}
     else:
-        with Client(cfg.client_addr) as c:
+        with cluster_client(cfg, cfg.client_addr) as c:
             st = _status(c)
         ha_rows = [
             {
@@ -631,10 +633,10 @@ def status(as_json: bool, data_dir: str) -> None:
 def checkpoint(timeout: float, data_dir: str) -> None:
     """Ask every partition of every replica to checkpoint after the next epoch, and wait
     until each reports it durable."""
-    from txn_library.client import Client
+    from cluster.launcher import cluster_client
 
     cfg = load_config(data_dir)
-    with Client(leader_address(cfg)) as c:
+    with cluster_client(cfg, leader_address(cfg)) as c:
         epoch = _request_checkpoint(c)
         _wait_checkpoint_durable(c, epoch, range(cfg.replicas), cfg.partitions, timeout)
     click.echo(
@@ -657,9 +659,9 @@ def dump(replica: int, out_dir: str, fmt: str, timeout: float, data_dir: str) ->
     Requests a checkpoint, waits until every partition of the replica reports it
     durable (progress on stderr), then reads each partition's file.
     """
+    from cluster.launcher import cluster_client
     from executor.core import checkpoint as ckpt
     from executor.replay.export import export_rows
-    from txn_library.client import Client
 
     cfg = load_config(data_dir)
     _load_modules(cfg)
@@ -669,7 +671,7 @@ def dump(replica: int, out_dir: str, fmt: str, timeout: float, data_dir: str) ->
         )
     if cfg.checkpoint_keep <= 0:
         raise click.ClickException("checkpoints are disabled (checkpoint_keep = 0)")
-    with Client(leader_address(cfg)) as c:
+    with cluster_client(cfg, leader_address(cfg)) as c:
         epoch = _request_checkpoint(c)
         _wait_checkpoint_durable(c, epoch, [replica], cfg.partitions, timeout)
     totals: dict[str, int] = {}
@@ -699,12 +701,12 @@ def log_prune(archive: str | None, data_dir: str) -> None:
     Never silent: prints what it removed. Segments still needed by any partition's
     recovery are kept. Note that Spark replay of the pruned history needs the archive.
     """
+    from cluster.launcher import cluster_client
     from txn_library import wire
-    from txn_library.client import Client
     from txn_library.errors import CallFailed, OrdoError
 
     cfg = load_config(data_dir)
-    with Client(leader_address(cfg)) as c:
+    with cluster_client(cfg, leader_address(cfg)) as c:
         try:
             removed = c.control(wire.PruneRequest(archive))
         except CallFailed as e:

@@ -89,6 +89,10 @@ class LocalCluster(ProcessGroup):
         """Start ZooKeeper (if replicated), every sequencer and the partitions of
         ``replicas`` (default: all)."""
         self.config.save()
+        if self.config.curve:
+            from cluster.security import ADMIN_CLIENT, create_keys, role_names
+
+            create_keys(self.config.data_dir, role_names(self.config), [ADMIN_CLIENT])
         if self.config.replicated:
             self.start_zookeeper()
         for m in range(self.config.sequencers):
@@ -162,11 +166,27 @@ class LocalCluster(ProcessGroup):
         )
 
 
+def cluster_client(
+    config: ClusterConfig, address: str | list[str] | None = None, **kw: Any
+) -> Client:
+    """A Client of ``config``'s cluster: every sequencer's address by default (it fails
+    over between them), with the ``admin`` client's CURVE keys when the cluster runs
+    CURVE (``ordo keys`` makes them)."""
+    addresses = config.client_addrs if address is None else address
+    if config.curve:
+        from cluster.security import ADMIN_CLIENT, client_curves
+
+        curves = dict(zip(config.client_addrs, client_curves(config, ADMIN_CLIENT), strict=True))
+        wanted = [addresses] if isinstance(addresses, str) else addresses
+        kw["curve"] = [curves[a] for a in wanted]
+    return Client(addresses, **kw)
+
+
 def sequencer_statuses(config: ClusterConfig, timeout_s: float = 2.0) -> list[dict | None]:
     """Every sequencer's own status report (None: no answer within ``timeout_s``)."""
     out: list[dict | None] = []
     for addr in config.client_addrs:
-        with Client(addr, timeout_s=timeout_s) as c:
+        with cluster_client(config, addr, timeout_s=timeout_s) as c:
             try:
                 out.append(c.status(timeout_s=timeout_s))
             except CallTimeout:
@@ -178,7 +198,7 @@ def leader_status(config: ClusterConfig, timeout_s: float = 2.0) -> dict | None:
     """The status of the sequencer that leads (the only one of the embedded default),
     or None while none does."""
     if config.sequencers == 1:
-        with Client(config.client_addr, timeout_s=timeout_s) as c:
+        with cluster_client(config, config.client_addr, timeout_s=timeout_s) as c:
             return c.status(timeout_s=timeout_s)
     leaders = [
         st

@@ -49,6 +49,7 @@ from pathlib import Path
 import zmq
 
 from cluster.config import ClusterConfig
+from cluster.security import SocketSecurity, partition_role, sequencer_role
 from cluster.sockets import replica_mesh
 from executor.core import checkpoint
 from executor.core.genesis import genesis_storage
@@ -122,23 +123,35 @@ class PartitionServer:
         self._next_progress = time.monotonic() + PROGRESS_EVERY_S
         self.ctx = ctx or zmq.Context.instance()
         c = self.ctx
-        self.sub = c.socket(zmq.SUB)
-        self.sub.setsockopt(zmq.RCVHWM, 0)
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.logsvc = c.socket(zmq.DEALER)
-        self.logsvc.setsockopt(zmq.LINGER, 0)
-        if config.sequencers > 1:
-            self.logsvc.setsockopt(zmq.IMMEDIATE, 1)  # ask only sequencers that are up
+        sec = SocketSecurity.for_role(config, partition_role(replica, partition))
+        self._auth = sec.start(c)  # ZAP handler, before any bind (no-op without CURVE)
+        # One SUB, log-service DEALER and results PUSH per sequencer: with CURVE each
+        # authenticates its own server.
+        self.subs: list[zmq.Socket] = []
+        self.logsvcs: list[zmq.Socket] = []
         self.results_to: list[zmq.Socket] = []
         for m in range(config.sequencers):
-            self.sub.connect(config.publish_addr_of(m))
-            self.logsvc.connect(config.log_service_addr_of(m))
+            server = sequencer_role(m)
+            sub = c.socket(zmq.SUB)
+            sub.setsockopt(zmq.RCVHWM, 0)
+            sub.setsockopt(zmq.SUBSCRIBE, b"")
+            sec.client(sub, server)
+            sub.connect(config.publish_addr_of(m))
+            self.subs.append(sub)
+            fetch = c.socket(zmq.DEALER)
+            fetch.setsockopt(zmq.LINGER, 0)
+            sec.client(fetch, server)
+            fetch.connect(config.log_service_addr_of(m))
+            self.logsvcs.append(fetch)
             s = c.socket(zmq.PUSH)
             s.setsockopt(zmq.SNDHWM, 0)
             s.setsockopt(zmq.LINGER, 1000)
+            sec.client(s, server)
             s.connect(config.results_addr_of(m))
             self.results_to.append(s)
-        self.inbox, self.peers = replica_mesh(c, config, replica, partition)
+        self._fetch_from = 0  # the sequencer whose log service the next repair asks
+        self._fetch_unanswered = False
+        self.inbox, self.peers = replica_mesh(c, config, replica, partition, sec)
         self.feed = BatchFeed(self.part, REPAIR_RETRY_S)  # ordered delivery, gap repair
         self._received = 0
         self._stop = False
@@ -209,16 +222,25 @@ class PartitionServer:
         log.info("checkpoint at epoch %d written; pruned %d old", self._child_epoch, len(removed))
 
     def _maybe_repair(self, now: float) -> None:
+        """Ask the leader's log service for a gap; an unanswered ask goes to the next
+        sequencer (any sequencer's log holds only committed batches)."""
         wanted = self.feed.repair(now)
         if wanted is not None:
-            self.logsvc.send(swire.encode(swire.LogFetch(*wanted)))
+            n = len(self.logsvcs)
+            if self._fetch_unanswered:
+                self._fetch_from = (self._fetch_from + 1) % n
+            else:
+                self._fetch_from = self.feed.leader % n
+            self._fetch_unanswered = True
+            self.logsvcs[self._fetch_from].send(swire.encode(swire.LogFetch(*wanted)))
 
-    def _on_log_reply(self) -> None:
-        reply = swire.LogBatches._make(swire.unpack(self.logsvc.recv())[1:])
+    def _on_log_reply(self, sock: zmq.Socket) -> None:
+        self._fetch_unanswered = False
+        reply = swire.LogBatches._make(swire.unpack(sock.recv())[1:])
         self.feed.log_reply(reply.batches, reply.last_epoch_on_disk)
 
-    def _on_sub(self) -> None:
-        topic, payload = self.sub.recv_multipart()
+    def _on_sub(self, sub: zmq.Socket) -> None:
+        topic, payload = sub.recv_multipart()
         if topic == swire.TOPIC_BATCH:
             n = self.config.fault_drop_every_nth_batch
             if n:
@@ -345,14 +367,15 @@ class PartitionServer:
 
     def run(self) -> None:
         poller = zmq.Poller()
-        for s in (self.sub, self.logsvc, self.inbox):
+        for s in (*self.subs, *self.logsvcs, self.inbox):
             poller.register(s, zmq.POLLIN)
         # Reads our previous incarnation received are gone: ask the peers again.
         for q, sock in self.peers.items():
             sock.send(ewire.encode(ewire.Resend(self.partition_id, self.part.next_txn_id)))
             del q
         # Catch up from the log service right away (slow-joiner safe: SUB is connected).
-        self.logsvc.send(swire.encode(swire.LogFetch(self.part.last_epoch + 1, 1 << 62)))
+        for fetch in self.logsvcs:  # every sequencer: the leader is not known yet
+            fetch.send(swire.encode(swire.LogFetch(self.part.last_epoch + 1, 1 << 62)))
         self.feed.requested(time.monotonic())
         next_status = 0.0
         part = self.part
@@ -369,12 +392,14 @@ class PartitionServer:
                 if self.inbox.poll(0):
                     self._on_inbox()
                     progressed = True
-                if self.sub.poll(0):
-                    self._on_sub()
-                    progressed = True
-                if self.logsvc.poll(0):
-                    self._on_log_reply()
-                    progressed = True
+                for sub in self.subs:
+                    if sub.poll(0):
+                        self._on_sub(sub)
+                        progressed = True
+                for fetch in self.logsvcs:
+                    if fetch.poll(0):
+                        self._on_log_reply(fetch)
+                        progressed = True
                 if not progressed:
                     break
                 if progressed and self.part.peer_out:
@@ -396,8 +421,10 @@ class PartitionServer:
 
     def close(self) -> None:
         self._reap_child(block=True)
-        for s in [self.sub, self.logsvc, self.inbox, *self.results_to, *self.peers.values()]:
+        socks = [*self.subs, *self.logsvcs, self.inbox, *self.results_to, *self.peers.values()]
+        for s in socks:
             s.close(linger=0)
+        self._auth.stop()
 
 
 def main(config: ClusterConfig, replica: int, partition: int) -> None:

@@ -41,6 +41,7 @@ from typing import Any
 import zmq
 
 from cluster.config import ClusterConfig
+from cluster.security import SocketSecurity, partition_role, sequencer_role
 from sequencer.calls import is_req_id, parse_log_fetch, serve_log_fetch
 from sequencer.log import CommandLog, LogCorruption
 from sequencer.replication import (
@@ -104,19 +105,28 @@ class SequencerServer:
             self._lead(term=0)
 
     def _bind_sockets(self) -> None:
+        """Every socket; with CURVE (cluster.security) the client socket admits role and
+        allowlisted client keys, the others role keys only, and every connect
+        authenticates the server it reaches."""
         config, c, m = self.config, self.ctx, self.member
+        sec = SocketSecurity.for_role(config, sequencer_role(m))
+        self._auth = sec.start(c)  # the ZAP handler, before any bind
         self.client = c.socket(zmq.ROUTER)
         self.client.setsockopt(zmq.MAXMSGSIZE, limits.frame_bytes_hard_max)
         self.client.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        sec.server(self.client, clients=True)
         self.client.bind(config.client_addr_of(m))
         self.pub = c.socket(zmq.PUB)
         self.pub.setsockopt(zmq.SNDHWM, 0)
+        sec.server(self.pub, clients=False)
         self.pub.bind(config.publish_addr_of(m))
         self.logsvc = c.socket(zmq.ROUTER)
         self.logsvc.setsockopt(zmq.MAXMSGSIZE, limits.log_service_request_bytes_max)
+        sec.server(self.logsvc, clients=False)
         self.logsvc.bind(config.log_service_addr_of(m))
         self.results = c.socket(zmq.PULL)
         self.results.setsockopt(zmq.RCVHWM, 0)
+        sec.server(self.results, clients=False)
         self.results.bind(config.results_addr_of(m))
         self.query_socks: dict[tuple[int, int], zmq.Socket] = {}
         for r in range(config.replicas):
@@ -124,15 +134,19 @@ class SequencerServer:
                 s = c.socket(zmq.PUSH)
                 s.setsockopt(zmq.LINGER, 0)
                 s.setsockopt(zmq.IMMEDIATE, 1)
+                sec.client(s, partition_role(r, p))
                 s.connect(config.partition_addr(r, p))
                 self.query_socks[(r, p)] = s
-        self.peers = c.socket(zmq.DEALER)  # other sequencers' log services
-        self.peers.setsockopt(zmq.LINGER, 0)
-        self.peers.setsockopt(zmq.IMMEDIATE, 1)
-        self.peers.setsockopt(zmq.MAXMSGSIZE, limits.frame_bytes_hard_max * 8)
+        self.peers: list[zmq.Socket] = []  # other sequencers' log services
         for i in range(config.sequencers):
             if i != m:
-                self.peers.connect(config.log_service_addr_of(i))
+                s = c.socket(zmq.DEALER)
+                s.setsockopt(zmq.LINGER, 0)
+                s.setsockopt(zmq.MAXMSGSIZE, limits.frame_bytes_hard_max * 8)
+                sec.client(s, sequencer_role(i))
+                s.connect(config.log_service_addr_of(i))
+                self.peers.append(s)
+        self._peer_rr = 0
 
     def stop(self, *_: object) -> None:
         self._stop = True
@@ -217,12 +231,13 @@ class SequencerServer:
     def _copy_committed(self, now: float) -> None:
         self._copy = copy_committed(self.local, self.store, limits.sequencer_copy_batches_per_turn)
         gap = self._copy.gap
-        if gap is not None and now >= self._peer_fetch_at:
+        if gap is not None and now >= self._peer_fetch_at and self.peers:
             self._peer_fetch_at = now + 0.5
-            self.peers.send(wire.encode(wire.LogFetch(*gap)))
+            self._peer_rr = (self._peer_rr + 1) % len(self.peers)
+            self.peers[self._peer_rr].send(wire.encode(wire.LogFetch(*gap)))
 
-    def _on_peer_batches(self) -> None:
-        data = self.peers.recv()
+    def _on_peer_batches(self, sock: zmq.Socket) -> None:
+        data = sock.recv()
         try:
             msg = wire.unpack(data)
             reply = wire.LogBatches._make(msg[1:])
@@ -378,7 +393,7 @@ class SequencerServer:
     # Loop ---------------------------------------------------------------------
     def run(self) -> None:
         poller = zmq.Poller()
-        for s in (self.client, self.results, self.logsvc, self.peers):
+        for s in (self.client, self.results, self.logsvc, *self.peers):
             poller.register(s, zmq.POLLIN)
         epoch_s = self.config.epoch_duration_ms / 1000.0
         next_tick = time.monotonic() + epoch_s
@@ -402,9 +417,10 @@ class SequencerServer:
                     if not self.logsvc.poll(0):
                         break
                     self._on_log_fetch()
-            if events.get(self.peers):
-                while self.peers.poll(0):
-                    self._on_peer_batches()
+            for peer in self.peers:
+                if events.get(peer):
+                    while peer.poll(0):
+                        self._on_peer_batches(peer)
             now = time.monotonic()
             if self.store is not None:
                 self._replication_turn(now)
@@ -432,9 +448,10 @@ class SequencerServer:
         self.close()
 
     def close(self) -> None:
-        socks = [self.client, self.pub, self.logsvc, self.results, self.peers]
+        socks = [self.client, self.pub, self.logsvc, self.results, *self.peers]
         for s in [*socks, *self.query_socks.values()]:
             s.close(linger=0)
+        self._auth.stop()
         if self.store is not None:
             self.store.close()
         self.local.close()

@@ -52,6 +52,7 @@ import msgpack
 import zmq
 
 from txn_library import limits, wire
+from txn_library.curve import ClientCurve
 from txn_library.errors import (
     ABORTED,
     ERR_BAD_ARGUMENTS,
@@ -289,16 +290,20 @@ class Client:
         timeout_s: float = limits.client_timeout_s_default,
         retry_s: float = 5.0,
         client_id: bytes | None = None,
-        curve: Any = None,
+        curve: ClientCurve | Sequence[ClientCurve] | None = None,
     ) -> None:
         """``address``: the sequencer's client address, or every sequencer's (from
-        cluster.json) to fail over between. ``curve``: a txn_library.curve key set
-        (CURVE encryption and authentication), or None on a loopback cluster."""
+        cluster.json) to fail over between. ``curve``: the CURVE keys for each address
+        (txn_library.curve.ClientCurve, one per address in the same order; see
+        cluster.security.client_curves), or None on a cluster without CURVE."""
         self.addresses = [address] if isinstance(address, str) else list(address)
         if not self.addresses:
             raise ValueError("a client needs at least one sequencer address")
         self.address = self.addresses[0]
-        self.curve = curve
+        curves = [curve] if isinstance(curve, ClientCurve) else list(curve or ())
+        if curves and len(curves) != len(self.addresses):
+            raise ValueError("curve: one ClientCurve per address")
+        self.curves: dict[str, ClientCurve] = dict(zip(self.addresses, curves, strict=False))
         self.failovers = 0  # times the client moved to another sequencer
         self.timeout_s = timeout_s
         self.retry_s = retry_s
@@ -440,10 +445,11 @@ class Client:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, 0)
         sock.setsockopt(zmq.SNDHWM, 0)
-        if self.curve is not None:
-            sock.setsockopt(zmq.CURVE_PUBLICKEY, self.curve.client_public)
-            sock.setsockopt(zmq.CURVE_SECRETKEY, self.curve.client_secret)
-            sock.setsockopt(zmq.CURVE_SERVERKEY, self.curve.server_public)
+        curve = self.curves.get(address)
+        if curve is not None:
+            sock.setsockopt(zmq.CURVE_PUBLICKEY, curve.client_public)
+            sock.setsockopt(zmq.CURVE_SECRETKEY, curve.client_secret)
+            sock.setsockopt(zmq.CURVE_SERVERKEY, curve.server_public)
         sock.connect(address)
         return sock
 

@@ -24,7 +24,7 @@ import pytest
 
 from cluster.cli import ha_layout
 from cluster.config import ClusterConfig
-from cluster.launcher import LocalCluster, free_base_port, leader_status
+from cluster.launcher import LocalCluster, cluster_client, free_base_port, leader_status
 from executor.deterministic.oracle import SerialExecutor
 from sequencer.log import iter_frames
 from txn_library import wire
@@ -69,7 +69,7 @@ def drive(cfg: ClusterConfig, transfers: list, clients: int, ledger: Ledger) -> 
     share = [transfers[i::clients] for i in range(clients)]
 
     def one(items: list) -> None:
-        with Client(cfg.client_addrs, timeout_s=60, retry_s=2.0) as c:
+        with cluster_client(cfg, timeout_s=60, retry_s=2.0) as c:
             out: list[tuple[int, tuple, Future]] = []
             for t in items:
                 fut = c.submit("bank.transfer", *t)
@@ -167,12 +167,12 @@ def check_outcome(lc: LocalCluster, ledger: Ledger, st: dict, transfers: int) ->
     live = sum(int(next(iter(h)), 16) for h in by_part.values()) % (1 << 64)
     assert serial.state_hash == live
     assert st["determinism_violations"] == 0
-    with Client(cfg.client_addrs) as c:
+    with cluster_client(cfg) as c:
         assert c.call("bank.total", 0, ACCOUNTS).value == ACCOUNTS * START
 
 
 def run_with_fault(lc: LocalCluster, fault, n: int = 6_000) -> tuple[Ledger, dict]:  # type: ignore[no-untyped-def]
-    with Client(lc.config.client_addrs) as c:
+    with cluster_client(lc.config) as c:
         open_accounts(c, ACCOUNTS, START)
     transfers = make_transfers(n, ACCOUNTS, PARTITIONS, multi_share=0.5, seed=7)
     ledger = Ledger()
@@ -235,3 +235,25 @@ def test_ha_layout_status_names_roles_and_terms(ha_cluster: LocalCluster) -> Non
     assert all(s["pid"] and s["term"] >= 1 for s in st["sequencers"] if s["role"] == "leader")
     assert [z["mode"] for z in st["zookeeper"]].count("leader") == 1
     assert len(st["partitions"]) == REPLICAS * PARTITIONS
+
+
+def test_a_client_without_admitted_keys_gets_no_service(ha_cluster: LocalCluster) -> None:
+    """CURVE on every socket (ha_layout): the admin client is served; a client with no
+    keys, or with a key pair not on the allowlist, gets nothing and changes nothing."""
+    import zmq
+
+    from txn_library.curve import ClientCurve
+
+    cfg = ha_cluster.config
+    assert cfg.curve
+    with cluster_client(cfg) as c:
+        assert c.call("kv.put", "k", "admitted").ok
+    public, secret = zmq.curve_keypair()
+    admitted = cluster_client(cfg).curves
+    strangers = [ClientCurve(public, secret, admitted[a].server_public) for a in cfg.client_addrs]
+    for kw in ({}, {"curve": strangers}):
+        with Client(cfg.client_addrs, timeout_s=2, retry_s=0.5, **kw) as c:  # type: ignore[arg-type]
+            with pytest.raises(OrdoError):
+                c.call("kv.put", "k", "intruder")
+    with cluster_client(cfg) as c:
+        assert c.call("kv.get", "k").value == "admitted"
