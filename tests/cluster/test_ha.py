@@ -257,3 +257,52 @@ def test_a_client_without_admitted_keys_gets_no_service(ha_cluster: LocalCluster
                 c.call("kv.put", "k", "intruder")
     with cluster_client(cfg) as c:
         assert c.call("kv.get", "k").value == "admitted"
+
+
+def test_a_wiped_follower_rejoins_from_zookeeper_and_its_peers(ha_cluster: LocalCluster) -> None:
+    """kill -9 a follower and delete its disk under load: it comes back empty, copies
+    the trimmed part of the log from a peer's log service and the rest from ZooKeeper,
+    and ends with the same log as the leader."""
+    import shutil
+
+    def wipe_follower(lc: LocalCluster) -> dict:
+        st = wait_for_leader(lc)
+        member = (st["member"] + 1) % lc.config.sequencers
+        lc.kill(LocalCluster.sequencer_name(lc.config, member))
+        shutil.rmtree(lc.config.sequencer_log_dir(member).parent)
+        time.sleep(1.5)  # the others trim the tail meanwhile (their progress moves on)
+        lc.start_sequencer(member)
+        return {"member": member}
+
+    _ledger, info = run_with_fault(ha_cluster, wipe_follower)
+    cfg = ha_cluster.config
+    st = wait_for_leader(ha_cluster)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        frames = list(iter_frames(cfg.sequencer_log_dir(info["member"])))
+        if frames and frames[-1][0] >= st["epoch"]:
+            break
+        time.sleep(0.1)
+    leader_frames = list(iter_frames(cfg.sequencer_log_dir(st["member"])))
+    assert frames == leader_frames[: len(frames)] and frames[-1][0] >= st["epoch"]
+    assert frames[0][0] == 1  # the whole log, from a peer where ZooKeeper had trimmed it
+
+
+def test_zookeeper_nodes_of_the_cluster_refuse_clients_without_its_secret(
+    ha_cluster: LocalCluster,
+) -> None:
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoAuthError
+
+    cfg = ha_cluster.config
+    zk = KazooClient(hosts=cfg.zookeeper_connect, timeout=5)
+    zk.start(timeout=15)
+    try:
+        for node in ("term", "last", "log"):
+            with pytest.raises(NoAuthError):
+                zk.get(f"{cfg.zookeeper_root}/{node}")
+            with pytest.raises(NoAuthError):
+                zk.set(f"{cfg.zookeeper_root}/{node}", b"0")
+    finally:
+        zk.stop()
+        zk.close()
