@@ -8,8 +8,13 @@ serves.
 
 Invariants:
 - Server ``n`` (1-based) owns ``data_dir/zk<n>/`` (zoo.cfg, data with its ``myid``,
-  its log files) and three consecutive ports from ``base_port``: client, peer and
-  election; every port is bound to ``host`` only.
+  its log files) and three consecutive ports from ``base_port + 3 * (n - 1)``: client,
+  peer and election; every port is bound to its address only: ``host`` for all (one
+  machine), or ``hosts[n - 1]`` (one server per host, e.g. cluster.netns hosts).
+- Processes are started through ``spawn`` (default: a plain child process; with
+  cluster.netns, ``Hosts.run`` on the server's host) and every TCP connection to a
+  server (four-letter words, the readiness client) is opened through ``dial`` (default:
+  from this namespace; with cluster.netns, ``Hosts.dialer(host)``).
 - Every server started is tracked by pid and stopped by ``stop()`` (SIGTERM, then
   SIGKILL after a grace period), even when the caller fails.
 - A restarted server reuses its data directory, so it rejoins as the same member.
@@ -24,14 +29,15 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 
-from cluster.launcher import kill_process, stop_processes
+from cluster.processes import kill_process, stop_processes
 from txn_library import limits
 
 JAR_DIR = Path("/usr/share/java")
@@ -55,6 +61,47 @@ READY_POLL_S = 0.05
 FOUR_LETTER_TIMEOUT_S = 1.0
 
 
+# How to open a TCP connection to (address, port) within a timeout (seconds or None).
+Dial = Callable[[tuple[str, int], float | None], socket.socket]
+
+
+class Spawn(Protocol):
+    """How to start server ``n``'s command ``argv`` (Popen keyword arguments as given)."""
+
+    def __call__(self, n: int, argv: list[str], **popen_kwargs: Any) -> subprocess.Popen[Any]: ...
+
+
+def _spawn_here(n: int, argv: list[str], **popen_kwargs: Any) -> subprocess.Popen[Any]:
+    return subprocess.Popen(argv, **popen_kwargs)
+
+
+def _dial_here(address: tuple[str, int], timeout_s: float | None) -> socket.socket:
+    return socket.create_connection(address, timeout=timeout_s)
+
+
+class DialingHandler(SequentialThreadingHandler):
+    """kazoo's threading handler with its TCP connections opened by ``dial``, so a client
+    in this process reaches servers that only another network namespace can reach."""
+
+    def __init__(self, dial: Dial) -> None:
+        super().__init__()
+        self._dial = dial
+
+    def create_connection(  # kazoo's handler interface
+        self,
+        address: tuple[str, int],
+        hostname: str | None = None,
+        timeout: float | None = None,
+        use_ssl: bool = False,
+        **tls: object,
+    ) -> socket.socket:
+        if use_ssl:
+            raise ValueError("DialingHandler does not do TLS")
+        sock = self._dial((address[0], address[1]), timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+
 class ServerStatus(NamedTuple):
     server: int  # 1-based, the server's myid
     pid: int | None  # None: never started or stopped
@@ -62,9 +109,12 @@ class ServerStatus(NamedTuple):
     mode: str | None  # from ``srvr``: leader, follower, standalone; None: no answer
 
 
-def four_letter_word(host: str, port: int, word: str, timeout_s: float) -> str:
+def four_letter_word(
+    host: str, port: int, word: str, timeout_s: float, dial: Dial = _dial_here
+) -> str:
     """Send one of ZooKeeper's four-letter words and return the whole answer."""
-    with socket.create_connection((host, port), timeout=timeout_s) as s:
+    with dial((host, port), timeout_s) as s:
+        s.settimeout(timeout_s)
         s.sendall(word.encode("ascii"))
         chunks: list[bytes] = []
         size = 0
@@ -85,14 +135,20 @@ def mode_of(srvr_reply: str) -> str | None:
 
 
 class Ensemble:
-    """``servers`` ZooKeeper servers on ``host``, ports from ``base_port``."""
+    """``servers`` ZooKeeper servers on ``host`` (or server ``n`` on ``hosts[n - 1]``),
+    ports from ``base_port``; ``spawn`` starts them and ``dial`` reaches them (see the
+    module's invariants)."""
 
     def __init__(
         self,
         data_dir: str | os.PathLike[str],
         base_port: int,
         servers: int = 3,
-        host: str = "127.0.0.1",
+        host: str | None = None,
+        *,
+        hosts: Sequence[str] | None = None,
+        spawn: Spawn = _spawn_here,
+        dial: Dial = _dial_here,
     ) -> None:
         if servers not in SERVER_COUNTS:
             raise ValueError(
@@ -104,20 +160,37 @@ class Ensemble:
             raise ValueError(
                 f"base_port={base_port!r}: ports {base_port}..{last_port} must lie in 1024..65535"
             )
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            raise ValueError(f"host={host!r}: an IP address is needed, e.g. 127.0.0.1") from None
+        if hosts is None:
+            addresses = (host or "127.0.0.1",) * servers
+        elif host is not None:
+            raise ValueError("give host (every server on it) or hosts (one per server)")
+        elif len(hosts) != servers:
+            raise ValueError(f"hosts={list(hosts)!r}: one address per server ({servers})")
+        else:
+            addresses = tuple(hosts)
+        for a in addresses:
+            try:
+                ipaddress.ip_address(a)
+            except ValueError:
+                raise ValueError(f"host={a!r}: an IP address is needed, e.g. 127.0.0.1") from None
         self.data_dir = Path(data_dir)
         self.base_port = base_port
         self.servers = servers
-        self.host = host
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.addresses = addresses
+        # the one address of every server, None when they are on several
+        self.host: str | None = addresses[0] if len(set(addresses)) == 1 else None
+        self.spawn = spawn
+        self.dial = dial
+        self.procs: dict[int, subprocess.Popen[Any]] = {}
 
     # --- layout ---------------------------------------------------------------------
 
     def client_port(self, n: int) -> int:
         return self.base_port + (self._checked(n) - 1) * PORTS_PER_SERVER
+
+    def address(self, n: int) -> str:
+        """The IP address server ``n`` binds (all three of its ports)."""
+        return self.addresses[self._checked(n) - 1]
 
     def server_dir(self, n: int) -> Path:
         return self.data_dir / f"zk{self._checked(n)}"
@@ -125,9 +198,10 @@ class Ensemble:
     def log_path(self, n: int) -> Path:
         return self.server_dir(n) / "zookeeper.log"
 
-    def connect_string(self) -> str:
-        """Every server's client address, for a ZooKeeper client."""
-        return ",".join(f"{self.host}:{self.client_port(n)}" for n in self._numbers())
+    def connect_string(self, servers: Iterable[int] | None = None) -> str:
+        """The client address of ``servers`` (default: every server), for a client."""
+        numbers = self._numbers() if servers is None else servers
+        return ",".join(f"{self.address(n)}:{self.client_port(n)}" for n in numbers)
 
     def quorum(self) -> int:
         return self.servers // 2 + 1
@@ -148,7 +222,7 @@ class Ensemble:
             f"syncLimit={SYNC_LIMIT_TICKS}",
             f"dataDir={self.server_dir(n) / 'data'}",
             f"clientPort={port}",
-            f"clientPortAddress={self.host}",
+            f"clientPortAddress={self.address(n)}",
             f"maxClientCnxns={limits.zk_client_connections_per_host_max}",
             "4lw.commands.whitelist=srvr,ruok,mntr",
             "admin.enableServer=false",
@@ -157,7 +231,7 @@ class Ensemble:
         ]
         for m in self._numbers():
             peer = self.client_port(m) + 1
-            lines.append(f"server.{m}={self.host}:{peer}:{peer + 1}")
+            lines.append(f"server.{m}={self.address(m)}:{peer}:{peer + 1}")
         return "\n".join(lines) + "\n"
 
     def log4j_properties(self, n: int) -> str:
@@ -206,6 +280,14 @@ class Ensemble:
             str(self.server_dir(n) / "zoo.cfg"),
         ]
 
+    def server_command(self, n: int) -> list[str]:
+        """Write server ``n``'s configuration and return the command that runs it, for a
+        caller that starts it itself (e.g. ``Hosts.run(host, argv)``; ``start_server``
+        does the same through ``spawn`` and tracks the process)."""
+        cmd = self.command(n)
+        self.write_config(n)
+        return cmd
+
     def start(self) -> Ensemble:
         """Write every configuration and start every server (see ``wait_ready``)."""
         for n in self._numbers():
@@ -216,11 +298,11 @@ class Ensemble:
         """Start server ``n`` (again, after ``kill``) on its data directory; its pid."""
         if self.is_alive(n):
             raise ValueError(f"server {n} is already running (pid {self.procs[n].pid})")
-        cmd = self.command(n)
-        self.write_config(n)
+        cmd = self.server_command(n)
         # stdout catches what log4j does not: JVM errors before logging starts
         with open(self.server_dir(n) / "stdout.log", "ab") as out:
-            self.procs[n] = subprocess.Popen(
+            self.procs[n] = self.spawn(
+                n,
                 cmd,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -245,7 +327,7 @@ class Ensemble:
         kill_process(self.procs.pop(n), sig)
 
     def stop(self) -> None:
-        """Stop every server: SIGTERM, then SIGKILL after launcher.STOP_GRACE_S."""
+        """Stop every server: SIGTERM, then SIGKILL after processes.STOP_GRACE_S."""
         stop_processes(list(self.procs.values()))
         self.procs.clear()
 
@@ -267,13 +349,19 @@ class Ensemble:
         """Server ``n``'s mode from ``srvr``, None if it does not answer."""
         try:
             reply = four_letter_word(
-                self.host, self.client_port(n), "srvr", timeout_s=FOUR_LETTER_TIMEOUT_S
+                self.address(n),
+                self.client_port(n),
+                "srvr",
+                timeout_s=FOUR_LETTER_TIMEOUT_S,
+                dial=self.dial,
             )
         except OSError:
             return None
         return mode_of(reply)
 
-    def status(self) -> list[ServerStatus]:
+    def status(self, servers: Iterable[int] | None = None) -> list[ServerStatus]:
+        """The status of ``servers`` (default: every server), in their order."""
+        numbers = self._numbers() if servers is None else [self._checked(n) for n in servers]
         return [
             ServerStatus(
                 n,
@@ -281,7 +369,7 @@ class Ensemble:
                 self.is_alive(n),
                 self.mode(n) if self.is_alive(n) else None,
             )
-            for n in self._numbers()
+            for n in numbers
         ]
 
     def check_alive(self) -> None:
@@ -293,26 +381,30 @@ class Ensemble:
                     f"see {self.log_path(n)} and {self.server_dir(n) / 'stdout.log'}"
                 )
 
-    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> list[ServerStatus]:
-        """Wait until every running server serves (leader, follower or standalone), at
-        least a quorum runs, one leads, and a client round trip through the leader (sync,
-        then a read) succeeds. Returns the status."""
+    def wait_ready(
+        self, timeout_s: float = READY_TIMEOUT_S, servers: Iterable[int] | None = None
+    ) -> list[ServerStatus]:
+        """Wait until every running server of ``servers`` (default: all; name a subset to
+        leave out one that runs but is cut off) serves (leader, follower or standalone),
+        at least a quorum of them runs, one leads, and a client of theirs completes a round
+        trip through the leader (sync, then a read). Returns their status."""
+        numbers = list(self._numbers() if servers is None else servers)
         deadline = time.monotonic() + timeout_s
         last = "no server answered"
         while time.monotonic() < deadline:
             self.check_alive()
-            st = self.status()
+            st = self.status(numbers)
             running = [s for s in st if s.alive]
             modes = [s.mode for s in running]
             if len(running) < self.quorum():
                 raise RuntimeError(
-                    f"only {len(running)} of {self.servers} servers run; a quorum is "
+                    f"only {len(running)} of servers {numbers} run; a quorum is "
                     f"{self.quorum()}: start more with start_server(n)"
                 )
             if all(m in SERVING_MODES for m in modes) and (
                 modes.count("leader") == 1 or modes == ["standalone"]
             ):
-                problem = self._client_round_trip(deadline - time.monotonic())
+                problem = self._client_round_trip(deadline - time.monotonic(), numbers)
                 if problem is None:
                     return st
                 last = problem
@@ -323,9 +415,17 @@ class Ensemble:
             f"ZooKeeper ensemble not ready after {timeout_s}s ({last}); logs in {self.data_dir}"
         )
 
-    def _client_round_trip(self, timeout_s: float) -> str | None:
+    def client(self, timeout_s: float = 10.0, servers: Iterable[int] | None = None) -> KazooClient:
+        """A kazoo client (not started) of ``servers`` (default: all) with session timeout
+        ``timeout_s``, its connections opened through ``dial``."""
+        hosts = self.connect_string(servers)
+        if self.dial is _dial_here:
+            return KazooClient(hosts=hosts, timeout=timeout_s)
+        return KazooClient(hosts=hosts, timeout=timeout_s, handler=DialingHandler(self.dial))
+
+    def _client_round_trip(self, timeout_s: float, servers: Iterable[int]) -> str | None:
         """None if a client connects, syncs and reads; else what went wrong."""
-        client = KazooClient(hosts=self.connect_string(), timeout=max(1.0, timeout_s))
+        client = self.client(max(1.0, timeout_s), servers)
         try:
             client.start(timeout=max(0.1, timeout_s))
             client.sync("/")

@@ -8,7 +8,9 @@
 - kill -9 of the leader: the other two still serve writes; the restarted server
   rejoins as follower or leader and serves the write it missed.
 - Bad arguments (server count 2, ports out of range, a host that is not an IP address,
-  unknown server numbers, starting a running server) get a clear error.
+  a hosts list that does not name one address per server, unknown server numbers,
+  starting a running server) get a clear error.
+- One server per host (``hosts=``, on network namespaces): tests/cluster/test_netns.py.
 
 ZooKeeper missing is a failure that says to run scripts/setup.sh, never a skip.
 """
@@ -200,6 +202,9 @@ def test_killed_leader_leaves_a_serving_quorum_and_rejoins_when_restarted(
         ({"base_port": 80}, "1024..65535"),
         ({"base_port": 65530}, "1024..65535"),
         ({"host": "localhost:2181"}, "an IP address"),
+        ({"hosts": ["198.18.0.1", "198.18.0.2"]}, "one address per server"),
+        ({"hosts": ["198.18.0.1", "h2", "198.18.0.3"]}, "an IP address"),
+        ({"host": "127.0.0.1", "hosts": ["198.18.0.1"] * 3}, "host .* or hosts"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_starts(
