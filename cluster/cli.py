@@ -47,6 +47,33 @@ data_dir_option = click.option(
 )
 
 
+cluster_file_option = click.option(
+    "--cluster",
+    "cluster_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The cluster description (a cluster.json) to run a role of on this host; this "
+    "host's files go under --data-dir if given, else the file's directory.",
+)
+
+
+def role_config(cluster_file: str | None, data_dir: str) -> ClusterConfig:
+    """The config a role process runs with: DATA_DIR/cluster.json, or ``--cluster FILE``
+    (a multi-host cluster's description copied to every host) with this host's data
+    directory."""
+    if cluster_file is None:
+        return load_config(data_dir)
+    from dataclasses import replace
+
+    path = Path(cluster_file)
+    try:
+        cfg = ClusterConfig.from_json(path.read_text())
+    except (OSError, ValueError, TypeError) as e:
+        raise click.ClickException(f"{path}: not a valid cluster config ({e})") from None
+    here = data_dir if data_dir != DEFAULT_DATA_DIR else str(path.parent)
+    return replace(cfg, data_dir=here)
+
+
 def load_config(data_dir: str) -> ClusterConfig:
     """The cluster described by DATA_DIR/cluster.json, or a one-line ClickException.
 
@@ -224,13 +251,14 @@ def _config_for_up(
     show_default=True,
     help="Which of the cluster's sequencers (replicated ordering layer).",
 )
+@cluster_file_option
 @data_dir_option
-def sequencer(member: int, data_dir: str) -> None:
+def sequencer(member: int, cluster_file: str | None, data_dir: str) -> None:
     """Run a sequencer of the cluster in DATA_DIR (on its host, as cluster.json says)."""
     from cluster.profiling import maybe_profile
     from cluster.sequencer_server import main as run
 
-    cfg = load_config(data_dir)
+    cfg = role_config(cluster_file, data_dir)
     if not 0 <= member < cfg.sequencers:
         raise click.ClickException(f"no sequencer {member}: the cluster has {cfg.sequencers}")
     maybe_profile("sequencer" if cfg.sequencers == 1 else f"sequencer-{member}")
@@ -252,10 +280,17 @@ def sequencer(member: int, data_dir: str) -> None:
     default=None,
     help="Seed this (new) replica with the newest complete checkpoint of another.",
 )
+@cluster_file_option
 @data_dir_option
-def replica(replica: int, partition: int | None, copy_from: int | None, data_dir: str) -> None:
+def replica(
+    replica: int,
+    partition: int | None,
+    copy_from: int | None,
+    cluster_file: str | None,
+    data_dir: str,
+) -> None:
     """Run partition processes of one replica."""
-    cfg = load_config(data_dir)
+    cfg = role_config(cluster_file, data_dir)
     if copy_from is not None:
         from executor.core.checkpoint import copy_newest_complete
 
