@@ -336,6 +336,13 @@ class Client:
         Raises BadRequest at once if the call cannot be encoded (ERR_BAD_ARGUMENTS) or
         is too large for one frame (ERR_TOO_LARGE); the client stays usable.
         """
+        return self.submit_with_id(proc, *args, replica=replica)[1]
+
+    def submit_with_id(
+        self, proc: str, *args: Any, replica: int | None = None
+    ) -> tuple[int, Future]:
+        """``submit``, also returning the call's request id: with ``proto.client_id``
+        it names the call in the log (a client-side ledger keeps both)."""
         self._check_usable()
         req_id = self.proto.next_req_id()
         call = self.proto.encode_call(req_id, proc, args, replica)
@@ -346,7 +353,7 @@ class Client:
         self._enqueue(
             _Pending(req_id, fut, proc, call, now, now + self.timeout_s, now + self.retry_s)
         )
-        return fut
+        return req_id, fut
 
     def call(
         self, proc: str, *args: Any, timeout_s: float | None = None, replica: int | None = None

@@ -16,8 +16,6 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -25,11 +23,11 @@ import pytest
 from cluster.cli import ha_layout
 from cluster.config import ClusterConfig
 from cluster.launcher import LocalCluster, cluster_client, free_base_port, leader_status
-from executor.deterministic.oracle import SerialExecutor
+from cluster.ledger import Ledger, drive_transfers
 from sequencer.log import iter_frames
-from txn_library import wire
+from tests.ha_checks import check_outcome
 from txn_library.bank_workload import make_transfers, open_accounts
-from txn_library.client import Client, Result
+from txn_library.client import Client
 from txn_library.errors import OrdoError
 
 ACCOUNTS = 400
@@ -53,48 +51,6 @@ def ha_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         yield lc
     finally:
         lc.stop()
-
-
-@dataclass
-class Ledger:
-    """What clients saw: every call's ids and outcome."""
-
-    acked: dict[tuple[bytes, int], tuple] = field(default_factory=dict)
-    failed: list[str] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-def drive(cfg: ClusterConfig, transfers: list, clients: int, ledger: Ledger) -> None:
-    """Closed loop: each client keeps up to 20 transfers out; failover is the client's."""
-    share = [transfers[i::clients] for i in range(clients)]
-
-    def one(items: list) -> None:
-        with cluster_client(cfg, timeout_s=60, retry_s=2.0) as c:
-            out: list[tuple[int, tuple, Future]] = []
-            for t in items:
-                fut = c.submit("bank.transfer", *t)
-                out.append((c.proto.next_req_id() - 1, t, fut))  # the id submit used
-                if len(out) >= 20:
-                    settle(c, out.pop(0))
-            while out:
-                settle(c, out.pop(0))
-
-    def settle(c: Client, item: tuple[int, tuple, Future]) -> None:
-        req_id, t, fut = item
-        try:
-            r: Result = fut.result()
-        except OrdoError as e:
-            with ledger.lock:
-                ledger.failed.append(f"{t}: {type(e).__name__}: {e}")
-            return
-        with ledger.lock:
-            ledger.acked[(c.proto.client_id, req_id)] = (t, r.status)
-
-    threads = [threading.Thread(target=one, args=(s,)) for s in share]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
 
 
 def leader_name(lc: LocalCluster) -> tuple[str, dict]:
@@ -132,58 +88,21 @@ def wait_settled(lc: LocalCluster, timeout_s: float = 60) -> dict:
     raise TimeoutError(f"cluster did not settle: {st}")
 
 
-def check_outcome(lc: LocalCluster, ledger: Ledger, st: dict, transfers: int) -> None:
-    cfg = lc.config
-    assert not ledger.failed, ledger.failed[:5]
-    assert len(ledger.acked) == transfers
-    logs = []
-    for m in range(cfg.sequencers):
-        logs.append([data for _e, data in iter_frames(cfg.sequencer_log_dir(m))])
-    leader_log = logs[st["member"]]
-    for m, other in enumerate(logs):
-        n = min(len(other), len(leader_log))
-        assert other[:n] == leader_log[:n], f"sequencer {m}'s log differs from the leader's"
-    seen: dict[tuple[bytes, int], int] = {}
-    terms = []
-    for data in leader_log:
-        batch = wire.decode_batch(data)
-        terms.append(batch.term)
-        for txn in batch.txns:
-            if txn.client_id:
-                key = (txn.client_id, txn.req_id)
-                seen[key] = seen.get(key, 0) + 1
-    assert terms == sorted(terms), "terms never decrease along the log"
-    twice = [k for k, n in seen.items() if n > 1]
-    assert not twice, f"{len(twice)} calls sequenced twice"
-    lost = [k for k in ledger.acked if k not in seen]
-    assert not lost, f"{len(lost)} acknowledged calls are not in the log"
-    serial = SerialExecutor()
-    for data in leader_log:
-        serial.apply(wire.decode_batch(data))
-    by_part: dict[int, set[str]] = {}
-    for p in st["partitions"]:
-        by_part.setdefault(p["partition"], set()).add(p["state_hash"])
-    assert all(len(h) == 1 for h in by_part.values()), by_part
-    live = sum(int(next(iter(h)), 16) for h in by_part.values()) % (1 << 64)
-    assert serial.state_hash == live
-    assert st["determinism_violations"] == 0
-    with cluster_client(cfg) as c:
-        assert c.call("bank.total", 0, ACCOUNTS).value == ACCOUNTS * START
-
-
 def run_with_fault(lc: LocalCluster, fault, n: int = 6_000) -> tuple[Ledger, dict]:  # type: ignore[no-untyped-def]
     with cluster_client(lc.config) as c:
         open_accounts(c, ACCOUNTS, START)
     transfers = make_transfers(n, ACCOUNTS, PARTITIONS, multi_share=0.5, seed=7)
     ledger = Ledger()
-    load = threading.Thread(target=drive, args=(lc.config, transfers, 4, ledger))
+    load = threading.Thread(target=drive_transfers, args=(lc.config, transfers, 4, ledger))
     load.start()
     time.sleep(1.0)  # under load
     info = fault(lc)
     load.join(timeout=240)
     assert not load.is_alive(), "the load did not finish"
     st = wait_settled(lc)
-    check_outcome(lc, ledger, st, n)
+    check_outcome(lc.config, ledger, st, n)
+    with cluster_client(lc.config) as c:
+        assert c.call("bank.total", 0, ACCOUNTS).value == ACCOUNTS * START
     return ledger, info
 
 
