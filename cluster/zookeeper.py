@@ -274,6 +274,8 @@ class Ensemble:
             "-XX:TieredStopAtLevel=1",  # start fast; these servers do little work
             f"-Dlog4j.configuration=file:{self.server_dir(n) / 'log4j.properties'}",
             "-Dzookeeper.jmx.log4j.disable=true",
+            # one request may carry a whole batch (txn_library.limits checks it fits)
+            f"-Djute.maxbuffer={limits.zk_node_bytes_max}",
             "-cp",
             os.pathsep.join(classpath),
             MAIN_CLASS,

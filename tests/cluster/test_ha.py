@@ -225,3 +225,17 @@ def test_zookeeper_nodes_of_the_cluster_refuse_clients_without_its_secret(
     finally:
         zk.stop()
         zk.close()
+
+
+def test_batches_near_the_byte_bound_commit_through_zookeeper(ha_cluster: LocalCluster) -> None:
+    """Batches above ZooKeeper's default 1 MiB request limit commit (the servers run
+    with jute.maxbuffer = limits.zk_node_bytes_max)."""
+    cfg = ha_cluster.config
+    value = "x" * 900_000
+    with cluster_client(cfg, timeout_s=60) as c:
+        futs = [c.submit("kv.put", f"big{i}", value) for i in range(6)]
+        assert all(f.result().ok for f in futs)
+        assert c.call("kv.get", "big5").value == value
+    st = wait_for_leader(ha_cluster)
+    sizes = [len(d) for _e, d in iter_frames(cfg.sequencer_log_dir(st["member"]))]
+    assert max(sizes) > 1 << 20  # at least one batch held two of them
