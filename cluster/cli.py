@@ -1,12 +1,15 @@
 """The ``ordo`` command line: one entry point, one subcommand per thing a user does.
 
   ordo up           start sequencer + replicas on 127.0.0.1, foreground until Ctrl-C
-  ordo sequencer    run the sequencer process of a cluster
+                    (--ha: 3 ZooKeeper servers, 3 sequencers, loopback hosts, CURVE)
+  ordo sequencer    run a sequencer process of a cluster (--id N of a replicated one)
+  ordo zookeeper    run ZooKeeper server --id N of a multi-host cluster on its host
   ordo replica      run one partition (or all partitions) of one replica
   ordo traditional-partition
                     run one partition process of a 2PL + 2PC cluster (`ordo up` starts it)
   ordo call         submit one stored-procedure call and print the result
-  ordo status       per partition of every replica: last epoch, txns applied, hash
+  ordo status       sequencers (role, term, lag), ZooKeeper, and per partition of
+                    every replica: last epoch, txns applied, hash (--json)
   ordo checkpoint   checkpoint every partition after the next epoch; wait until durable
   ordo dump         export one replica's tables as of a fresh checkpoint
   ordo log prune    remove log segments every partition's checkpoint has made unneeded
@@ -201,7 +204,7 @@ def ha_layout(cfg: ClusterConfig) -> ClusterConfig:
         curve=True,
         hosts=dict(HA_HOSTS),
         sequencer_hosts=names,
-        zookeeper_hosts=(names[0],) * 3,
+        zookeeper_hosts=names,
         partition_hosts=tuple(
             (names[r % len(names)],) * cfg.partitions for r in range(cfg.replicas)
         ),
@@ -263,6 +266,29 @@ def sequencer(member: int, cluster_file: str | None, data_dir: str) -> None:
         raise click.ClickException(f"no sequencer {member}: the cluster has {cfg.sequencers}")
     maybe_profile("sequencer" if cfg.sequencers == 1 else f"sequencer-{member}")
     run(cfg, member)
+
+
+@main.command()
+@click.option("--id", "server", type=int, required=True, help="The server's number, 1-based.")
+@cluster_file_option
+@data_dir_option
+def zookeeper(server: int, cluster_file: str | None, data_dir: str) -> None:
+    """Run ZooKeeper server ID of the cluster in the foreground, on its host (as
+    cluster.json places it): for multi-host clusters; `ordo up --ha` starts its own."""
+    import os
+
+    from cluster.ordering_zk import ensemble_of
+
+    cfg = role_config(cluster_file, data_dir)
+    if not 1 <= server <= cfg.zookeeper_servers:
+        raise click.ClickException(
+            f"no ZooKeeper server {server}: the cluster has {cfg.zookeeper_servers}"
+        )
+    try:
+        argv = ensemble_of(cfg).server_command(server)
+    except FileNotFoundError as e:
+        raise click.ClickException(str(e)) from None
+    os.execv(argv[0], argv)
 
 
 @main.command()

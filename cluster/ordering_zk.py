@@ -52,15 +52,12 @@ _EPOCH_DIGITS = 13
 
 
 def ensemble_of(config: ClusterConfig) -> Ensemble:
-    """The cluster's ZooKeeper ensemble, as cluster.json places it."""
-    hosts = {config.zookeeper_host(n) for n in range(1, config.zookeeper_servers + 1)}
-    if len(hosts) != 1:
-        raise ValueError("an ensemble on several hosts is started per host (ordo zookeeper)")
+    """The cluster's ZooKeeper ensemble, each server on the host cluster.json names."""
     return Ensemble(
         config.zookeeper_dir,
         config.zookeeper_base_port,
         servers=config.zookeeper_servers,
-        host=hosts.pop(),
+        hosts=[config.zookeeper_host(n) for n in range(1, config.zookeeper_servers + 1)],
     )
 
 
