@@ -164,6 +164,17 @@ class ZooKeeperStore:
             f"{self.root}/election/m-", _enc(self.member), ephemeral=True, sequence=True
         )
 
+    def resign(self) -> None:
+        """Leave the election and stand again at the back (a candidate that cannot
+        catch up lets the next one lead)."""
+        node, self._election_node = self._election_node, None
+        if node is not None:
+            try:
+                self.zk.delete(node)
+            except NoNodeError:
+                pass
+        self.join_election()
+
     @property
     def in_election(self) -> bool:
         return self._election_node is not None and not self.session_lost

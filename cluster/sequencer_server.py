@@ -89,6 +89,7 @@ class SequencerServer:
         self._copy = CopyProgress(0, self.local.last_epoch, self.local.last_epoch)
         self._peer_fetch_at = 0.0
         self._next_progress = self._next_trim = self._next_election = 0.0
+        self._candidate_since = 0.0
         if config.replicated:
             from cluster.ordering_zk import ZooKeeperStore
 
@@ -216,10 +217,24 @@ class SequencerServer:
                 if store.i_lead():
                     self.term = store.claim_term()
                     self.role = CANDIDATE
+                    self._candidate_since = now
                     log.info("sequencer %d elected: term %d, catching up", self.member, self.term)
                     self._copy_committed(now)
             if self.role == CANDIDATE and self._copy.caught_up:
                 self._lead(self.term)
+            elif (
+                self.role == CANDIDATE
+                and now - self._candidate_since > limits.sequencer_candidate_catch_up_s_max
+            ):
+                log.warning(
+                    "sequencer %d cannot catch up (local %d, committed %d, gap %s): resigning",
+                    self.member,
+                    self._copy.local_last_epoch,
+                    self._copy.store_last_epoch,
+                    self._copy.gap,
+                )
+                self.role = FOLLOWER
+                store.resign()
         except NotLeader as e:
             self._follow(str(e))
         except Exception as e:  # ZooKeeper unreachable or slow: try again next turn

@@ -162,6 +162,7 @@ sequencer_copy_batches_per_turn = 256  # a follower copies at most this many per
 sequencer_progress_every_s = 0.2  # a sequencer reports its local last epoch this often
 sequencer_trim_every_s = 1.0  # the leader trims the committed tail this often
 sequencer_election_check_s = 0.05  # a follower looks at the election this often
+sequencer_candidate_catch_up_s_max = 10.0  # an elected sequencer not caught up by then resigns
 client_failover_silence_s = 1.0  # a client with calls out hears nothing this long: next
 client_failover_backoff_s = 0.1  # after "not leader" with no leader named, wait this long
 
