@@ -155,3 +155,29 @@ def test_the_store_fences_stale_terms_and_non_consecutive_epochs() -> None:
     store.available = False
     with pytest.raises(CommitUnknown):
         store.commit(t2, 3, b"c")
+
+
+def test_partitions_ignore_a_deposed_leaders_publications_but_not_the_log() -> None:
+    """BatchFeed: a published batch or heartbeat of an older term is dropped; the same
+    batch from the log service (committed history) is applied."""
+    from executor.deterministic.delivery import BatchFeed
+    from executor.deterministic.partition import Partition
+    from sequencer.calls import make_batch
+
+    part = Partition(0, 0, 1)
+    feed = BatchFeed(part, 0.5)
+
+    def batch(epoch: int, term: int) -> bytes:
+        b = make_batch(epoch, epoch - 1, 1_000 + epoch, 7, [("kv.put", ("k", epoch))], 1)
+        return wire.pack(b._replace(term=term, prev_digest=0))
+
+    assert feed.heartbeat(0, term=2, leader=1)
+    assert (feed.term, feed.leader) == (2, 1)
+    assert not feed.heartbeat(5, term=1, leader=0)  # the old leader still talking
+    assert (feed.leader, feed.known_last_epoch) == (1, 0)
+    feed.offer(batch(1, 1), published=True)  # published by the deposed leader: ignored
+    assert part.last_epoch == 0 and feed.stale_dropped == 2
+    feed.log_reply([batch(1, 1)], 1)  # committed under term 1: history, applied
+    assert part.last_epoch == 1
+    feed.offer(batch(2, 2), published=True)
+    assert part.last_epoch == 2
