@@ -212,6 +212,10 @@ class ZooKeeperStore:
         self._last_version = last_stat.version
         return term
 
+    def current_term(self) -> int:
+        """The term the ensemble holds now (a follower's view, for status)."""
+        return _int(self._get(f"{self.root}/term"))
+
     def commit(self, term: int, epoch: int, data: bytes) -> None:
         version = self._term_version.get(term)
         if version is None:

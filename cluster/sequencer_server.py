@@ -214,6 +214,7 @@ class SequencerServer:
             if self.role == FOLLOWER and now >= self._next_election:
                 self._next_election = now + limits.sequencer_election_check_s
                 self.leader = store.leader()
+                self.term = store.current_term()
                 if store.i_lead():
                     self.term = store.claim_term()
                     self.role = CANDIDATE
