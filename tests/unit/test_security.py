@@ -167,7 +167,7 @@ def test_a_role_key_is_admitted_on_an_internal_socket_and_a_client_key_is_not(
         client.send(b"forged peer read")
         assert server.next_handshake() == zmq.EVENT_HANDSHAKE_FAILED_AUTH
         assert server.receives_nothing()
-        assert server.auth.refused == 1
+        assert server.auth.refused >= 1  # the client may retry its handshake
     finally:
         server.auth.stop()
 
@@ -485,7 +485,7 @@ def test_an_allowlist_of_bare_keys_admits_those_keys_only(ctx: zmq.Context, data
             s.send(name.encode())
         assert srv.poll(ANSWER_WAIT_MS)
         assert srv.recv_multipart()[1] == b"r0p0"
-        wait_until(lambda: auth.refused == 1, "alice's connection refused")
+        wait_until(lambda: auth.refused >= 1, "alice's connection refused")
         assert srv.poll(NOTHING_WAIT_MS) == 0
         assert auth.admitted == 1
 
