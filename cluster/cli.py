@@ -159,6 +159,13 @@ def up(
                 "--ha replicates Ordo's ordering layer; not with --mode traditional"
             )
         cfg = ha_layout(cfg)
+    existing = Path(data_dir) / CONFIG_FILE
+    if existing.exists() and load_config(data_dir).sequencers != cfg.sequencers:
+        held = "a replicated" if load_config(data_dir).sequencers > 1 else "a single-sequencer"
+        raise click.ClickException(
+            f"{data_dir} holds {held} cluster; use --fresh to start over, or "
+            f"{'add' if held.startswith('a repl') else 'drop'} --ha"
+        )
     cluster: ProcessGroup
     if mode == "traditional":
         from cluster.traditional_server import TraditionalCluster

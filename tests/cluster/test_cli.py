@@ -293,3 +293,15 @@ def test_every_command_without_a_valid_cluster_config_fails_with_one_clear_line(
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1, (args, r.stderr)
         assert "no cluster config at" in lines[0] or "not a valid cluster config" in lines[0]
+
+
+def test_up_refuses_to_switch_a_data_dir_between_single_and_replicated(tmp_path: Path) -> None:
+    """A single-sequencer data dir started again with --ha (or the reverse) would leave
+    its command log unused: refused, naming --fresh."""
+    from click.testing import CliRunner
+
+    from cluster.cli import main
+
+    ClusterConfig(data_dir=str(tmp_path)).save()
+    out = CliRunner().invoke(main, ["up", "--ha", "--data-dir", str(tmp_path)])
+    assert out.exit_code != 0 and "--fresh" in out.output
