@@ -17,9 +17,12 @@ Invariants (what makes the store an ``OrderingStore``):
   a quorum (each server fsyncs its transaction log before acknowledging), or not at
   all. A newer term's claim bumps ``term``'s version, so an older leader's commit
   fails from then on; the version check on ``last`` makes epochs consecutive.
-- A commit that gets no answer within ``limits.zk_commit_timeout_s`` (or whose
-  connection or session is lost) raises CommitUnknown: it may have happened. The
-  caller never publishes it and steps down.
+- A commit whose server goes away (ConnectionLoss, or no answer within
+  ``limits.zk_commit_timeout_s``) is resolved once the session reaches another
+  server: the batch node is read after a ``sync``; committed -> done, absent with
+  the term still ours -> committed again, anything else -> Deposed. Unresolved
+  within a session timeout (or the session lost) -> CommitUnknown: it may have
+  happened; the caller never publishes it and steps down.
 - Leadership needs a live session: on SUSPENDED or LOST the process stops cutting
   batches; after LOST it rejoins the election as a new candidate.
 """
@@ -34,7 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
@@ -220,18 +229,62 @@ class ZooKeeperStore:
         version = self._term_version.get(term)
         if version is None:
             raise Deposed(f"term {term} was not claimed by this sequencer")
+        for _attempt in range(2):
+            try:
+                results = self._commit_once(version, epoch, data)
+            except (ConnectionLoss, KazooTimeoutError) as e:
+                # The server went away (or is slow): the session may live on at another
+                # server. Find out whether the commit happened before giving up.
+                done = self._resolve(version, epoch, data)
+                if done is None:
+                    raise CommitUnknown(f"commit of epoch {epoch}: {type(e).__name__}") from None
+                if done:
+                    return
+                continue  # not committed, the term is still ours: commit it again
+            except KazooException as e:  # session expired, closing, ...
+                raise CommitUnknown(f"commit of epoch {epoch}: {type(e).__name__}") from None
+            failed = [r for r in results if isinstance(r, Exception)]
+            if failed:
+                raise Deposed(f"commit of epoch {epoch} refused: {type(failed[0]).__name__}")
+            self._last_version = results[2].version
+            return
+        raise CommitUnknown(f"commit of epoch {epoch}: the connection failed twice")
+
+    def _commit_once(self, version: int, epoch: int, data: bytes) -> list:
         t = self.zk.transaction()
         t.check(f"{self.root}/term", version)
         t.create(self._log_path(epoch), data, acl=self.acl)
         t.set_data(f"{self.root}/last", _enc(epoch), version=self._last_version)
-        try:
-            results = t.commit_async().get(timeout=limits.zk_commit_timeout_s)
-        except (KazooException, KazooTimeoutError) as e:  # lost, expired, unanswered
-            raise CommitUnknown(f"commit of epoch {epoch}: {type(e).__name__}") from None
-        failed = [r for r in results if isinstance(r, Exception)]
-        if failed:
-            raise Deposed(f"commit of epoch {epoch} refused: {type(failed[0]).__name__}")
-        self._last_version = results[2].version
+        return list(t.commit_async().get(timeout=limits.zk_commit_timeout_s))
+
+    def _resolve(self, version: int, epoch: int, data: bytes) -> bool | None:
+        """After a lost connection: True if ``epoch`` was committed with ``data``,
+        False if it was not and our term still stands, None if the ensemble cannot be
+        reached within a session timeout (our session may have ended meanwhile).
+        Raises Deposed if another term or batch took over."""
+        deadline = time.monotonic() + limits.zk_session_timeout_s
+        while time.monotonic() < deadline and not self.session_lost:
+            if not self.connected:
+                time.sleep(0.01)
+                continue
+            try:
+                self.zk.sync(self.root)  # this server has every write the leader acked
+                try:
+                    got: bytes | None = self._get(self._log_path(epoch))
+                except NoNodeError:
+                    got = None
+                _last, last_stat = self.zk.get(f"{self.root}/last")
+                if got == data:
+                    self._last_version = last_stat.version
+                    return True
+                _term, term_stat = self.zk.get(f"{self.root}/term")
+            except (ConnectionLoss, KazooTimeoutError):
+                time.sleep(0.01)
+                continue
+            if got is not None or term_stat.version != version:
+                raise Deposed(f"epoch {epoch} was committed by another term")
+            return False
+        return None
 
     def last_epoch(self) -> int:
         return _int(self._get(f"{self.root}/last"))

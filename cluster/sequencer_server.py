@@ -241,8 +241,9 @@ class SequencerServer:
         except Exception as e:  # ZooKeeper unreachable or slow: try again next turn
             if not _is_zookeeper_error(e):
                 raise
-            if self.role != FOLLOWER:
-                self._follow(f"ZooKeeper: {type(e).__name__}")
+            # Housekeeping only: a leader steps down when a commit fails or its session
+            # ends (above), not because a progress report met a server going away.
+            self._junk.note(f"ZooKeeper: {type(e).__name__} (retrying)")
 
     def _copy_committed(self, now: float) -> None:
         self._copy = copy_committed(self.local, self.store, limits.sequencer_copy_batches_per_turn)
