@@ -485,7 +485,7 @@ def test_an_allowlist_of_bare_keys_admits_those_keys_only(ctx: zmq.Context, data
             s.send(name.encode())
         assert srv.poll(ANSWER_WAIT_MS)
         assert srv.recv_multipart()[1] == b"r0p0"
-        wait_until(lambda: auth.refused >= 1, "alice's connection refused")
+        # alice is never served (whether her handshake has reached ZAP yet or not)
         assert srv.poll(NOTHING_WAIT_MS) == 0
         assert auth.admitted == 1
 
