@@ -90,6 +90,7 @@ class SequencerServer:
         self._peer_fetch_at = 0.0
         self._next_progress = self._next_trim = self._next_election = 0.0
         self._candidate_since = 0.0
+        self._next_copy = 0.0
         if config.replicated:
             from cluster.ordering_zk import ZooKeeperStore
 
@@ -207,7 +208,14 @@ class SequencerServer:
                     )
                     store.trim_through(through)
                 return
-            self._copy_committed(now)
+            if (
+                store.committed_changed.is_set()
+                or not self._copy.caught_up
+                or now >= self._next_copy
+            ):
+                store.committed_changed.clear()  # before reading: a later change re-sets it
+                self._next_copy = now + limits.sequencer_copy_backstop_s
+                self._copy_committed(now)
             if now >= self._next_progress:
                 self._next_progress = now + limits.sequencer_progress_every_s
                 store.report_progress(self.member, self.local.last_epoch)

@@ -142,6 +142,9 @@ class Sequencer:
         self.clock = clock
         self.seed_source = seed_source
         self._checkpoint_requested = False
+        # A new leader's first batch goes out at once, even empty (Raft's no-op entry):
+        # it commits the term, so partitions and followers learn it from the log.
+        self._term_batch_due = term > 0
         self._last_checkpoint_ms: int | None = None
         # Fail-stop: once the log cannot be written or synced, nothing is accepted.
         self.failed: str | None = None
@@ -563,9 +566,10 @@ class Sequencer:
         """
         if self.failed is not None or self.deposed is not None:
             return None
-        if not (self._pending or self._checkpoint_requested):
+        forced = self._checkpoint_requested or self._term_batch_due
+        if not (self._pending or forced):
             return None
-        if not self._checkpoint_requested and self.unapplied_bytes() >= limits.unapplied_bytes_max:
+        if not forced and self.unapplied_bytes() >= limits.unapplied_bytes_max:
             return None  # flow control: the replicas are behind; calls wait here, fairly
         calls = self._pending.take(
             limits.batch_quantum_calls,
@@ -610,6 +614,7 @@ class Sequencer:
         self._published_bytes += len(data)
         self._prev_digest = batch_digest(data)
         self._last_timestamp_ms = now_ms
+        self._term_batch_due = False
         self.next_txn_id = first + len(calls)
         self.stats.epochs += 1
         self.stats.txns_sequenced += len(calls)

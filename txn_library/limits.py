@@ -133,6 +133,8 @@ result_bytes_max = 1 << 20  # one procedure result (or abort reason), encoded; l
 early_reads_txns_max = sent_reads_txns_max  # txns whose peer reads arrived before the txn
 queries_pending_max = pending_calls_max  # unsequenced queries waiting at one partition
 checkpoint_frame_bytes_max = 4 << 20  # rows per checkpoint frame are cut at this size
+checkpoint_chain_depth_max = 16  # deltas after a base before the next checkpoint is a base
+checkpoint_chain_delta_share_max = 1.0  # delta rows since a base, per base row: then a base
 
 _check(row_bytes_max < peer_message_bytes_max, "a row must fit in a peer read message")
 _check(result_bytes_max < frame_bytes_hard_max, "a result must fit in a frame zmq accepts")
@@ -141,6 +143,8 @@ _check(
     "a checkpoint frame (cut after the row that crosses its budget) fits in a log frame",
 )
 _check(queries_pending_max <= pending_calls_max, "queries are drawn from pending calls")
+_check(checkpoint_chain_depth_max >= 1, "a chain holds at least one delta")
+_check(checkpoint_chain_delta_share_max > 0, "a delta may hold rows")
 
 # ZooKeeper ensemble (cluster/zookeeper.py): what one local server may hold
 zk_server_heap_mb_max = 256  # JVM -Xmx of one server
@@ -159,6 +163,7 @@ zk_node_bytes_max = 4 << 20  # ZooKeeper's jute.maxbuffer, set on servers and cl
 zk_tail_epochs_max = 2_000  # committed batches ZooKeeper keeps; older come from peers
 zk_trim_batch_max = 256  # deletes per trimming multi-op
 sequencer_copy_batches_per_turn = 256  # a follower copies at most this many per loop turn
+sequencer_copy_backstop_s = 0.5  # a follower copies on ZooKeeper's watch, and at least this often
 sequencer_progress_every_s = 0.2  # a sequencer reports its local last epoch this often
 sequencer_trim_every_s = 1.0  # the leader trims the committed tail this often
 sequencer_election_check_s = 0.05  # a follower looks at the election this often
