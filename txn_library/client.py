@@ -485,7 +485,6 @@ class Client:
         next_check = time.monotonic() + 0.1
         self._heard_at = time.monotonic()  # last frame from the current address
         self._move_to: str | None = None  # set by a "not leader" answer
-        self._left_silent: tuple[str, float] | None = None  # (address, when) left for silence
         self._moved_at = 0.0
         while not self._closed.is_set():
             events = dict(poller.poll(100))
@@ -504,17 +503,6 @@ class Client:
                 self._expire(self._sock, pending, now)
                 next_check = now + 0.1
 
-    def _next_address(self, avoid: str | None) -> str:
-        """The address after the current one, skipping ``avoid`` (one just found
-        silent) unless it is the only other choice."""
-        n = len(self.addresses)
-        i = self.addresses.index(self.address)
-        for k in range(1, n + 1):
-            candidate = self.addresses[(i + k) % n]
-            if candidate != avoid:
-                return candidate
-        return self.addresses[(i + 1) % n]
-
     def _maybe_fail_over(
         self, poller: zmq.Poller, pending: dict[int, _Pending], now: float
     ) -> None:
@@ -528,19 +516,8 @@ class Client:
             return
         if now - self._moved_at < limits.client_failover_backoff_s:
             return
-        # A follower may still name the leader we just left for its silence (ZooKeeper
-        # has not ended its session yet): going back there would wait out another
-        # silence, so such a hint counts as none.
-        if silent and target is None:
-            self._left_silent = (self.address, now)
-        left = self._left_silent
-        avoid = (
-            left[0]
-            if left is not None and now - left[1] < 2 * limits.client_failover_silence_s
-            else None
-        )
-        if target is None or target not in self.addresses or target == avoid:
-            target = self._next_address(avoid)
+        if target is None or target == "" or target not in self.addresses:
+            target = self.addresses[(self.addresses.index(self.address) + 1) % len(self.addresses)]
         self._move_to = None
         self._moved_at = now
         if target != self.address:
