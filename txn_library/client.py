@@ -31,6 +31,14 @@ call the old leader had committed is answered from the log. A client whose calls
 no frame at all back for ``limits.client_failover_silence_s`` moves on to the next
 address the same way. ERR_NOT_LEADER never reaches the caller.
 
+Until the ordering layer notices a dead leader (its ZooKeeper session expires), the
+followers still name it. A client that has just left that leader for silence does not
+go back on such a hint: it asks the follower again every
+``limits.client_failover_backoff_s`` until the hint names another sequencer (the new
+leader), and only after a whole further silence period does it believe the hint and
+return (a leader that was only paused, not dead, is reached again that way). So a
+client waits one silence period plus the election, not two silence periods.
+
 ``ClientProtocol`` holds the encoding and bookkeeping without threads or sockets, so
 gevent users (locust, with zmq.green) can drive it from their own loop.
 """
@@ -486,6 +494,8 @@ class Client:
         self._heard_at = time.monotonic()  # last frame from the current address
         self._move_to: str | None = None  # set by a "not leader" answer
         self._moved_at = 0.0
+        self._left_silent: tuple[str, float] | None = None  # (address, when) left for silence
+        self._ask_again_at: float | None = None  # resend here: the hint named that address
         while not self._closed.is_set():
             events = dict(poller.poll(100))
             if self._wake_recv in events:
@@ -513,12 +523,18 @@ class Client:
             limits.client_failover_silence_s
         )
         if target is None and not silent:
+            if self._ask_again_at is not None and now >= self._ask_again_at:
+                self._ask_again_at = None
+                self._resend_all(pending, now)
             return
         if now - self._moved_at < limits.client_failover_backoff_s:
             return
         if target is None or target == "" or target not in self.addresses:
             target = self.addresses[(self.addresses.index(self.address) + 1) % len(self.addresses)]
+        if self._move_to is None:
+            self._left_silent = (self.address, now)
         self._move_to = None
+        self._ask_again_at = None
         self._moved_at = now
         if target != self.address:
             poller.unregister(self._sock)
@@ -528,10 +544,27 @@ class Client:
             poller.register(self._sock, zmq.POLLIN)
             self.failovers += 1
             log.info("ordo client: moved to %s", target)
+        self._resend_all(pending, now)
+
+    def _resend_all(self, pending: dict[int, _Pending], now: float) -> None:
         for p in pending.values():
             p.resend_at = now + self.retry_s
         for frame in self.proto.frames([p.call for p in pending.values()]):
             self._sock.send(frame)
+
+    def _on_not_leader(self, hint: str, now: float) -> None:
+        """Follow a follower's hint, unless it names the address this client has just
+        left for silence: then ask here again shortly (see the module docstring)."""
+        left = self._left_silent
+        if (
+            left is not None
+            and hint == left[0]
+            and now - left[1] < limits.client_failover_silence_s
+        ):
+            if self._ask_again_at is None:
+                self._ask_again_at = now + limits.client_failover_backoff_s
+            return
+        self._move_to = hint
 
     def _send_new(self, sock: zmq.Socket, pending: dict[int, _Pending]) -> None:
         calls: list[bytes] = []
@@ -582,7 +615,7 @@ class Client:
                 and value[0] == ERR_NOT_LEADER
             ):  # not sequenced there: keep it pending, move, resend (same ids)
                 hint = value[1] if len(value) > 1 and isinstance(value[1], str) else ""
-                self._move_to = hint
+                self._on_not_leader(hint, now)
                 continue
             p = pending.pop(req_id, None)
             if p is not None and not p.future.done():

@@ -17,6 +17,7 @@ from txn_library.client import Client, ClientProtocol
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_MALFORMED,
+    ERR_NOT_LEADER,
     ERR_TOO_LARGE,
     ERROR,
     OK,
@@ -201,3 +202,58 @@ def test_a_dead_io_thread_fails_pending_calls_and_submit_raises(sink) -> None:  
             c.status()
     finally:
         c.close()
+
+
+def _routers(n: int) -> tuple[list[zmq.Socket], list[str]]:
+    socks, addrs = [], []
+    for _ in range(n):
+        sock = zmq.Context.instance().socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        port = free_base_port(1)
+        sock.bind(f"tcp://127.0.0.1:{port}")
+        socks.append(sock)
+        addrs.append(f"tcp://127.0.0.1:{port}")
+    return socks, addrs
+
+
+def _answer(sock: zmq.Socket, identity: bytes, frame: bytes, result: object) -> None:
+    body = wire.ResultsReply([(r, *result) for r in _req_ids(frame)])  # type: ignore[misc]
+    sock.send_multipart([identity, wire.encode(body)])
+
+
+@pytest.mark.parametrize("leader_elected", [True, False])
+def test_failover_does_not_return_to_a_silent_leader_a_follower_still_names(
+    leader_elected: bool,
+) -> None:
+    # A (the leader) goes silent. The client moves to B, a follower that still names A
+    # (ZooKeeper has not expired A's session yet). If a new leader C is elected, B soon
+    # names C and the client must go there without returning to A. If A was only
+    # paused (no election), B keeps naming A, and after one more silence period the
+    # client returns to A, which answers.
+    (a, b, c), (addr_a, addr_b, addr_c) = _routers(3)
+    try:
+        with Client([addr_a, addr_b, addr_c], timeout_s=30.0, retry_s=10.0) as cl:
+            fut = cl.submit("bank.balance", 1)
+            _receive(a)  # A takes the call and says nothing
+            asked_b = 0
+            deadline = time.monotonic() + 20
+            while not fut.done() and time.monotonic() < deadline:
+                for sock, name in ((a, "a"), (b, "b"), (c, "c")):
+                    if not sock.poll(10):
+                        continue
+                    identity, frame = sock.recv_multipart()
+                    if name == "b":
+                        asked_b += 1
+                        hint = addr_c if leader_elected and asked_b >= 3 else addr_a
+                        _answer(b, identity, frame, (ERROR, (ERR_NOT_LEADER, hint)))
+                    elif name == "a":
+                        assert not leader_elected, "went back to the silent leader"
+                        _answer(a, identity, frame, (OK, 7))
+                    else:
+                        assert leader_elected
+                        _answer(c, identity, frame, (OK, 7))
+            assert fut.result(timeout=1).ok
+            assert asked_b >= 3 if leader_elected else asked_b >= 2
+    finally:
+        for s in (a, b, c):
+            s.close()
