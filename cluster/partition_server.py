@@ -17,13 +17,18 @@ epoch is not last+1 is held back and the gap is fetched from the log service;
 heartbeats reveal a missed tail. Batches already applied are ignored.
 
 Checkpoints: after a flagged epoch the partition stops applying batches until its
-active transactions drain, then fork()s; the child writes the snapshot from its
-copy-on-write image (executor.core.checkpoint) and exits, while the parent goes straight
-back to work. The partition stalls only for the drain and the fork itself. The
-boundary (epoch, hash) is recorded at the fork, but the checkpoint counts (status
+active transactions drain, then captures the rows of its checkpoint (a delta of the
+keys written since the last written checkpoint, or a base: executor.core.checkpoint)
+and goes straight back to work; the loop packs the captured rows a slice per turn and
+a thread writes them. The partition stalls only for the drain and the capture, never
+for an old writer: a boundary reached while one runs is recorded but not written (its
+changes go into the next checkpoint; see ``_maybe_checkpoint``). The boundary
+(epoch, hash) is recorded at the capture, but the checkpoint counts (status
 ``newest_checkpoint_epoch``, which ``ordo dump``, ``ordo checkpoint`` and log pruning
-trust) only once the loop, which polls at least every 50 ms, has reaped the writer
-and found it exited 0: the file is then renamed into place and its directory fsynced.
+trust) only once the loop, which turns at least every 50 ms, finds the writer done:
+the file renamed into place and its directory fsynced. A partition started from
+genesis with periodic checkpoints writes the genesis state as its first base before
+it serves.
 
 Inbound messages (PULL) are checked whole against the wire contract before the role
 sees them (txn_library.partition_wire.decode_inbound); malformed ones are dropped and counted,
@@ -41,7 +46,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import signal
 import time
 from pathlib import Path
@@ -64,6 +68,8 @@ from txn_library.procedure import load_modules
 log = logging.getLogger("ordo.replica")
 
 PROGRESS_EVERY_S = 1.0
+WRITER_STEP_S = 0.004  # checkpoint packing per loop turn while transactions run ...
+WRITER_STEP_IDLE_S = 0.03  # ... and while the partition is idle
 RESEND_EVERY_S = 1.0  # at most one resend of every retained read per peer per interval
 
 
@@ -83,17 +89,21 @@ class PartitionServer:
         self.checkpoint_dir = Path(config.checkpoint_dir(replica))
         restored = None
         if storage is None:
+            t0 = time.monotonic()
             restored = checkpoint.load_newest(self.checkpoint_dir, partition, config.partitions)
             if restored is not None:
                 info, storage = restored
                 settle_heap()  # a loaded checkpoint is long-lived (genesis_storage settles too)
                 log.info(
-                    "loaded checkpoint %s (epoch %d, %d rows, hash %016x)",
+                    "loaded checkpoint %s (epoch %d, %s, %d rows, hash %016x) in %.2fs",
                     info.path.name,
                     info.epoch,
+                    "base" if info.depth == 0 else f"base {info.base_epoch} + {info.depth} deltas",
                     storage.row_count(),
                     info.state_hash,
+                    time.monotonic() - t0,
                 )
+        genesis_loaded = storage is None and bool(config.genesis)
         if storage is None and config.genesis:
             t0 = time.monotonic()
             storage = genesis_storage(
@@ -113,10 +123,18 @@ class PartitionServer:
             retain_checkpoints=max(2, config.checkpoint_keep),
         )
         self.part.hold_clock = time.monotonic  # honour ctx.hold_locks (benchmarks)
+        self.checkpoints_skipped = 0  # boundaries not written: the previous writer was busy
         if restored is not None:
             info = restored[0]
             self.part.restore(info.epoch, info.next_txn_id, info.txns_applied)
-        self._child: int | None = None  # pid of the checkpoint writer
+        # What the next checkpoint is (a delta since the newest written one, or a base).
+        self._chain = checkpoint.CheckpointChain(
+            self.part.storage, restored[0] if restored and config.checkpoint_keep > 0 else None
+        )
+        if restored is None and genesis_loaded and self._periodic_checkpoints():
+            self._write_genesis_base()
+        self._writer: checkpoint.CheckpointWriter | None = None  # the file being written
+        self._drain_started: float | None = None  # when a due checkpoint was first seen
         self._started = time.monotonic()
         self._start_epoch = self.part.last_epoch
         self._live = False
@@ -167,59 +185,142 @@ class PartitionServer:
     # Batches ------------------------------------------------------------------
     # Checkpoints ----------------------------------------------------------------
     def _maybe_checkpoint(self) -> None:
+        """Advance the checkpoint being written; at a drained checkpoint boundary record
+        it and start writing its file (a delta of the keys written since the last
+        written checkpoint, or a base).
+
+        The writer (executor.core.checkpoint.CheckpointWriter) captures the boundary's
+        rows at once, then packs them a slice per loop turn and a thread writes them:
+        the partition never stops for it. It never waits for an old writer either: a
+        boundary reached while the previous file is still being written is recorded
+        (its hash is compared across replicas as always) but not written here, and its
+        changes go into the next checkpoint, whose header names the last written one.
+        One writer at a time, as PostgreSQL never runs two checkpoints at once and
+        Redis refuses a BGSAVE while one runs: two would only compete for the same CPU
+        and disk. Logged and counted (``checkpoints_skipped``); status shows it as
+        ``newest_checkpoint_epoch`` behind ``boundary_epoch``.
+        """
         self._reap_child(block=False)
         part = self.part
-        if not part.checkpoint_ready() or self._child is not None:
+        self._chain.bound_record()
+        if part.checkpoint_due is not None and self._drain_started is None:
+            self._drain_started = time.monotonic()
+        if not part.checkpoint_ready():
             return
+        drain_s = time.monotonic() - (self._drain_started or time.monotonic())
+        self._drain_started = None
         if self.config.checkpoint_keep <= 0:
             part.checkpoint_taken()  # a boundary to compare, no file: never durable
             self.feed.apply_held()
             return
         epoch = part.checkpoint_due
         assert epoch is not None
-        pid = os.fork()
-        if pid == 0:  # child: write the snapshot from the copy-on-write image, then vanish
-            code = 1
-            try:
-                checkpoint.write_checkpoint(
-                    self.checkpoint_dir,
-                    part.storage,
-                    replica=self.replica,
-                    partition=self.partition_id,
-                    partitions=self.config.partitions,
-                    epoch=epoch,
-                    next_txn_id=part.next_txn_id,
-                    txns_applied=part.txns_applied,
-                )
-                code = 0
-            finally:
-                os._exit(code)
-        self._child = pid
-        self._child_epoch = epoch
+        if self._writer is not None:
+            self.checkpoints_skipped += 1
+            log.warning(
+                "checkpoint at epoch %d not written: the one of epoch %d is still being "
+                "written (its changes go into the next checkpoint; %d skipped so far)",
+                epoch,
+                self._writer.planned.epoch,
+                self.checkpoints_skipped,
+            )
+            part.checkpoint_taken()
+            self.feed.apply_held()
+            return
+        t0 = time.monotonic()
+        planned = self._chain.plan(epoch)
+        self._writer = self._chain.writer(
+            self.checkpoint_dir,
+            planned,
+            replica=self.replica,
+            partition=self.partition_id,
+            partitions=self.config.partitions,
+            next_txn_id=part.next_txn_id,
+            txns_applied=part.txns_applied,
+        )
+        self._writer_started = t0
+        self._drain_s = drain_s
+        self._capture_s = time.monotonic() - t0
+        self._writer_cpu_s = 0.0
         part.checkpoint_taken()  # boundary recorded, batches resume; not durable yet
         self.feed.apply_held()
 
     def _reap_child(self, block: bool) -> None:
-        """Collect the checkpoint writer once it exits; only a clean exit (file renamed,
-        directory fsynced) makes the checkpoint count (``checkpoint_durable``)."""
-        if self._child is None:
+        """Advance the checkpoint writer (``block``: to its end); once its file is in
+        place and the directory fsynced, the checkpoint counts (``checkpoint_durable``)
+        and is the next delta's parent. After a failed writer the next one is a base."""
+        writer = self._writer
+        if writer is None:
             return
-        pid, status = os.waitpid(self._child, 0 if block else os.WNOHANG)
-        if pid == 0:
+        if block:
+            writer.complete()
+        else:
+            cpu0 = time.process_time()
+            writer.step(WRITER_STEP_IDLE_S if self.part.idle() else WRITER_STEP_S)
+            self._writer_cpu_s += time.process_time() - cpu0
+        outcome = writer.outcome
+        if outcome is None:
             return
-        self._child = None
-        code = os.waitstatus_to_exitcode(status)
-        if code != 0:
+        self._writer = None
+        planned = writer.planned
+        if outcome is not True:
             log.error(
-                "checkpoint at epoch %d failed (writer exit status %d)", self._child_epoch, code
+                "checkpoint at epoch %d failed (%s); the next one is a base",
+                planned.epoch,
+                outcome,
             )
+            self._chain.failed()
             return
-        self.part.checkpoint_durable(self._child_epoch)
+        self._chain.written(planned)
+        self.part.checkpoint_durable(planned.epoch)
         self._status_requested = True  # tell the sequencer now, not at the next tick
         removed = checkpoint.prune(
             self.checkpoint_dir, self.partition_id, self.config.checkpoint_keep
         )
-        log.info("checkpoint at epoch %d written; pruned %d old", self._child_epoch, len(removed))
+        log.info(
+            "checkpoint at epoch %d written (%s, %d rows) in %.2fs: drain %.1fms, capture "
+            "%.1fms, packing %.2fs CPU in the loop; pruned %d old",
+            planned.epoch,
+            "base" if planned.parent is None else f"delta {planned.tip.depth}",
+            planned.rows,
+            time.monotonic() - self._writer_started,
+            1000 * self._drain_s,
+            1000 * self._capture_s,
+            self._writer_cpu_s,
+            len(removed),
+        )
+
+    def _periodic_checkpoints(self) -> bool:
+        c = self.config
+        return c.checkpoint_keep > 0 and (c.checkpoint_every_epochs > 0 or c.checkpoint_every_s > 0)
+
+    def _write_genesis_base(self) -> None:
+        """Write the genesis state as the base of the chain (epoch 0), before serving.
+
+        With periodic checkpoints the first one would otherwise be a base written while
+        serving (every row of the partition); written now it costs start-up time
+        instead, and every checkpoint after it can be a delta. A restart before the
+        first periodic checkpoint loads it instead of generating the genesis again.
+        """
+        t0 = time.monotonic()
+        part = self.part
+        planned = self._chain.plan(0)
+        try:
+            self._chain.write(
+                self.checkpoint_dir,
+                planned,
+                replica=self.replica,
+                partition=self.partition_id,
+                partitions=self.config.partitions,
+                next_txn_id=part.next_txn_id,
+                txns_applied=part.txns_applied,
+            )
+        except OSError as e:
+            log.error("genesis base not written (%s); the first checkpoint is a base", e)
+            self._chain.failed()
+            return
+        self._chain.written(planned)
+        log.info("genesis base written (%d rows) in %.1fs", planned.rows, time.monotonic() - t0)
 
     def _maybe_repair(self, now: float) -> None:
         """Ask the leader's log service for a gap; an unanswered ask goes to the next

@@ -1,8 +1,9 @@
 """``ordo replay``: Spark jobs over the command log and one replica's checkpoints.
 
   ordo replay verify [LOG_DIR [CHECKPOINT_DIR]]   replay every checkpoint interval in
-                       parallel and compare state hashes; a table with one row per
-                       interval; exit status 1 if any interval fails
+                       parallel (runs of consecutive intervals, one per Spark slot),
+                       compare state hashes and check every checkpoint file; a table
+                       with one row per interval; exit status 1 if any interval fails
   ordo replay state [LOG_DIR [CHECKPOINT_DIR]] --epoch E   the database at the end of
                        epoch E as Parquet (one directory per table); prints its hash
   ordo replay history [LOG_DIR]                  the log as a Parquet table of
@@ -130,6 +131,12 @@ def replay() -> None:
 @click.option("--out", default=None, help="Parquet output [LOG_DIR/../replay/verify].")
 @click.option("--no-locate", is_flag=True, help="Do not search for the bad epoch.")
 @click.option("--no-tail", is_flag=True, help="Skip the epochs after the last checkpoint.")
+@click.option(
+    "--runs",
+    type=int,
+    default=None,
+    help="Spark tasks, each a run of consecutive intervals [the session's slots].",
+)
 @_spark_options
 def verify(
     log_dir: str | None,
@@ -138,13 +145,15 @@ def verify(
     out: str | None,
     no_locate: bool,
     no_tail: bool,
+    runs: int | None,
     data_dir: str,
     as_json: bool,
     config_path: str | None,
     master: str,
     confs: tuple[str, ...],
 ) -> None:
-    """Verify the whole history in parallel: one task per checkpoint interval."""
+    """Verify the whole history in parallel: the checkpoint intervals in one run of
+    consecutive intervals per slot (a run loads one state, then carries it along)."""
     import sys
 
     from executor.replay.spark_jobs import run_verify
@@ -157,7 +166,13 @@ def verify(
     spark = _session(master, confs)
     try:
         report = run_verify(
-            spark, spec, ckpt.resolve(), out_path, tail=not no_tail, locate=not no_locate
+            spark,
+            spec,
+            ckpt.resolve(),
+            out_path,
+            tail=not no_tail,
+            locate=not no_locate,
+            runs=runs,
         )
     finally:
         spark.stop()

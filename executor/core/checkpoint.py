@@ -1,57 +1,165 @@
-"""Partition checkpoints: consistent snapshots at epoch boundaries, written atomically.
+"""Partition checkpoints: consistent snapshots at epoch boundaries, written atomically
+as chains of a base and deltas.
 
 A partition checkpoints after epoch E when E's batch carries the checkpoint flag
 (the sequencer sets it every N epochs / seconds, or on request), so every partition
 of every replica snapshots at the *same* boundaries and the history splits into
 intervals that replay tooling can verify independently.
 
-Format (one file per partition per checkpoint, ``{epoch:012d}-p{partition}.ckpt`` in
-the replica's checkpoint directory): a sequence of frames in the command log's frame
-encoding (``<II`` length + CRC32C, then payload; see sequencer.log.encode_frame):
+Files (in the replica's checkpoint directory; one partition's files never depend on
+another's):
+  ``{epoch:012d}-p{partition}.ckpt``  a checkpoint of the state at the end of epoch:
+      base   every row of the partition's *partitioned* tables;
+      delta  only the rows of keys written since its parent (the partition's previous
+             written checkpoint), a deleted key as a row of None. The state at a delta
+             is its base plus every delta of the chain up to it, in order.
+  ``static-p{partition}-{static_hash:016x}.ckpt``  the replicated tables (TPC-C ITEM):
+      written after genesis never change, so they are written once, named by their
+      hash, and referenced by every checkpoint's ``static_hash`` (0: none).
+
+Each file is a sequence of frames in the command log's frame encoding (``<II`` length
++ CRC32C, then payload; see sequencer.log.encode_frame):
   frame 0     header  [MAGIC, VERSION, replica, partition, partitions, epoch,
-                       next_txn_id, txns_applied, state_hash, static_hash, created_ms]
-  frames 1..n rows    [[table, key, row], ...]  (at most ROWS_PER_FRAME per frame,
-                       cut once it holds limits.checkpoint_frame_bytes_max bytes, so
-                       a frame stays under log_frame_bytes_max whatever the rows;
-                       tables in name order, keys sorted: byte-identical across replicas
-                       except the header's replica number and creation time)
-  last frame  footer  [END, row_count, state_hash]
+                       next_txn_id, txns_applied, state_hash, static_hash, created_ms,
+                       kind, parent_epoch, parent_state_hash, base_epoch, depth, rows,
+                       base_rows, chain_rows, previous_epoch]
+              (previous_epoch: the partition's previous written checkpoint, whatever its
+              kind, 0 if none, -1 if the writer did not say; a boundary between the two
+              was not written by this partition: its writer was busy or failed. Replay
+              tooling tells such a gap from a lost file.)
+  frames 1..n rows    b"R", u32 n, n x u32 (little-endian) encoded lengths, then a
+                       msgpack array of n [table, key, row]: each element is exactly
+                       msgpack([table, key, row]), the bytes the state hash digests, so
+                       a loader hashes the bytes it read instead of packing rows again.
+                       At most ROWS_PER_FRAME rows of ONE table, cut once the frame
+                       holds limits.checkpoint_frame_bytes_max bytes (a frame stays under
+                       log_frame_bytes_max whatever the rows). Tables in name order;
+                       a base's keys sorted (byte-identical across replicas except the
+                       header's replica number and creation time); a delta's rows are
+                       the bytes its transactions packed (Storage.track_changes), in
+                       the order first written since its parent (sorting them would
+                       cost more than writing them; replicas may order them
+                       differently, never hold different rows).
+  last frame  footer  [END, rows, state_hash] (the static file: its static hash)
+
+When a partition writes a base (chain policy, one home: ``CheckpointChain``): its first
+checkpoint (a partition started from genesis with periodic checkpoints writes its
+genesis state as a base at epoch 0, before it serves), after a failed writer, and once
+the chain since the base holds ``limits.checkpoint_chain_depth_max`` deltas or more
+delta rows than ``limits.checkpoint_chain_delta_share_max`` times the base's. So
+writing a checkpoint costs the rows written since the last one, and loading one costs
+at most a bounded multiple of the partition's own data; the static tables cost one
+file per content. Files are written in process while the partition keeps working
+(``CheckpointWriter``); ``write_checkpoint`` writes one at once (tests, simulator).
 
 Invariants:
-- Written to ``*.tmp``, fsynced, renamed, then the directory fsynced: a reader sees a
-  whole checkpoint or none.
-- A checkpoint is valid only if every frame's CRC holds, the footer is present, the
-  row count matches and the state hash recomputed from the rows equals the header's.
-  An invalid one is skipped with a warning, never half-loaded.
+- Written to a temp file, fsynced, renamed, then the directory fsynced: a reader sees a
+  whole file or none.
+- A checkpoint is valid only if every file of its chain (and its static file) is: every
+  frame's CRC holds, the footer is present, row counts match, each delta's parent link
+  (epoch, state hash, depth, base, static hash) matches its parent's header, and the
+  state hash after each file, recomputed from the bytes of its rows, equals that file's
+  header. An invalid one is skipped with a warning, never half-loaded;
+  ``CheckpointInvalid.epoch`` names the file at fault.
+- ``prune`` never removes a file that a kept checkpoint's chain needs.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import re
+import shutil
+import struct
+import sys
+import threading
 import time
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import itemgetter
 from pathlib import Path
+from typing import Any
 
 import msgpack
+import xxhash
 
-from executor.core.storage import Storage
+from executor.core.storage import Changes, Storage, gc_paused
 from sequencer.log import LogCorruption, encode_frame, iter_file_frames
 from txn_library import limits
+from txn_library.errors import invariant
 
 log = logging.getLogger("ordo.checkpoint")
 
 MAGIC = "ORDO-CKPT"
 END = "END"
-VERSION = 1
+VERSION = 2
+BASE, DELTA, STATIC = "base", "delta", "static"
 ROWS_PER_FRAME = 4096
+_HEADER_FIELDS = 20
+_ROWS_TAG = b"R"
+_U32 = struct.Struct("<I")
 _NAME = re.compile(r"(\d{12})-p(\d+)\.ckpt")
+_STATIC_NAME = re.compile(r"static-p(\d+)-([0-9a-f]{16})\.ckpt")
+_digest = xxhash.xxh3_64_intdigest
+_MASK64 = (1 << 64) - 1
+_first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
+invariant(array("I").itemsize == 4, "array('I') must hold 32-bit lengths")
 
 
 class CheckpointInvalid(Exception):
-    """A checkpoint file is torn, corrupt or inconsistent; skip it."""
+    """A checkpoint file is torn, corrupt or inconsistent; skip it.
+
+    ``epoch`` is the epoch of the file at fault (a delta's chain may fail at an older
+    file; a static tables file is charged to the base that references it), None if
+    unknown.
+    """
+
+    def __init__(self, message: str, epoch: int | None = None) -> None:
+        super().__init__(message)
+        self.epoch = epoch
+
+    def __reduce__(self) -> tuple[type[CheckpointInvalid], tuple[str, int | None]]:
+        return (type(self), (str(self), self.epoch))  # Spark pickles task exceptions
+
+
+@dataclass(frozen=True)
+class ChainTip:
+    """The newest written checkpoint of a partition's chain, as its successor needs it."""
+
+    epoch: int
+    state_hash: int
+    static_hash: int
+    base_epoch: int
+    depth: int  # deltas since the base (0: the base itself)
+    base_rows: int
+    chain_rows: int  # rows in the base and every delta up to this one
+
+    def wants_base(self, delta_rows: int) -> bool:
+        """Whether the next checkpoint, ``delta_rows`` rows as a delta, should be a base."""
+        if self.depth + 1 > limits.checkpoint_chain_depth_max:
+            return True
+        since_base = self.chain_rows - self.base_rows + delta_rows
+        return since_base > limits.checkpoint_chain_delta_share_max * max(self.base_rows, 1)
+
+
+def next_tip(
+    parent: ChainTip | None, epoch: int, state_hash: int, static_hash: int, rows: int
+) -> ChainTip:
+    """The tip after writing a checkpoint of ``rows`` rows at ``epoch`` (a base if no parent)."""
+    if parent is None:
+        return ChainTip(epoch, state_hash, static_hash, epoch, 0, rows, rows)
+    return ChainTip(
+        epoch,
+        state_hash,
+        static_hash,
+        parent.base_epoch,
+        parent.depth + 1,
+        parent.base_rows,
+        parent.chain_rows + rows,
+    )
 
 
 @dataclass(frozen=True)
@@ -66,10 +174,35 @@ class CheckpointInfo:
     state_hash: int
     static_hash: int
     created_ms: int
+    kind: str = BASE
+    parent_epoch: int = 0
+    parent_state_hash: int = 0
+    base_epoch: int = 0
+    depth: int = 0
+    rows: int = 0  # rows in this file
+    base_rows: int = 0
+    chain_rows: int = 0
+    previous_epoch: int = -1  # this partition's previous written checkpoint (0: none, -1: ?)
+
+    @property
+    def tip(self) -> ChainTip:
+        return ChainTip(
+            self.epoch,
+            self.state_hash,
+            self.static_hash,
+            self.base_epoch,
+            self.depth,
+            self.base_rows,
+            self.chain_rows,
+        )
 
 
 def checkpoint_name(epoch: int, partition: int) -> str:
     return f"{epoch:012d}-p{partition}.ckpt"
+
+
+def static_name(partition: int, static_hash: int) -> str:
+    return f"static-p{partition}-{static_hash:016x}.ckpt"
 
 
 def _fsync_dir(d: Path) -> None:
@@ -78,6 +211,316 @@ def _fsync_dir(d: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# Writing ---------------------------------------------------------------------------------
+# A table's rows as captured for writing: (name, its keys in order or None to take them
+# when packing, {key: row}, or for a delta the change record {key: msgpack([name, key,
+# row]) or None for a deleted key}, and whether it is the latter).
+Captured = tuple[str, list[tuple] | None, dict[tuple, Any], bool]
+
+
+def _rows_frame(packer: msgpack.Packer, parts: list[bytes]) -> bytes:
+    lengths = array("I", map(len, parts))
+    if sys.byteorder != "little":
+        lengths.byteswap()
+    return encode_frame(
+        b"".join(
+            (
+                _ROWS_TAG,
+                _U32.pack(len(parts)),
+                lengths.tobytes(),
+                packer.pack_array_header(len(parts)),
+                *parts,
+            )
+        )
+    )
+
+
+def _cut(parts: list[bytes], frame_bytes_max: int) -> Iterator[list[bytes]]:
+    """``parts`` in frames, each cut after the row that takes it to the byte budget."""
+    if sum(map(len, parts)) < frame_bytes_max:
+        yield parts
+        return
+    chunk: list[bytes] = []
+    chunk_bytes = 0
+    for data in parts:
+        chunk.append(data)
+        chunk_bytes += len(data)
+        if chunk_bytes >= frame_bytes_max:
+            yield chunk
+            chunk, chunk_bytes = [], 0
+    if chunk:
+        yield chunk
+
+
+def _body_frames(header: list[Any], tables: list[Captured], path: Path) -> Iterator[bytes | None]:
+    """The frames after the header: rows (one table per frame), then the footer. Yields
+    None after sorting a table's keys (a pause point for a sliced writer)."""
+    packer = msgpack.Packer(autoreset=True)
+    pack = packer.pack
+    frame_bytes_max = limits.checkpoint_frame_bytes_max
+    count = 0
+    for name, keys, rows, encoded in tables:
+        if keys is None:  # a delta's keys in the order they were written, or sorted
+            keys = list(rows) if encoded else sorted(rows)
+            yield None
+        for i in range(0, len(keys), ROWS_PER_FRAME):
+            some = keys[i : i + ROWS_PER_FRAME]
+            if encoded:  # packed when written; a deleted key is packed here
+                parts = [rows[k] or pack((name, k, None)) for k in some]
+            else:
+                parts = [pack((name, k, rows[k])) for k in some]
+            for chunk in _cut(parts, frame_bytes_max):
+                count += len(chunk)
+                yield _rows_frame(packer, chunk)
+    invariant(count == header[16], f"{path}: packed {count} rows, header says {header[16]}")
+    yield encode_frame(pack([END, count, header[9] if header[11] == STATIC else header[8]]))
+
+
+def _write_all(path: Path, header: list[Any], frames: Iterable[bytes | None]) -> None:
+    """Header and frames to a temp file, fsync, rename (the caller fsyncs the directory)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(encode_frame(msgpack.packb(header)))
+        for frame in frames:
+            if frame is not None:
+                f.write(frame)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _header_list(
+    replica: int,
+    partition: int,
+    partitions: int,
+    epoch: int,
+    next_txn_id: int,
+    txns_applied: int,
+    state_hash: int,
+    static_hash: int,
+    kind: str,
+    parent: ChainTip | None,
+    tip: ChainTip | None,
+    rows: int,
+    previous_epoch: int = -1,
+) -> list[Any]:
+    """The header frame's fields (a static tables file has neither parent nor tip)."""
+    link = (0, 0) if parent is None else (parent.epoch, parent.state_hash)
+    chain = (0, 0, 0, 0)
+    if tip is not None:
+        chain = (tip.base_epoch, tip.depth, tip.base_rows, tip.chain_rows)
+    return [
+        MAGIC,
+        VERSION,
+        replica,
+        partition,
+        partitions,
+        epoch,
+        next_txn_id,
+        txns_applied,
+        state_hash,
+        static_hash,
+        int(time.time() * 1000),
+        kind,
+        link[0],
+        link[1],
+        chain[0],
+        chain[1],
+        rows,
+        chain[2],
+        chain[3],
+        previous_epoch,
+    ]
+
+
+def _static_tables(storage: Storage) -> list[tuple[str, dict[tuple, Any]]]:
+    """The replicated tables (never written after genesis, so safe to read anywhere)."""
+    return [(n, storage.tables[n]) for n in sorted(storage.tables) if storage.is_replicated(n)]
+
+
+def ensure_static(
+    directory: Path,
+    tables: list[tuple[str, dict[tuple, Any]]],
+    static_hash: int,
+    ids: tuple[int, int, int],
+) -> None:
+    """Write the replicated tables' file (``ids``: replica, partition, partitions) unless
+    a valid one with this hash exists."""
+    if static_hash == 0:
+        return
+    replica, partition, partitions = ids
+    path = directory / static_name(partition, static_hash)
+    if path.exists():
+        try:
+            info = _check_hash_only(path, None)
+            if (info.kind, info.static_hash) == (STATIC, static_hash):
+                return
+            log.warning("rewriting the static tables file %s: its header names another", path)
+        except CheckpointInvalid as e:
+            log.warning("rewriting the static tables file: %s", e)
+    rows = sum(len(t) for _, t in tables)
+    header = _header_list(
+        replica, partition, partitions, 0, 0, 0, 0, static_hash, STATIC, None, None, rows
+    )
+    captured: list[Captured] = [(n, sorted(t), t, False) for n, t in tables]
+    _write_all(path, header, _body_frames(header, captured, path))
+
+
+@dataclass(frozen=True)
+class PlannedCheckpoint:
+    """What the checkpoint of one boundary will be (``CheckpointChain.plan``)."""
+
+    epoch: int
+    parent: ChainTip | None  # None: a base
+    changes: Changes | None  # a delta's keys (with the rows they held at the parent)
+    previous_epoch: int
+    tip: ChainTip  # the chain's tip once it is written
+    rows: int
+
+
+class CheckpointWriter:
+    """Writes one planned checkpoint while its partition keeps working: no fork, and no
+    stall beyond capturing references at the boundary.
+
+    The capture (in the constructor, at the boundary): a delta's change record, taken
+    from the storage then (each written key's row as the transaction packed it: nothing
+    to look up or pack), or a base's tables copied (``dict.copy``: references, at C
+    speed; an ordered table's keys from its index, already sorted). Stored rows are
+    immutable tuples (the engine replaces a row, never changes one), so the capture is
+    the boundary's state whatever the partition does next. The owner then calls
+    ``step`` between its other work: it packs the next frames (one table per frame, as
+    the format wants) until its time budget is spent, and queues them for a writer
+    thread, which writes, fsyncs and renames (file I/O releases the GIL) and looks
+    after the static tables file. ``outcome`` is None while in progress, then True (the
+    file is in place and its directory fsynced) or the exception that stopped it.
+
+    Why not fork a writer (as earlier versions did): a forked Python process touches
+    the reference count of every row it writes, so it copies the page of every such
+    row, and a fork stalls the parent for the page tables of its whole heap; in-process
+    packing costs the packing alone.
+    """
+
+    QUEUE_FRAMES_MAX = 16  # packed frames waiting for the writer thread (<= 64 MiB)
+
+    def __init__(
+        self,
+        directory: Path,
+        storage: Storage,
+        planned: PlannedCheckpoint,
+        *,
+        replica: int,
+        partition: int,
+        partitions: int,
+        next_txn_id: int,
+        txns_applied: int,
+    ) -> None:
+        self.planned = planned
+        self.directory = directory
+        self.path = directory / checkpoint_name(planned.epoch, partition)
+        parent, changes = planned.parent, planned.changes
+        invariant((parent is None) == (changes is None), "a delta needs a parent and changes")
+        tables: list[Captured]
+        static: list[tuple[str, dict[tuple, Any]]] = []
+        if parent is None:
+            tables = []
+            for n in sorted(storage.tables):
+                if storage.is_replicated(n):
+                    continue
+                index = storage.indexes.get(n)
+                keys = None if index is None else list(index)
+                tables.append((n, keys, storage.tables[n].copy(), False))
+            static = _static_tables(storage)
+            kind = BASE
+        else:
+            invariant(parent.static_hash == storage.static_hash, "the static tables changed")
+            assert changes is not None
+            tables = [(t, None, record, True) for t, record in sorted(changes.items()) if record]
+            kind = DELTA
+        rows = sum(len(r) for _, _, r, _ in tables)
+        invariant(rows == planned.rows, f"captured {rows} rows, planned {planned.rows}")
+        self.header = _header_list(
+            replica,
+            partition,
+            partitions,
+            planned.epoch,
+            next_txn_id,
+            txns_applied,
+            storage.state_hash,
+            storage.static_hash,
+            kind,
+            parent,
+            planned.tip,
+            rows,
+            planned.previous_epoch,
+        )
+        self._static = static
+        self._static_hash = storage.static_hash
+        self._ids = (replica, partition, partitions)
+        self._frames = _body_frames(self.header, tables, self.path)
+        self._packed = False
+        self._queue: queue.Queue[bytes | None] = queue.Queue(self.QUEUE_FRAMES_MAX)
+        self._outcome: bool | BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"checkpoint-{planned.epoch}", daemon=True
+        )
+        self._thread.start()
+
+    def step(self, budget_s: float) -> None:
+        """Pack frames for about ``budget_s`` seconds (or until the queue is full)."""
+        if self._packed or self._outcome is not None:
+            return  # done, or the thread stopped (its outcome says why)
+        deadline = time.perf_counter() + budget_s
+        frames, q = self._frames, self._queue
+        while not q.full():
+            frame = next(frames, _DONE)
+            if frame is _DONE:
+                q.put(None)  # the end (the footer went before it)
+                self._packed = True
+                return
+            if frame is not None:
+                q.put(frame)  # type: ignore[arg-type]
+            if time.perf_counter() >= deadline:
+                return
+
+    @property
+    def outcome(self) -> bool | BaseException | None:
+        """None while in progress; True once durable; else what stopped it."""
+        if self._thread.is_alive():
+            return None
+        return self._outcome
+
+    def complete(self) -> bool | BaseException:
+        """Pack the rest now and wait for the thread; the outcome (True: durable)."""
+        while self._thread.is_alive() and not self._packed:
+            self.step(1.0)
+            if self._queue.full():
+                time.sleep(0.001)  # the thread is writing: let it drain the queue
+        self._thread.join()
+        assert self._outcome is not None
+        return self._outcome
+
+    def finish(self) -> Path:
+        """``complete``, raising what stopped the writer if anything did."""
+        outcome = self.complete()
+        if outcome is not True:
+            raise outcome  # type: ignore[misc]
+        return self.path
+
+    def _run(self) -> None:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            if self._static:
+                ensure_static(self.directory, self._static, self._static_hash, self._ids)
+            _write_all(self.path, self.header, iter(self._queue.get, None))
+            _fsync_dir(self.directory)
+            self._outcome = True
+        except BaseException as e:  # handed to the owner, who decides (never lost)
+            self._outcome = e
+
+
+_DONE: Any = object()
 
 
 def write_checkpoint(
@@ -90,116 +533,494 @@ def write_checkpoint(
     epoch: int,
     next_txn_id: int,
     txns_applied: int,
+    parent: ChainTip | None = None,
+    changes: Mapping[str, Iterable[tuple]] | None = None,
+    previous_epoch: int | None = None,
 ) -> Path:
-    """Write one checkpoint atomically (temp file + fsync + rename + fsync dir)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    final = directory / checkpoint_name(epoch, partition)
-    tmp = final.with_suffix(".tmp")
-    packb = msgpack.packb
-    header = [
-        MAGIC,
-        VERSION,
-        replica,
-        partition,
-        partitions,
-        epoch,
-        next_txn_id,
-        txns_applied,
-        storage.state_hash,
-        storage.static_hash,
-        int(time.time() * 1000),
-    ]
-    count = 0
-    packer = msgpack.Packer(autoreset=True)
-    pack = packer.pack
-    frame_bytes_max = limits.checkpoint_frame_bytes_max
+    """Write one checkpoint atomically now (temp file + fsync + rename + fsync dir).
 
-    def rows_frame(chunk: list[bytes]) -> bytes:
-        # An array header followed by its packed elements: the bytes of packb(rows).
-        return encode_frame(packer.pack_array_header(len(chunk)) + b"".join(chunk))
+    Without ``parent`` a base (and the static tables file if it is missing); with it a
+    delta holding the current rows of ``changes``' keys (the keys written since
+    ``parent``'s epoch; see Storage.track_changes), None for a deleted key.
+    ``previous_epoch``: the partition's previous written checkpoint, 0 if none (default:
+    the parent's epoch for a delta, -1 = not known for a base).
+    """
+    invariant((parent is None) == (changes is None), "a delta needs a parent and its changes")
+    delta: Changes | None = None
+    if changes is not None:
+        pack = msgpack.Packer(autoreset=True).pack
+        delta = {}
+        for t, keys in changes.items():
+            now = {k: storage.get(t, k) for k in keys}
+            delta[t] = {k: None if r is None else pack((t, k, r)) for k, r in now.items()}
+    rows = storage.partitioned_row_count() if delta is None else sum(map(len, delta.values()))
+    tip = next_tip(parent, epoch, storage.state_hash, storage.static_hash, rows)
+    if previous_epoch is None:
+        previous_epoch = -1 if parent is None else parent.epoch
+    planned = PlannedCheckpoint(epoch, parent, delta, previous_epoch, tip, rows)
+    writer = CheckpointWriter(
+        directory,
+        storage,
+        planned,
+        replica=replica,
+        partition=partition,
+        partitions=partitions,
+        next_txn_id=next_txn_id,
+        txns_applied=txns_applied,
+    )
+    return writer.finish()
 
-    with open(tmp, "wb") as f:
-        f.write(encode_frame(packb(header)))
-        chunk: list[bytes] = []
-        chunk_bytes = 0
-        for table, key, row in storage.rows():
-            data = pack((table, key, row))
-            chunk.append(data)
-            chunk_bytes += len(data)
-            if len(chunk) >= ROWS_PER_FRAME or chunk_bytes >= frame_bytes_max:
-                f.write(rows_frame(chunk))
-                count += len(chunk)
-                chunk, chunk_bytes = [], 0
-        if chunk:
-            f.write(rows_frame(chunk))
-            count += len(chunk)
-        f.write(encode_frame(packb([END, count, storage.state_hash])))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
-    _fsync_dir(directory)
-    return final
+
+class CheckpointChain:
+    """A partition's checkpoint chain: what its next checkpoint is, and what it follows.
+
+    The rule (one home for it): the next checkpoint is a delta of the keys written since
+    the tip (the newest *written* checkpoint) unless there is no tip (genesis, a failed
+    writer) or the tip wants a base (``ChainTip.wants_base``). Changes are recorded
+    only while a delta can follow, and the record is dropped as soon as it has grown
+    past what a delta may hold (``bound_record``), so it never outgrows a base.
+    Writing is the owner's: ``plan`` at the boundary, then ``writer`` (stepped by the
+    owner's loop) or ``write`` (at once), then ``written`` or ``failed``.
+    """
+
+    def __init__(self, storage: Storage, restored: CheckpointInfo | None = None) -> None:
+        self.storage = storage
+        self.tip: ChainTip | None = None if restored is None else restored.tip
+        self.written_epoch = 0 if restored is None else restored.epoch
+        if self.tip is not None:
+            storage.track_changes()
+
+    def bound_record(self) -> None:
+        """Stop recording changes once the next checkpoint must be a base anyway."""
+        tip, storage = self.tip, self.storage
+        if tip is not None and storage.tracking and tip.wants_base(storage.changed_count()):
+            storage.stop_tracking()
+            self.tip = None
+
+    def plan(self, epoch: int) -> PlannedCheckpoint:
+        """The checkpoint of ``epoch`` (the state now); recording restarts from here."""
+        storage = self.storage
+        parent = self.tip
+        changes = storage.take_changes() if parent is not None and storage.tracking else None
+        rows = 0 if changes is None else sum(map(len, changes.values()))
+        if parent is None or changes is None or parent.wants_base(rows):
+            parent, changes = None, None
+            rows = storage.partitioned_row_count()
+            storage.track_changes()  # the next delta records from this base on
+        tip = next_tip(parent, epoch, storage.state_hash, storage.static_hash, rows)
+        return PlannedCheckpoint(epoch, parent, changes, self.written_epoch, tip, rows)
+
+    def writer(
+        self,
+        directory: Path,
+        planned: PlannedCheckpoint,
+        *,
+        replica: int,
+        partition: int,
+        partitions: int,
+        next_txn_id: int,
+        txns_applied: int,
+    ) -> CheckpointWriter:
+        """Start writing ``planned`` (call at its boundary: it captures the state now)."""
+        return CheckpointWriter(
+            directory,
+            self.storage,
+            planned,
+            replica=replica,
+            partition=partition,
+            partitions=partitions,
+            next_txn_id=next_txn_id,
+            txns_applied=txns_applied,
+        )
+
+    def write(
+        self,
+        directory: Path,
+        planned: PlannedCheckpoint,
+        *,
+        replica: int,
+        partition: int,
+        partitions: int,
+        next_txn_id: int,
+        txns_applied: int,
+    ) -> Path:
+        """Write ``planned`` now, from the state at its boundary (the state now)."""
+        return self.writer(
+            directory,
+            planned,
+            replica=replica,
+            partition=partition,
+            partitions=partitions,
+            next_txn_id=next_txn_id,
+            txns_applied=txns_applied,
+        ).finish()
+
+    def written(self, planned: PlannedCheckpoint) -> None:
+        self.tip = planned.tip
+        self.written_epoch = planned.epoch
+
+    def failed(self) -> None:
+        """The planned checkpoint was not written: its changes are lost to the chain."""
+        self.tip = None
+        self.storage.stop_tracking()
+
+
+# Reading ---------------------------------------------------------------------------------
+def _epoch_of(path: Path) -> int | None:
+    m = _NAME.fullmatch(path.name)
+    return int(m.group(1)) if m is not None else None
 
 
 def _header(payload: bytes, path: Path) -> CheckpointInfo:
-    h = msgpack.unpackb(payload, use_list=False)
-    if not (isinstance(h, tuple) and len(h) >= 11 and h[0] == MAGIC):
-        raise CheckpointInvalid(f"{path}: not an Ordo checkpoint")
+    epoch = _epoch_of(path)
+    try:
+        h = msgpack.unpackb(payload, use_list=False)
+    except Exception as e:  # a CRC-valid frame that msgpack refuses: not ours
+        raise CheckpointInvalid(f"{path}: undecodable header: {e}", epoch) from None
+    if not (isinstance(h, tuple) and len(h) >= 2 and h[0] == MAGIC):
+        raise CheckpointInvalid(f"{path}: not an Ordo checkpoint", epoch)
     if h[1] != VERSION:
-        raise CheckpointInvalid(f"{path}: checkpoint version {h[1]}, expected {VERSION}")
-    return CheckpointInfo(path, *h[2:11])
+        raise CheckpointInvalid(f"{path}: checkpoint version {h[1]}, expected {VERSION}", epoch)
+    if (
+        len(h) != _HEADER_FIELDS
+        or h[11] not in (BASE, DELTA, STATIC)
+        or not all(type(x) is int for i, x in enumerate(h[2:], 2) if i != 11)
+    ):
+        raise CheckpointInvalid(f"{path}: malformed header", epoch)
+    return CheckpointInfo(path, *h[2:_HEADER_FIELDS])
 
 
 def read_info(path: Path) -> CheckpointInfo:
     """The header only (cheap); does not validate the rows."""
-    with open(path, "rb") as f:
-        try:
+    try:
+        with open(path, "rb") as f:
             first = next(iter_file_frames(f, path))
-        except (StopIteration, LogCorruption) as e:
-            raise CheckpointInvalid(f"{path}: unreadable header: {e}") from None
+    except (StopIteration, LogCorruption, OSError) as e:
+        raise CheckpointInvalid(f"{path}: unreadable header: {e}", _epoch_of(path)) from None
     return _header(first, path)
 
 
-def iter_rows(path: Path) -> Iterator[tuple[str, tuple, tuple]]:
-    """Stream every row of a checkpoint, validating frames and footer as it goes.
+def _decode_rows(payload: bytes, path: Path, epoch: int | None) -> tuple[tuple, list[int]]:
+    """(rows, digest of each row's bytes) of one rows frame."""
+    try:
+        (n,) = _U32.unpack_from(payload, 1)
+        lengths_end = 5 + 4 * n
+        lengths = array("I")
+        lengths.frombytes(payload[5:lengths_end])
+        if sys.byteorder != "little":
+            lengths.byteswap()
+        body = memoryview(payload)[lengths_end:]
+        rows = msgpack.unpackb(body, use_list=False)
+    except Exception as e:
+        raise CheckpointInvalid(f"{path}: undecodable rows frame: {e}", epoch) from None
+    first = len(body) - sum(lengths)
+    if not isinstance(rows, tuple) or len(rows) != n or len(lengths) != n or not 1 <= first <= 5:
+        raise CheckpointInvalid(f"{path}: rows frame does not match its lengths", epoch)
+    offsets = list(accumulate(lengths, initial=first))
+    digests = list(map(_digest, map(body.__getitem__, map(slice, offsets, offsets[1:]))))
+    return rows, digests
 
-    Raises CheckpointInvalid on any problem (after yielding what came before it:
-    callers that need all-or-nothing use ``load``).
-    """
-    with open(path, "rb") as f:
-        frames = iter_file_frames(f, path)
-        try:
-            _header(next(frames), path)
+
+def _frames(path: Path, expect: CheckpointInfo | None) -> Iterator[tuple[tuple, list[int]]]:
+    """Every rows frame of one file as (rows, digests), after checking its header (equal
+    to ``expect``'s if given); checks CRCs, the footer and the row count, and raises
+    CheckpointInvalid after the last frame if anything is wrong."""
+    epoch = _epoch_of(path) if expect is None else expect.epoch
+    try:
+        with open(path, "rb") as f:
+            frames = iter_file_frames(f, path)
+            first = next(frames, None)
+            if first is None:
+                raise CheckpointInvalid(f"{path}: empty file", epoch)
+            info = _header(first, path)
+            if expect is not None and info != expect:
+                raise CheckpointInvalid(f"{path}: header changed while reading it", epoch)
             count = 0
             for payload in frames:
-                chunk = msgpack.unpackb(payload, use_list=False)
-                if chunk and chunk[0] == END:
-                    if chunk[1] != count:
-                        raise CheckpointInvalid(
-                            f"{path}: footer says {chunk[1]} rows, read {count}"
-                        )
-                    if next(frames, None) is not None:
-                        raise CheckpointInvalid(f"{path}: data after the footer")
-                    return
-                yield from chunk
-                count += len(chunk)
-        except LogCorruption as e:
-            raise CheckpointInvalid(f"{path}: {e}") from None
-        except StopIteration:
-            raise CheckpointInvalid(f"{path}: empty file") from None
-        raise CheckpointInvalid(f"{path}: no footer (torn write?)")
+                if payload[:1] == _ROWS_TAG:
+                    rows, digests = _decode_rows(payload, path, epoch)
+                    count += len(rows)
+                    yield rows, digests
+                    continue
+                _footer(payload, path, info, count)
+                if next(frames, None) is not None:
+                    raise CheckpointInvalid(f"{path}: data after the footer", epoch)
+                return
+    except LogCorruption as e:
+        raise CheckpointInvalid(f"{path}: {e}", epoch) from None
+    except OSError as e:
+        raise CheckpointInvalid(f"{path}: {e}", epoch) from None
+    raise CheckpointInvalid(f"{path}: no footer (torn write?)", epoch)
+
+
+def _footer(payload: bytes, path: Path, info: CheckpointInfo, count: int) -> None:
+    try:
+        footer = msgpack.unpackb(payload, use_list=False)
+    except Exception as e:
+        raise CheckpointInvalid(f"{path}: undecodable footer: {e}", info.epoch) from None
+    want_hash = info.static_hash if info.kind == STATIC else info.state_hash
+    if not (isinstance(footer, tuple) and len(footer) == 3 and footer[0] == END):
+        raise CheckpointInvalid(f"{path}: malformed footer", info.epoch)
+    if footer[1] != count or info.rows != count:
+        raise CheckpointInvalid(
+            f"{path}: footer says {footer[1]} rows, header {info.rows}, read {count}", info.epoch
+        )
+    if footer[2] != want_hash:
+        raise CheckpointInvalid(f"{path}: footer hash differs from the header's", info.epoch)
+
+
+def _check_hash_only(path: Path, expect: CheckpointInfo | None) -> CheckpointInfo:
+    """Validate a base or static file without building tables: CRCs, counts, and the sum
+    of its rows' digests against its header."""
+    info = expect if expect is not None else read_info(path)
+    if info.kind == DELTA:
+        raise CheckpointInvalid(f"{path}: a delta cannot be checked alone", info.epoch)
+    total = 0
+    for rows, digests in _frames(path, info):
+        if any(r[2] is None for r in rows):
+            raise CheckpointInvalid(f"{path}: a deleted row in a {info.kind}", info.epoch)
+        total += sum(digests)
+    want = info.static_hash if info.kind == STATIC else info.state_hash
+    if total & _MASK64 != want:
+        raise CheckpointInvalid(
+            f"{path}: rows hash to {total & _MASK64:016x}, header says {want:016x}", info.epoch
+        )
+    return info
+
+
+def chain_of(path: Path) -> list[CheckpointInfo]:
+    """Headers of the chain that ``path``'s state needs, base first (headers only).
+
+    Checks every parent link; raises CheckpointInvalid naming the file at fault.
+    """
+    info = read_info(path)
+    if info.kind == STATIC:
+        raise CheckpointInvalid(f"{path}: a static tables file, not a checkpoint")
+    chain = [info]
+    while info.kind == DELTA:
+        parent_path = path.parent / checkpoint_name(info.parent_epoch, info.partition)
+        if not info.parent_epoch < info.epoch:
+            raise CheckpointInvalid(f"{info.path}: parent epoch {info.parent_epoch}", info.epoch)
+        if not parent_path.exists():
+            raise CheckpointInvalid(
+                f"{info.path}: its parent {parent_path.name} is missing", info.parent_epoch
+            )
+        parent = read_info(parent_path)
+        problem = _link_problem(parent, info)
+        if problem is not None:
+            raise CheckpointInvalid(f"{info.path}: {problem}", info.epoch)
+        chain.append(parent)
+        info = parent
+    chain.reverse()
+    return chain
+
+
+def _link_problem(parent: CheckpointInfo, child: CheckpointInfo) -> str | None:
+    if parent.kind == STATIC:
+        return f"its parent {parent.path.name} is a static tables file"
+    want = (child.parent_epoch, child.parent_state_hash, child.depth - 1, child.base_epoch)
+    have = (parent.epoch, parent.state_hash, parent.depth, parent.base_epoch)
+    if want != have:
+        return (
+            f"its parent link (epoch, hash, depth, base) {want} does not match "
+            f"{parent.path.name}: {have}"
+        )
+    if (parent.partition, parent.partitions, parent.static_hash, parent.base_rows) != (
+        child.partition,
+        child.partitions,
+        child.static_hash,
+        child.base_rows,
+    ):
+        return f"partition, static tables or base size differ from {parent.path.name}"
+    if parent.chain_rows + child.rows != child.chain_rows:
+        return f"chain row count does not follow from {parent.path.name}"
+    return None
+
+
+def chain_epochs(path: Path) -> list[int]:
+    """Epochs of the files ``path``'s chain names, newest first, as far as headers go
+    (a missing or unreadable parent ends the list; nothing is validated)."""
+    out = []
+    current: Path | None = path
+    while current is not None and current.exists():
+        try:
+            info = read_info(current)
+        except CheckpointInvalid:
+            out.append(_epoch_of(current) or 0)
+            break
+        out.append(info.epoch)
+        if info.kind != DELTA or not info.parent_epoch < info.epoch:
+            break
+        current = current.parent / checkpoint_name(info.parent_epoch, info.partition)
+    return out
+
+
+def _load_file(
+    info: CheckpointInfo,
+    storage: Storage,
+    charged_to: int | None,
+    current: dict[str, dict[tuple, int]],
+) -> None:
+    """Apply one file to ``storage``, validating it; its hash must then equal its
+    header's. ``current``: the digests of the rows deltas installed, for the deltas
+    that follow (the digests of the bytes read: the writer wrote ``msgpack(row)``, and
+    the CRC vouches for the bytes, so they are the numbers packing would give).
+    Indexes are left to the caller (``Storage.rebuild_indexes``)."""
+    path = info.path
+    epoch = info.epoch if charged_to is None else charged_to
+    try:
+        for rows, digests in _frames(path, info):
+            if info.kind == DELTA:
+                _apply_delta_rows(storage, rows, digests, path, epoch, current)
+            else:
+                _insert_rows(storage, info.kind, rows, digests, path, epoch)
+    except CheckpointInvalid as e:
+        raise CheckpointInvalid(str(e), epoch) from None
+    if info.kind == STATIC:
+        ok = storage.static_hash == info.static_hash
+        have, want = storage.static_hash, info.static_hash
+    else:
+        ok = storage.state_hash == info.state_hash
+        have, want = storage.state_hash, info.state_hash
+    if not ok:
+        raise CheckpointInvalid(f"{path}: rows hash to {have:016x}, header says {want:016x}", epoch)
+
+
+def _insert_rows(
+    storage: Storage, kind: str, rows: tuple, digests: list[int], path: Path, epoch: int
+) -> None:
+    try:
+        tables = set(map(_first, rows))
+        if len(tables) != 1 or None in list(map(_third, rows)):
+            raise CheckpointInvalid(f"{path}: a rows frame of a {kind} mixes tables", epoch)
+        (table,) = tables
+        if storage.is_replicated(table) != (kind == STATIC):
+            raise CheckpointInvalid(f"{path}: table {table} does not belong in a {kind}", epoch)
+        added = storage.insert_new(table, rows, sum(digests))
+    except (TypeError, ValueError, KeyError, IndexError) as e:
+        raise CheckpointInvalid(f"{path}: malformed rows: {e}", epoch) from None
+    if added != len(rows):
+        raise CheckpointInvalid(f"{path}: a key of {table} appears twice", epoch)
+
+
+def _apply_delta_rows(
+    storage: Storage,
+    rows: tuple,
+    digests: list[int],
+    path: Path,
+    epoch: int,
+    current: dict[str, dict[tuple, int]],
+) -> None:
+    try:
+        tables = set(map(_first, rows))
+        if len(tables) != 1:
+            raise CheckpointInvalid(f"{path}: a rows frame of a delta mixes tables", epoch)
+        (table,) = tables
+        if storage.is_replicated(table):
+            raise CheckpointInvalid(f"{path}: a delta writes a replicated table", epoch)
+        if None in list(map(_third, rows)):
+            digests = [0 if r[2] is None else d for r, d in zip(rows, digests, strict=True)]
+        storage.install_known(table, rows, digests, current)
+    except (TypeError, ValueError, KeyError, IndexError) as e:
+        raise CheckpointInvalid(f"{path}: malformed rows: {e}", epoch) from None
 
 
 def load(path: Path) -> tuple[CheckpointInfo, Storage]:
-    """Load and fully validate one checkpoint into a fresh Storage."""
-    info = read_info(path)
+    """Load and fully validate one checkpoint (its chain and static file) into a fresh
+    Storage. Raises CheckpointInvalid naming the file at fault (``.epoch``)."""
+    chain = chain_of(path)
     storage = Storage()
-    storage.load(iter_rows(path))
-    if storage.state_hash != info.state_hash or storage.static_hash != info.static_hash:
+    with gc_paused(freeze=True):  # the loaded state is long-lived: see settle_heap
+        static_hash = chain[0].static_hash
+        if static_hash:
+            static = path.parent / static_name(chain[0].partition, static_hash)
+            try:
+                info = read_info(static)
+                if (info.kind, info.static_hash) != (STATIC, static_hash):
+                    raise CheckpointInvalid(f"{static}: not the static tables file named")
+            except CheckpointInvalid as e:
+                raise CheckpointInvalid(str(e), chain[0].epoch) from None
+            _load_file(info, storage, chain[0].epoch, {})
+        current: dict[str, dict[tuple, int]] = {}
+        for info in chain:
+            _load_file(info, storage, None, current)
+        storage.rebuild_indexes()  # loading leaves them to the end: one sort per table
+    return chain[-1], storage
+
+
+def check(
+    path: Path, storage: Storage | None = None, since: tuple[int, int] | None = None
+) -> CheckpointInfo:
+    """Validate one checkpoint file as ``load`` would, without loading its chain if it
+    can: a base by the digests of its bytes (and its static file); a delta whose parent
+    is ``since`` = (epoch, state hash) against ``storage``, a state whose hash equals
+    the delta's header and that was exactly the parent's state when it started
+    recording changes (``Storage.track_changes``, replay's way). Then the delta holds
+    the right rows iff its keys are the keys written since and its rows' digests (of
+    the bytes read) sum to those of the rows written: the parent's rows drop out of
+    both sides. Anything else is loaded whole."""
+    info = read_info(path)
+    if info.kind == BASE:
+        _check_hash_only(path, info)
+        if info.static_hash:
+            static = path.parent / static_name(info.partition, info.static_hash)
+            try:
+                _check_hash_only(static, None)
+            except CheckpointInvalid as e:
+                raise CheckpointInvalid(str(e), info.epoch) from None
+        return info
+    if info.kind != DELTA:
+        raise CheckpointInvalid(f"{path}: a static tables file, not a checkpoint")
+    if (
+        storage is None
+        or since is None
+        or not storage.tracking
+        or info.parent_epoch != since[0]
+        or storage.state_hash != info.state_hash
+    ):
+        loaded, _ = load(path)
+        return loaded
+    if info.parent_state_hash != since[1]:
         raise CheckpointInvalid(
-            f"{path}: rows hash to {storage.state_hash:016x}, header says {info.state_hash:016x}"
+            f"{path}: names parent hash {info.parent_state_hash:016x}, the state at epoch "
+            f"{since[0]} hashes to {since[1]:016x}",
+            info.epoch,
         )
-    return info, storage
+    keys: dict[str, set[tuple]] = {}
+    total = 0
+    for rows, digests in _frames(path, info):
+        tables = set(map(_first, rows))
+        if len(tables) != 1:
+            raise CheckpointInvalid(f"{path}: a rows frame of a delta mixes tables", info.epoch)
+        (table,) = tables
+        seen = keys.setdefault(table, set())
+        before = len(seen)
+        seen.update(map(_second, rows))
+        if len(seen) - before != len(rows):
+            raise CheckpointInvalid(f"{path}: a key of {table} appears twice", info.epoch)
+        if None in list(map(_third, rows)):
+            digests = [0 if r[2] is None else d for r, d in zip(rows, digests, strict=True)]
+        total += sum(digests)
+    written = {t: record for t, record in storage.changes().items() if record}
+    if keys.keys() != written.keys() or any(keys[t] != written[t].keys() for t in keys):
+        raise CheckpointInvalid(
+            f"{path}: its keys are not the keys written since epoch {since[0]}", info.epoch
+        )
+    want = sum(_digest(b) for record in written.values() for b in record.values() if b)
+    if total & _MASK64 != want & _MASK64:
+        raise CheckpointInvalid(
+            f"{path}: its rows hash to {total & _MASK64:016x}, the rows written since "
+            f"epoch {since[0]} to {want & _MASK64:016x}",
+            info.epoch,
+        )
+    return info
+
+
+def iter_rows(path: Path) -> Iterator[tuple[str, tuple, tuple]]:
+    """Every row of a checkpoint's state (static tables too), tables in name order and
+    keys sorted. The chain is loaded and validated whole first (CheckpointInvalid)."""
+    _, storage = load(path)
+    yield from storage.rows()
 
 
 def list_checkpoints(directory: Path, partition: int | None = None) -> list[CheckpointInfo]:
@@ -221,7 +1042,9 @@ def list_checkpoints(directory: Path, partition: int | None = None) -> list[Chec
 def load_newest(
     directory: Path, partition: int, partitions: int
 ) -> tuple[CheckpointInfo, Storage] | None:
-    """The newest checkpoint of ``partition`` that validates; corrupt ones are skipped."""
+    """The newest checkpoint of ``partition`` that validates; corrupt ones are skipped
+    (and so is every checkpoint whose chain holds a file found corrupt)."""
+    bad: set[int] = set()
     for info in reversed(list_checkpoints(directory, partition)):
         if info.partitions != partitions:
             log.warning(
@@ -231,10 +1054,14 @@ def load_newest(
                 partitions,
             )
             continue
+        if bad.intersection(chain_epochs(info.path)):
+            log.warning("skipping %s: its chain holds a corrupt checkpoint", info.path.name)
+            continue
         try:
             return load(info.path)
         except CheckpointInvalid as e:
             log.warning("skipping corrupt checkpoint: %s", e)
+            bad.add(info.epoch if e.epoch is None else e.epoch)
     return None
 
 
@@ -247,37 +1074,57 @@ def complete_epochs(directory: Path, partitions: int) -> list[int]:
     return sorted(e for e, ps in by_epoch.items() if len(ps) == partitions)
 
 
+def _chain_files(directory: Path, info: CheckpointInfo) -> list[Path]:
+    """The files a checkpoint needs as far as headers tell (itself, parents, static)."""
+    files = [directory / checkpoint_name(e, info.partition) for e in chain_epochs(info.path)]
+    if info.static_hash:
+        files.append(directory / static_name(info.partition, info.static_hash))
+    return files
+
+
 def prune(directory: Path, partition: int, keep: int) -> list[Path]:
-    """Delete all but the newest ``keep`` checkpoints of one partition."""
+    """Delete all but the newest ``keep`` checkpoints of one partition, keeping every
+    file their chains need (older files of a kept chain, its static tables file)."""
     infos = list_checkpoints(directory, partition)
-    doomed = infos[:-keep] if keep > 0 else []
-    for info in doomed:
-        info.path.unlink(missing_ok=True)
-    for stale in directory.glob(f"*-p{partition}.tmp"):
-        stale.unlink(missing_ok=True)
-    return [i.path for i in doomed]
+    kept = infos[-keep:] if keep > 0 else []
+    needed = {p.name for info in kept for p in _chain_files(directory, info)}
+    doomed = [i.path for i in infos if i.path.name not in needed]
+    for entry in directory.glob(f"static-p{partition}-*.ckpt"):
+        if entry.name not in needed and _STATIC_NAME.fullmatch(entry.name):
+            doomed.append(entry)
+    for path in doomed:
+        path.unlink(missing_ok=True)
+    for pattern in (
+        f"*-p{partition}.ckpt.tmp",
+        f"*-p{partition}.tmp",
+        f"static-p{partition}-*.tmp",
+    ):
+        for stale in directory.glob(pattern):
+            stale.unlink(missing_ok=True)
+    return doomed
 
 
 def copy_newest_complete(src: Path, dst: Path, partitions: int) -> int | None:
     """Seed a new replica: copy the newest epoch for which ``src`` holds a valid
-    checkpoint of every partition into ``dst``. Returns that epoch (None if none)."""
-    import shutil
-
+    checkpoint of every partition (with the files their chains need) into ``dst``.
+    Returns that epoch (None if none)."""
     for epoch in reversed(complete_epochs(src, partitions)):
-        paths = [src / checkpoint_name(epoch, p) for p in range(partitions)]
+        infos = []
         try:
-            for path in paths:
-                load(path)  # validate before trusting it
+            for p in range(partitions):
+                info, _ = load(src / checkpoint_name(epoch, p))  # validate before trusting it
+                infos.append(info)
         except CheckpointInvalid as e:
             log.warning("not copying epoch %d: %s", epoch, e)
             continue
         dst.mkdir(parents=True, exist_ok=True)
-        for path in paths:
-            tmp = dst / (path.name + ".tmp")
-            shutil.copyfile(path, tmp)
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, dst / path.name)
+        for info in infos:
+            for path in _chain_files(src, info):
+                tmp = dst / (path.name + ".tmp")
+                shutil.copyfile(path, tmp)
+                with open(tmp, "rb+") as f:
+                    os.fsync(f.fileno())
+                os.replace(tmp, dst / path.name)
         _fsync_dir(dst)
         return epoch
     return None

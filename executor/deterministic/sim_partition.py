@@ -12,8 +12,8 @@ Checkpoints: at the drain the image is taken (the fork: a file written from the 
 at that instant, or an in-memory copy), the boundary is recorded and batches resume;
 the checkpoint becomes durable a random while later (the writer's run time), unless
 the partition crashes first (then the file never reaches its name; a torn ``.tmp``
-is left behind, as a killed writer leaves it). While a writer runs the partition
-takes no further checkpoint, as live.
+is left behind, as a killed writer leaves it). A boundary reached while a writer runs
+is recorded but not written, as live.
 
 Invariant: everything this node does goes through ``Partition``'s public inputs and
 outputs; the node adds no logic the live process does not have.
@@ -324,9 +324,10 @@ class PartitionNode:
     def _maybe_checkpoint(self) -> None:
         part = self.part
         assert part is not None
-        if not part.checkpoint_ready() or self._writing is not None:
+        if not part.checkpoint_ready():
             return
-        if self.sim.opts.checkpoint_keep <= 0:
+        if self.sim.opts.checkpoint_keep <= 0 or self._writing is not None:
+            # As live: a boundary reached while the writer runs is recorded, not written.
             part.checkpoint_taken()
             self._feed().apply_held()
             return

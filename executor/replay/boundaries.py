@@ -5,10 +5,12 @@ A boundary is the state at the end of an epoch that needs no replay: genesis (ep
 snapshots at the same checkpoint-flagged epochs, one file per partition).
 
 Invariants
-- A state is trusted only when fully validated (``checkpoint.load``: frame CRCs, footer,
-  row count, rows hash == header hash). A checkpoint whose header is unreadable is
-  still a boundary (its epoch comes from the file name): it is reported, never
-  silently merged away.
+- A state is trusted only when fully validated (``checkpoint.load``: every file of the
+  checkpoint's chain, frame CRCs, footers, row counts, parent links, rows hash ==
+  header hash after each file). A checkpoint whose header is unreadable is still a
+  boundary (its epoch comes from the file name): it is reported, never silently
+  merged away. So is one file missing, unless its partition's next checkpoint says it
+  was not written (``previous_epoch``).
 - Scanning reads headers only; rows are read when a boundary is loaded.
 - Nothing here writes to the checkpoint directories.
 """
@@ -23,7 +25,7 @@ from pathlib import Path
 from executor.core import checkpoint
 from executor.core.checkpoint import CheckpointInfo, CheckpointInvalid
 from executor.core.genesis import genesis_rows, genesis_storage
-from executor.core.storage import MASK64
+from executor.core.storage import MASK64, settle_heap
 from executor.deterministic.replica import LocalReplica
 from executor.replay.spec import ReplaySpec
 
@@ -63,7 +65,11 @@ def scan_checkpoints(checkpoint_dir: str | Path, partitions: int) -> list[Bounda
     """Every checkpoint epoch in a replica's directory, oldest first (headers only).
 
     An epoch is a boundary as soon as one file names it, so a corrupt or missing file
-    makes the boundary unusable and reported, never silently skipped.
+    makes the boundary unusable and reported, never silently skipped. The one gap that
+    is no fault: a partition that did not write a boundary because its previous writer
+    was busy (or failed) says so in its next checkpoint's header (``previous_epoch``
+    before the boundary); a boundary that only such partitions miss is not a boundary
+    of this history (its files stay members of their partitions' chains).
     """
     directory = Path(checkpoint_dir)
     if not directory.is_dir():
@@ -73,44 +79,78 @@ def scan_checkpoints(checkpoint_dir: str | Path, partitions: int) -> list[Bounda
         m = _CKPT_NAME.fullmatch(entry.name)
         if m is not None:
             files.setdefault(int(m.group(1)), {})[int(m.group(2))] = entry
+    headers: dict[tuple[int, int], CheckpointInfo | CheckpointInvalid] = {}
+    for epoch, by_part in files.items():
+        for p, path in by_part.items():
+            try:
+                headers[epoch, p] = checkpoint.read_info(path)
+            except CheckpointInvalid as e:
+                headers[epoch, p] = e
     out = []
     for epoch in sorted(files):
         by_part = files[epoch]
-        paths: list[str] = []
-        hashes: list[int | None] = []
-        next_ids: set[int] = set()
-        problems: list[str] = []
-        for p in sorted(set(by_part) - set(range(partitions))):
-            problems.append(f"p{p}: checkpoint of a partition the cluster does not have")
-        for p in range(partitions):
-            path = by_part.get(p)
-            if path is None:
-                paths.append("")
-                hashes.append(None)
-                problems.append(f"p{p}: missing")
-                continue
-            paths.append(str(path))
-            try:
-                info = checkpoint.read_info(path)
-                _check_header(info, epoch, p, partitions)
-            except CheckpointInvalid as e:
-                hashes.append(None)
-                problems.append(f"p{p}: {e}")
-                continue
-            hashes.append(info.state_hash)
-            next_ids.add(info.next_txn_id)
-        if len(next_ids) > 1:
-            problems.append(f"partitions disagree on the next txn id: {sorted(next_ids)}")
-        out.append(
-            Boundary(
-                epoch,
-                tuple(paths),
-                tuple(hashes),
-                next_ids.pop() if len(next_ids) == 1 else -1,
-                tuple(problems),
-            )
-        )
+        missing = [p for p in range(partitions) if p not in by_part]
+        if missing and all(_skipped(headers, files, p, epoch) for p in missing):
+            continue
+        out.append(_boundary(epoch, by_part, headers, partitions))
     return out
+
+
+def _skipped(
+    headers: dict[tuple[int, int], CheckpointInfo | CheckpointInvalid],
+    files: dict[int, dict[int, Path]],
+    partition: int,
+    epoch: int,
+) -> bool:
+    """Whether ``partition`` left ``epoch`` unwritten on purpose: its next checkpoint
+    names an earlier one as its predecessor."""
+    later = [e for e in files if e > epoch and partition in files[e]]
+    if not later:
+        return False
+    info = headers[min(later), partition]
+    return isinstance(info, CheckpointInfo) and 0 <= info.previous_epoch < epoch
+
+
+def _boundary(
+    epoch: int,
+    by_part: dict[int, Path],
+    headers: dict[tuple[int, int], CheckpointInfo | CheckpointInvalid],
+    partitions: int,
+) -> Boundary:
+    paths: list[str] = []
+    hashes: list[int | None] = []
+    next_ids: set[int] = set()
+    problems: list[str] = []
+    for p in sorted(set(by_part) - set(range(partitions))):
+        problems.append(f"p{p}: checkpoint of a partition the cluster does not have")
+    for p in range(partitions):
+        path = by_part.get(p)
+        if path is None:
+            paths.append("")
+            hashes.append(None)
+            problems.append(f"p{p}: missing")
+            continue
+        paths.append(str(path))
+        info = headers[epoch, p]
+        try:
+            if isinstance(info, CheckpointInvalid):
+                raise info
+            _check_header(info, epoch, p, partitions)
+        except CheckpointInvalid as e:
+            hashes.append(None)
+            problems.append(f"p{p}: {e}")
+            continue
+        hashes.append(info.state_hash)
+        next_ids.add(info.next_txn_id)
+    if len(next_ids) > 1:
+        problems.append(f"partitions disagree on the next txn id: {sorted(next_ids)}")
+    return Boundary(
+        epoch,
+        tuple(paths),
+        tuple(hashes),
+        next_ids.pop() if len(next_ids) == 1 else -1,
+        tuple(problems),
+    )
 
 
 def _check_header(info: CheckpointInfo, epoch: int, partition: int, partitions: int) -> None:
@@ -135,20 +175,24 @@ def peer_checkpoint_dirs(checkpoint_dir: str | Path) -> dict[int, Path]:
 
 
 def load_boundary(spec: ReplaySpec, boundary: Boundary) -> LocalReplica:
-    """A LocalReplica in the state of ``boundary``, fully validated (CheckpointInvalid)."""
+    """A LocalReplica in the state of ``boundary``, fully validated (CheckpointInvalid,
+    naming the file at fault: a checkpoint's chain may fail at an older file). Epoch 0
+    with files: the partitions' genesis bases; without: the genesis function."""
     n = spec.partitions
-    if boundary.epoch == 0:
+    if boundary.epoch == 0 and not boundary.paths:
         storages = [genesis_storage(spec.genesis, spec.genesis_args, p, n) for p in range(n)]
         return LocalReplica(n, storages)
     if not boundary.usable:
         raise CheckpointInvalid(
-            f"checkpoint at epoch {boundary.epoch}: " + "; ".join(boundary.problems)
+            f"checkpoint at epoch {boundary.epoch}: " + "; ".join(boundary.problems),
+            boundary.epoch,
         )
     loaded = []
     for p, path in enumerate(boundary.paths):
         info, storage = checkpoint.load(Path(path))
         _check_header(info, boundary.epoch, p, n)
         loaded.append((info, storage))
+    settle_heap()  # the loaded rows live as long as the task (genesis_storage settles too)
     replica = LocalReplica(n, [s for _, s in loaded])
     for part, (info, _) in zip(replica.parts, loaded, strict=True):
         part.restore(info.epoch, info.next_txn_id, info.txns_applied)
@@ -156,7 +200,8 @@ def load_boundary(spec: ReplaySpec, boundary: Boundary) -> LocalReplica:
 
 
 def boundary_rows(spec: ReplaySpec, boundary: Boundary) -> Iterator[tuple[str, tuple, tuple]]:
-    """Every row of every partition at ``boundary`` (replicated tables repeat per partition)."""
+    """Every row of every partition at ``boundary`` (replicated tables repeat per partition;
+    a checkpoint's chain is loaded and validated whole first)."""
     for p in range(spec.partitions):
         if boundary.epoch == 0:
             yield from genesis_rows(spec.genesis, spec.genesis_args, p, spec.partitions)

@@ -48,6 +48,7 @@ VERIFY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("end_epoch", "int"),  # inclusive; null for the tail
     ("start_source", "str"),  # genesis | checkpoint
     ("replayed_from_epoch", "int"),  # differs from start_epoch after a fallback
+    ("start_invalid_epoch", "int"),  # the checkpoint file that made loading the start fail
     ("epochs", "int"),
     ("txns", "int"),
     ("multi_partition_txns", "int"),
@@ -88,6 +89,7 @@ class IntervalResult:
     end_epoch: int | None
     start_source: str = "genesis"
     replayed_from_epoch: int | None = None
+    start_invalid_epoch: int | None = None
     epochs: int = 0
     txns: int = 0
     multi_partition_txns: int = 0

@@ -47,7 +47,8 @@ def reconstruct(spec: ReplaySpec, boundaries: Sequence[Boundary], epoch: int) ->
     Raises ReplayFailure / LogCorruption if the log cannot take it there.
     """
     spec.prepare()
-    candidates = [b for b in reversed(boundaries) if 0 < b.epoch <= epoch and b.usable]
+    # (epoch-0 files: the partitions' genesis bases, cheaper to load than the genesis)
+    candidates = [b for b in reversed(boundaries) if 0 <= b.epoch <= epoch and b.usable and b.paths]
     notes = [
         f"checkpoint at epoch {b.epoch} skipped: {'; '.join(b.problems)}"
         for b in boundaries

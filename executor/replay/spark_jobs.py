@@ -5,12 +5,16 @@ Spark only places the work; every task runs the pure-Python replay core
 (executor.replay.verify, .reconstruct, .tables), which runs the live Partition code
 in-process (LocalReplica). Task layout:
 
-- verify: one task per interval between consecutive checkpoints (genesis first, then
-  the tail after the last checkpoint), scheduled longest first. A task loads its start
-  state, replays its epochs, compares hashes and, on a mismatch, locates the bad epoch.
-  Each returns one small row; the driver annotates them across intervals (a checkpoint
-  found corrupt when loaded as a start marks the interval that ends at it; the other
-  replicas' checkpoint hashes) and writes them as one Parquet file.
+- verify: the intervals between consecutive checkpoints (genesis first, then the tail
+  after the last checkpoint) cut into one run of consecutive intervals per slot, about
+  equal in epochs (``split_runs``), one task each. A task loads the state at its first
+  interval's start, then for each interval replays its epochs, compares hashes, checks
+  the end checkpoint's files and, on a mismatch, locates the bad epoch; a verified end
+  state is the next interval's start (executor.replay.verify.verify_run), so a task
+  loads one state, not one per interval. Each interval gives one small row; the
+  driver annotates them across intervals (a checkpoint found corrupt when loaded as a
+  start marks the interval that ends at it; the other replicas' checkpoint hashes)
+  and writes them as one Parquet file.
 - state: one task (the state at E depends on every epoch before it, from the nearest
   checkpoint) rebuilds the replica and writes each table with pyarrow, directly to the
   output directory: ``OUT/<table>/`` with the catalog's column names, hive-partitioned
@@ -46,7 +50,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from executor.replay.boundaries import Boundary, peer_checkpoint_dirs, scan_checkpoints
-from executor.replay.intervals import VERIFY_COLUMNS
+from executor.replay.intervals import VERIFY_COLUMNS, IntervalTask
 from executor.replay.reconstruct import reconstruct
 from executor.replay.spec import ReplaySpec, log_first_epoch, log_last_epoch, log_segments
 from executor.replay.tables import (
@@ -60,7 +64,7 @@ from executor.replay.tables import (
     to_json,
 )
 from executor.replay.verdicts import PASSED, UNCHECKED
-from executor.replay.verify import annotate_results, plan_verify, verify_interval
+from executor.replay.verify import annotate_results, plan_verify, verify_run
 from txn_library.errors import invariant
 
 MARKER = "_ordo.json"
@@ -234,8 +238,13 @@ def run_verify(
     *,
     tail: bool = True,
     locate: bool = True,
+    runs: int | None = None,
 ) -> VerifyReport:
-    """Verify every interval of one replica's history in parallel; write the table."""
+    """Verify every interval of one replica's history in parallel; write the table.
+
+    The intervals are cut into ``runs`` runs of consecutive intervals (default: one per
+    slot of the session), one Spark task each (``split_runs``, ``verify_run``).
+    """
     boundaries = scan_checkpoints(checkpoint_dir, spec.partitions)
     tasks = plan_verify(
         spec,
@@ -244,10 +253,10 @@ def run_verify(
         tail=tail,
         locate=locate,
     )
-    ordered = sorted(tasks, key=lambda t: (-t.cost, t.index))  # longest first
     sc = spark.sparkContext
+    cut = split_runs(tasks, runs if runs is not None else parallelism(spark))
     t0 = time.perf_counter()
-    rows = sc.parallelize(ordered, max(1, len(ordered))).map(verify_interval).collect()
+    rows = sc.parallelize(cut, max(1, len(cut))).flatMap(verify_run).collect()
     job_s = time.perf_counter() - t0
     peers = {
         r: scan_checkpoints(d, spec.partitions)
@@ -268,6 +277,28 @@ def run_verify(
         )
         report.out = path
     return report
+
+
+def split_runs(tasks: Sequence[IntervalTask], runs: int) -> list[list[IntervalTask]]:
+    """The intervals, in order, cut into at most ``runs`` runs of consecutive intervals
+    with about equal epochs each (``IntervalTask.cost``). Every run pays one state load,
+    so there are no more runs than slots: a run per slot keeps every slot busy."""
+    ordered = sorted(tasks, key=lambda t: t.index)
+    runs = max(1, min(runs, len(ordered)))
+    total = sum(t.cost for t in ordered)
+    out: list[list[IntervalTask]] = [[]]
+    done = 0
+    for i, task in enumerate(ordered):
+        left = len(ordered) - i  # tasks not placed yet, this one included
+        if (
+            out[-1]
+            and len(out) < runs
+            and (done + task.cost / 2 > total * len(out) / runs or left <= runs - len(out))
+        ):
+            out.append([])
+        out[-1].append(task)
+        done += task.cost
+    return out
 
 
 # state ------------------------------------------------------------------------------------

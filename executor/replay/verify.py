@@ -1,18 +1,29 @@
-"""Verifying a replica's history: one interval at a time, planned over the whole history.
+"""Verifying a replica's history: intervals verified in runs, planned over the whole history.
 
-Verifying an interval (a, b] between consecutive boundaries (genesis = 0): load the
-state at a (falling back to an earlier boundary if a's checkpoint is invalid), replay
-a+1..b, compare the replica's state hash (the sum of partition hashes) with the sum
-of b's checkpoint header hashes. On a mismatch, executor.replay.diagnosis locates the
-bad epoch. Planning cuts the history at every boundary (plus the tail after the last
-checkpoint); once every interval is back, ``annotate_results`` draws the conclusions
-that need several intervals or the other replicas' checkpoints.
+Verifying an interval (a, b] between consecutive boundaries (genesis = 0): start from
+the state at a, replay a+1..b, compare the replica's state hash (the sum of partition
+hashes) with the sum of b's checkpoint header hashes, then check b's checkpoint files
+themselves (executor.core.checkpoint.check: a delta against the replayed state and the
+changes recorded while replaying, a base by its bytes). On a mismatch,
+executor.replay.diagnosis locates the bad epoch. Planning cuts the history at every
+boundary (plus the tail after the last checkpoint); once every interval is back,
+``annotate_results`` draws the conclusions that need several intervals or the other
+replicas' checkpoints.
+
+Intervals run in *runs* of consecutive intervals (``verify_run``; Spark gives each
+worker one run, executor.replay.spark_jobs): the first interval of a run loads its start
+state (falling back to an earlier boundary if a's checkpoint is invalid); each later one
+starts from the state the previous one replayed, once that state was found equal to the
+boundary (hashes) and the boundary's files valid. Otherwise it loads its start as the
+first does. So a run loads one state however many intervals it verifies.
 
 Invariants
-- ``verify_interval`` never raises for bad data: every failure becomes a verdict
-  (executor.replay.verdicts) with the epoch and how it was located, in one row.
-- Intervals are independent: each loads its own start state, so they run in any order
-  and on any worker (Spark, executor.replay.spark_jobs) with the same result.
+- ``verify_interval`` / ``verify_run`` never raise for bad data: every failure becomes a
+  verdict (executor.replay.verdicts) with the epoch and how it was located, in one row.
+- An interval's row does not depend on how intervals are grouped into runs: a carried
+  state is the boundary's state (equal hashes, valid files), exactly what a load gives.
+- Every checkpoint file at an interval's end is validated by that interval (when its
+  hashes agree) or by the diagnosis (when they do not).
 - Nothing here writes to the log or checkpoint directories.
 """
 
@@ -21,10 +32,11 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from executor.core import checkpoint
 from executor.core.checkpoint import CheckpointInvalid
 from executor.deterministic.replica import LocalReplica
 from executor.replay.batches import Replayer, ReplayFailure, ReplayStats
@@ -65,6 +77,24 @@ def _hexes(hs: Sequence[int | None]) -> str:
 
 def verify_interval(task: IntervalTask) -> dict[str, Any]:
     """Verify one interval; returns an IntervalResult row (never raises for bad data)."""
+    return _verify(task, None)[0]
+
+
+def verify_run(tasks: Iterable[IntervalTask]) -> list[dict[str, Any]]:
+    """Verify consecutive intervals in order in this process (one Spark task); each
+    starts from the state the previous one verified, when it verified it."""
+    rows = []
+    carried: LocalReplica | None = None
+    for task in tasks:
+        row, carried = _verify(task, carried)
+        rows.append(row)
+    return rows
+
+
+def _verify(
+    task: IntervalTask, carried: LocalReplica | None
+) -> tuple[dict[str, Any], LocalReplica | None]:
+    """(the interval's row, the replica in its end state if that state is verified)."""
     t_start, cpu_start = time.perf_counter(), time.process_time()
     spec = task.spec
     spec.prepare()
@@ -73,22 +103,25 @@ def verify_interval(task: IntervalTask) -> dict[str, Any]:
         interval=task.index,
         start_epoch=task.start.epoch,
         end_epoch=None if end is None else end.epoch,
-        start_source="genesis" if task.start.epoch == 0 else "checkpoint",
+        start_source="genesis" if task.start.epoch == 0 and not task.start.paths else "checkpoint",
         worker=f"{socket.gethostname()}:{os.getpid()}",
         started_at=int(time.time() * 1000),
     )
     if end is not None:
         res.expected_hash = _hex(end.state_hash)
         res.partition_hashes_expected = _hexes(end.hashes)
+    verified = None
     try:
-        _verify_into(task, res)
+        verified = _verify_into(task, res, carried)
     finally:
         res.total_s = round(time.perf_counter() - t_start, 4)
         res.cpu_s = round(time.process_time() - cpu_start, 4)
-    return res.to_row()
+    return res.to_row(), verified
 
 
-def _verify_into(task: IntervalTask, res: IntervalResult) -> None:
+def _verify_into(
+    task: IntervalTask, res: IntervalResult, carried: LocalReplica | None
+) -> LocalReplica | None:
     spec, end = task.spec, task.end
     last = None if end is None else end.epoch
     if task.start.epoch + 1 < task.log_first_epoch:
@@ -97,39 +130,112 @@ def _verify_into(task: IntervalTask, res: IntervalResult) -> None:
             f"the log starts at epoch {task.log_first_epoch}: epochs "
             f"{task.start.epoch + 1}..{task.log_first_epoch - 1} were pruned"
         )
-        return
+        return None
     t0 = time.perf_counter()
-    loaded = _load_with_fallback(task, res)
+    if carried is not None and carried.last_epoch == task.start.epoch:
+        loaded: tuple[LocalReplica, Boundary] | None = (carried, task.start)
+        res.replayed_from_epoch = task.start.epoch
+    else:
+        loaded = _load_with_fallback(task, res)
     res.load_s = round(time.perf_counter() - t0, 4)
     if loaded is None:
-        return
+        return None
     replica, used = loaded
+    res.start_source = "genesis" if used.epoch == 0 and not used.paths else "checkpoint"
     replayer = Replayer(replica, spec.partitions, record_hashes=task.locate)
     t1 = time.perf_counter()
-    failure = _run_replay(replayer, spec.log_dir, last, used.epoch, res)
+    # After a fallback, first replay up to the interval's start: the end checkpoint's
+    # deltas are checked against the state there and the changes made since.
+    failure = used.epoch < task.start.epoch and _run_replay(
+        replayer, spec.log_dir, task.start.epoch, used.epoch, res
+    )
+    start_hashes = [p.storage.state_hash for p in replica.parts]
+    if not failure:
+        for part in replica.parts:
+            part.storage.track_changes()
+        failure = _run_replay(replayer, spec.log_dir, last, used.epoch, res)
     res.replay_s = round(time.perf_counter() - t1, 4)
     _record_stats(res, replayer.stats)
     res.actual_hash = _hex(replica.state_hash)
     res.partition_hashes_actual = _hexes([p.storage.state_hash for p in replica.parts])
     if failure:
-        return
+        return None
     t2 = time.perf_counter()
     try:
         _judge(task, res, replica, replayer, used)
+        if (
+            res.verdict == OK_VERDICT
+            and _genesis_files_valid(task, res)
+            and _end_files_valid(task, res, replica, start_hashes)
+        ):
+            for part in replica.parts:
+                part.storage.stop_tracking()
+            return replica
     finally:
         res.check_s = round(time.perf_counter() - t2, 4)
+    return None
+
+
+def _end_files_valid(
+    task: IntervalTask, res: IntervalResult, replica: LocalReplica, start_hashes: list[int]
+) -> bool:
+    """Check the end boundary's files (the replay reproduced their header hashes): a
+    delta against the replayed state at the interval's start (``start_hashes``) and the
+    changes recorded since, each file on its own merits (a corrupt older delta is its
+    own interval's finding). An invalid one makes the interval ``bad-checkpoint``."""
+    end = task.end
+    assert end is not None
+    problems = []
+    bad_epochs = []
+    for p, part in enumerate(replica.parts):
+        storage = part.storage
+        try:
+            checkpoint.check(Path(end.paths[p]), storage, (task.start.epoch, start_hashes[p]))
+        except CheckpointInvalid as e:
+            problems.append(f"p{p}: {e}")
+            bad_epochs.append(end.epoch if e.epoch is None else e.epoch)
+    if not problems:
+        return True
+    res.verdict = BAD_CHECKPOINT
+    res.bad_epoch = min(bad_epochs)
+    res.located_by = BY_CHECKPOINT
+    res.detail = join_detail(
+        res.detail,
+        f"the replay reproduces the header hashes of the checkpoint at epoch {end.epoch}, "
+        f"but its files are invalid: " + "; ".join(problems),
+    )
+    return False
+
+
+def _genesis_files_valid(task: IntervalTask, res: IntervalResult) -> bool:
+    """The epoch-0 base files (partitions write the genesis state as their first base)
+    are a start no interval ends at: the interval from epoch 0 reports them if they did
+    not load (it then started from the genesis function)."""
+    if task.start.epoch != 0 or res.start_invalid_epoch != 0:
+        return True
+    res.verdict = BAD_CHECKPOINT
+    res.bad_epoch = 0
+    res.located_by = BY_CHECKPOINT
+    return False
 
 
 def _load_with_fallback(
     task: IntervalTask, res: IntervalResult
 ) -> tuple[LocalReplica, Boundary] | None:
-    """Load the start state; if its checkpoint is invalid, the newest earlier one."""
+    """Load the start state; if its checkpoint is invalid, the newest earlier one (not
+    one whose chain holds a file already found invalid)."""
     problems = []
+    bad: set[int] = set()
     for boundary in (task.start, *task.fallbacks):
+        if bad and boundary.epoch > 0 and _chain_holds(boundary, bad):
+            continue
         try:
             replica = load_boundary(task.spec, boundary)
         except CheckpointInvalid as e:
             problems.append(str(e))
+            bad.add(boundary.epoch if e.epoch is None else e.epoch)
+            if res.start_invalid_epoch is None:
+                res.start_invalid_epoch = boundary.epoch if e.epoch is None else e.epoch
             continue
         res.replayed_from_epoch = boundary.epoch
         if problems:
@@ -139,10 +245,18 @@ def _load_with_fallback(
             )
         return replica, boundary
     res.verdict = BAD_CHECKPOINT
-    res.bad_epoch = task.start.epoch
+    res.bad_epoch = task.start.epoch if res.start_invalid_epoch is None else res.start_invalid_epoch
     res.located_by = BY_CHECKPOINT
     res.detail = "no valid state to start from: " + " | ".join(problems)
     return None
+
+
+def _chain_holds(boundary: Boundary, epochs: set[int]) -> bool:
+    return any(
+        not epochs.isdisjoint(checkpoint.chain_epochs(Path(path)))
+        for path in boundary.paths
+        if path
+    )
 
 
 def _run_replay(
@@ -234,10 +348,15 @@ def plan_verify(
     Boundaries past the end of the log are kept: their intervals report the missing
     epochs. Each task may fall back to earlier usable boundaries if its start is bad.
     """
-    points = [GENESIS, *[b for b in boundaries if b.epoch > 0]]
+    # Genesis first: the partitions' epoch-0 base files if they wrote them (loading them
+    # is cheaper than running the genesis function; a wrong one cannot reproduce the
+    # first checkpoint), else (and as the last fallback) the genesis function.
+    start = next((b for b in boundaries if b.epoch == 0 and b.usable), GENESIS)
+    points = [start, *[b for b in boundaries if b.epoch > 0]]
+    last_resort = () if start is GENESIS else (GENESIS,)
     tasks = []
     for i in range(len(points) - 1):
-        fallbacks = tuple(b for b in reversed(points[:i]) if b.usable)
+        fallbacks = (*(b for b in reversed(points[:i]) if b.usable), *last_resort)
         tasks.append(
             IntervalTask(
                 i, spec, points[i], points[i + 1], fallbacks, max(1, log_first_epoch), locate
@@ -245,7 +364,7 @@ def plan_verify(
         )
     if tail:
         i = len(points) - 1
-        fallbacks = tuple(b for b in reversed(points[:i]) if b.usable)
+        fallbacks = (*(b for b in reversed(points[:i]) if b.usable), *last_resort)
         tasks.append(
             IntervalTask(i, spec, points[i], None, fallbacks, max(1, log_first_epoch), locate)
         )
@@ -257,32 +376,31 @@ def annotate_results(
 ) -> list[dict[str, Any]]:
     """Cross-interval conclusions the driver draws once every task is back.
 
-    - A task that could not load its start checkpoint marks the interval ending there
-      ``bad-checkpoint`` (the checkpoint's rows do not match its header, found only
-      when loading it).
+    - A task that could not load its start state marks the interval ending at the file
+      at fault ``bad-checkpoint`` (``start_invalid_epoch``: the start's own file or an
+      older file of its chain), if that interval had not found it already.
     - ``replicas_agree``: the other replicas' checkpoint hashes at the interval's end
       equal this replica's (None when no other replica checkpointed that epoch).
     """
     rows = sorted(rows, key=lambda r: r["interval"])
     by_end = {r["end_epoch"]: r for r in rows if r["end_epoch"] is not None}
     for r in rows:
-        started = r["replayed_from_epoch"]
-        if r["verdict"] == PRUNED or r["start_epoch"] == 0:
+        bad = r["start_invalid_epoch"]
+        if bad is None:
             continue
-        if started is None or started != r["start_epoch"]:
-            prev = by_end.get(r["start_epoch"])
-            if prev is not None and prev["verdict"] in PASSED:
-                prev["verdict"] = BAD_CHECKPOINT
-                prev["bad_epoch"] = r["start_epoch"]
-                prev["located_by"] = BY_CHECKPOINT
-                why = r["detail"]
-                if "is invalid (" in why and "); replayed from" in why:
-                    why = why[why.index("is invalid (") + 12 : why.index("); replayed from")]
-                prev["detail"] = join_detail(
-                    prev["detail"],
-                    f"its end checkpoint (epoch {r['start_epoch']}) has the right header hash "
-                    f"but does not load (found by interval {r['interval']}): {why}",
-                )
+        prev = by_end.get(bad)
+        if prev is not None and prev["verdict"] in PASSED:
+            prev["verdict"] = BAD_CHECKPOINT
+            prev["bad_epoch"] = bad
+            prev["located_by"] = BY_CHECKPOINT
+            why = r["detail"]
+            if "is invalid (" in why and "); replayed from" in why:
+                why = why[why.index("is invalid (") + 12 : why.index("); replayed from")]
+            prev["detail"] = join_detail(
+                prev["detail"],
+                f"its end checkpoint (epoch {bad}) has the right header hash "
+                f"but does not load (found by interval {r['interval']}): {why}",
+            )
     if peers:
         for r in rows:
             end = r["end_epoch"]
@@ -306,13 +424,14 @@ def verify_local(
     locate: bool = True,
     run: Callable[[list[IntervalTask]], list[dict[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Plan, run (default: one after another in this process) and annotate a verification."""
+    """Plan, run (default: one run of every interval in this process, ``verify_run``)
+    and annotate a verification."""
     spec.prepare()
     boundaries = scan_checkpoints(checkpoint_dir, spec.partitions)
     tasks = plan_verify(
         spec, boundaries, log_first_epoch=log_first_epoch(spec.log_dir), tail=tail, locate=locate
     )
-    rows = run(tasks) if run is not None else [verify_interval(t) for t in tasks]
+    rows = run(tasks) if run is not None else verify_run(tasks)
     peers = {
         r: scan_checkpoints(d, spec.partitions)
         for r, d in peer_checkpoint_dirs(checkpoint_dir).items()

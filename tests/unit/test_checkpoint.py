@@ -1,16 +1,22 @@
 """Checkpoint files: atomic format, validation, corrupt/torn ones skipped, pruning,
-frames bounded in bytes; a partition counts a checkpoint only once it is durable."""
+frames bounded in bytes; chains of a base and deltas load to the state of each
+checkpoint, and a corrupt, missing or doctored file of a chain is found and named; the
+static tables file is written once; a partition counts a checkpoint only once it is
+durable, never waits for a busy writer, and writes a base after a failed one."""
 
 from __future__ import annotations
 
-import os
+import struct
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
+import tpcc.schema  # noqa: F401  (registers ITEM, replicated, and NEW-ORDER, ordered)
 import txn_library.builtin  # noqa: F401
 from cluster.config import ClusterConfig
 from cluster.launcher import free_base_port
@@ -19,6 +25,7 @@ from executor.core import checkpoint
 from executor.core.storage import Storage
 from executor.deterministic.replica import LocalReplica
 from sequencer.calls import make_batch
+from sequencer.log import encode_frame
 from txn_library import limits
 from txn_library import wire as swire
 
@@ -166,28 +173,41 @@ def _checkpoint_server(tmp_path: Path) -> PartitionServer:
 def _reap_until(server: PartitionServer, done: Callable[[], bool]) -> None:
     deadline = time.monotonic() + 30
     while not done():
-        assert time.monotonic() < deadline, "checkpoint writer never exited"
-        server._maybe_checkpoint()  # what the loop does every <= 50 ms
-        time.sleep(0.01)
+        assert time.monotonic() < deadline, "checkpoint writer never finished"
+        server._maybe_checkpoint()  # what the loop does every turn (<= 50 ms)
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """Checkpoint files are not written until the test sets the event (the writer
+    thread waits in front of the disk, as a slow disk would make it)."""
+    opened = threading.Event()
+    real_write_all = checkpoint._write_all
+
+    def gated(*args: Any, **kw: Any) -> None:
+        assert opened.wait(30), "the test never opened the gate"
+        real_write_all(*args, **kw)
+
+    monkeypatch.setattr(checkpoint, "_write_all", gated)
+    yield opened
+    opened.set()  # never leave a writer waiting
+
+
+def _offer(server: PartitionServer, epoch: int, first_txn_id: int, calls: list, flag: bool) -> None:
+    batch = make_batch(epoch, first_txn_id, epoch, epoch, calls, 1)
+    server.feed.offer(swire.pack(batch._replace(flags=swire.FLAG_CHECKPOINT if flag else 0)))
 
 
 def test_a_checkpoint_counts_only_once_its_writer_made_it_durable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, gate: threading.Event
 ) -> None:
-    """Batches resume at the fork, but status reports the epoch (what ``ordo dump``,
-    ``ordo checkpoint`` and log pruning trust) only after the writer exited 0."""
-    gate_r, gate_w = os.pipe()
-    real_write = checkpoint.write_checkpoint
-
-    def gated_write(*args: Any, **kw: Any) -> Path:  # runs in the forked writer
-        os.read(gate_r, 1)  # until the test opens the gate
-        return real_write(*args, **kw)
-
-    monkeypatch.setattr(checkpoint, "write_checkpoint", gated_write)
+    """Batches resume at the capture, but status reports the epoch (what ``ordo dump``,
+    ``ordo checkpoint`` and log pruning trust) only once the file is in place."""
     server = _checkpoint_server(tmp_path)
     path = server.checkpoint_dir / checkpoint.checkpoint_name(1, 0)
     try:
-        server._maybe_checkpoint()  # forks the writer, which now waits at the gate
+        server._maybe_checkpoint()  # captures the rows; the thread waits at the gate
         part = server.part
         assert part.checkpoint_due is None  # the boundary is taken: batches resume
         assert part.boundary == (1, part.storage.state_hash)
@@ -195,31 +215,313 @@ def test_a_checkpoint_counts_only_once_its_writer_made_it_durable(
             server._maybe_checkpoint()
             assert part.newest_checkpoint_epoch == 0 and part.status()[5] == 0
             assert not path.exists()
-        os.write(gate_w, b"g")
+        gate.set()
         _reap_until(server, lambda: part.newest_checkpoint_epoch == 1)
         assert part.status()[5] == 1
         info, loaded = checkpoint.load(path)  # exists, and validates
         assert (info.epoch, loaded.state_hash) == part.boundary
     finally:
-        os.write(gate_w, b"g")  # never leave the writer waiting: close() reaps it
+        gate.set()
         server.close()
-        os.close(gate_r)
-        os.close(gate_w)
 
 
-def test_a_failed_checkpoint_writer_never_counts(
+def test_a_partition_never_waits_for_a_busy_writer(tmp_path: Path, gate: threading.Event) -> None:
+    """A boundary reached while the previous file is still being written is recorded
+    (compared across replicas) but not written; its changes go into the next
+    checkpoint, a delta whose header says which boundary it follows."""
+    server = _checkpoint_server(tmp_path)
+    part = server.part
+    try:
+        server._maybe_checkpoint()  # epoch 1: a base, stuck at the gate
+        _offer(server, 2, 1, [("bank.transfer", (1, 2, 5))], flag=True)
+        assert part.last_epoch == 2  # applied although the writer of epoch 1 is stuck
+        server._maybe_checkpoint()
+        assert part.checkpoint_due is None and part.boundary == (2, part.storage.state_hash)
+        assert server.checkpoints_skipped == 1
+        _offer(server, 3, 2, [("bank.transfer", (3, 4, 7))], flag=False)
+        gate.set()
+        _reap_until(server, lambda: part.newest_checkpoint_epoch == 1)
+        _offer(server, 4, 3, [("bank.transfer", (2, 5, 1))], flag=True)
+        _reap_until(server, lambda: part.newest_checkpoint_epoch == 4)
+        assert not (server.checkpoint_dir / checkpoint.checkpoint_name(2, 0)).exists()
+        info, loaded = checkpoint.load(server.checkpoint_dir / checkpoint.checkpoint_name(4, 0))
+        assert (info.kind, info.parent_epoch, info.previous_epoch) == (checkpoint.DELTA, 1, 1)
+        assert info.rows == 5  # accounts 1, 2, 3, 4 and 5: epochs 2, 3 and 4 together
+        assert loaded.state_hash == part.storage.state_hash
+        assert dict(loaded.tables["account"]) == dict(part.storage.tables["account"])
+    finally:
+        gate.set()
+        server.close()
+
+
+def test_a_failed_checkpoint_writer_never_counts_and_the_next_one_is_a_base(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def failing_write(*args: Any, **kw: Any) -> Path:  # runs in the forked writer
-        raise OSError("disk full")
+    real_write_all = checkpoint._write_all
+    failures = [OSError("disk full")]
 
-    monkeypatch.setattr(checkpoint, "write_checkpoint", failing_write)
+    def failing(*args: Any, **kw: Any) -> None:
+        if failures:
+            raise failures.pop()
+        real_write_all(*args, **kw)
+
     server = _checkpoint_server(tmp_path)
+    part = server.part
     try:
         server._maybe_checkpoint()
-        _reap_until(server, lambda: server._child is None)
-        assert server.part.newest_checkpoint_epoch == 0
-        assert server.part.boundary[0] == 1  # compared across replicas all the same
-        assert not list(server.checkpoint_dir.glob("*.ckpt"))
+        _reap_until(server, lambda: server._writer is None)  # epoch 1: a base, written
+        monkeypatch.setattr(checkpoint, "_write_all", failing)
+        _offer(server, 2, 1, [("bank.transfer", (1, 2, 5))], flag=True)
+        server._maybe_checkpoint()
+        assert server._writer is not None
+        _reap_until(server, lambda: server._writer is None)  # epoch 2: a delta, failed
+        assert part.newest_checkpoint_epoch == 1
+        assert part.boundary[0] == 2  # compared across replicas all the same
+        assert not (server.checkpoint_dir / checkpoint.checkpoint_name(2, 0)).exists()
+        _offer(server, 3, 2, [("bank.transfer", (3, 4, 7))], flag=True)
+        _reap_until(server, lambda: part.newest_checkpoint_epoch == 3)
+        info, loaded = checkpoint.load(server.checkpoint_dir / checkpoint.checkpoint_name(3, 0))
+        assert (info.kind, info.previous_epoch) == (checkpoint.BASE, 1)
+        assert loaded.state_hash == part.storage.state_hash
     finally:
         server.close()
+
+
+# Chains: a base, deltas, the static tables file ------------------------------------------
+def _mixed_storage() -> Storage:
+    """Accounts (hashed), TPC-C NEW-ORDER (ordered, indexed) and ITEM (replicated)."""
+    s = Storage()
+    s.load(("item", (i,), (i, 1, f"item{i}", 100 + i, "data")) for i in range(1, 501))
+    s.load(("account", (a,), (1000 + a,)) for a in range(2000))
+    s.load(("new_order", (1, 1, o), (o, 1, 1)) for o in range(1, 301))
+    return s
+
+
+def _txn(s: Storage, writes: dict) -> None:
+    prepared, problem = s.prepare_writes(writes)
+    assert problem is None
+    s.apply(prepared)
+
+
+def _state(s: Storage) -> tuple:
+    tables = {t: dict(rows) for t, rows in s.tables.items() if rows}
+    return s.state_hash, s.static_hash, tables, {t: list(i) for t, i in s.indexes.items() if i}
+
+
+def _checkpoint(d: Path, chain: checkpoint.CheckpointChain, epoch: int) -> Path:
+    planned = chain.plan(epoch)
+    path = chain.write(
+        d, planned, replica=0, partition=0, partitions=2, next_txn_id=10 * epoch, txns_applied=epoch
+    )
+    chain.written(planned)
+    return path
+
+
+def _history(d: Path, epochs: int = 3) -> tuple[Storage, list[Path], list[tuple]]:
+    """A base at epoch 1, then a delta per epoch: updates, inserts, deletes, a key
+    inserted and deleted within one interval, a deleted key inserted again."""
+    s = _mixed_storage()
+    chain = checkpoint.CheckpointChain(s)
+    paths, states = [_checkpoint(d, chain, 1)], [_state(s)]
+    for e in range(2, epochs + 1):
+        _txn(s, {("account", (a,)): (e * 10_000 + a,) for a in range(e * 50, e * 50 + 100)})
+        _txn(s, {("new_order", (1, 1, 300 + 10 * e + i)): (300 + e, 1, 1) for i in range(10)})
+        _txn(s, {("new_order", (1, 1, o)): None for o in range(e * 5, e * 5 + 5)})
+        _txn(s, {("new_order", (2, 2, 999)): (999, 2, 2)})
+        _txn(s, {("new_order", (2, 2, 999)): None})
+        _txn(s, {("new_order", (1, 1, (e - 1) * 5)): ((e - 1) * 5, 1, 1)})
+        paths.append(_checkpoint(d, chain, e))
+        states.append(_state(s))
+    return s, paths, states
+
+
+def test_a_chain_of_deltas_loads_to_the_state_at_each_checkpoint(tmp_path: Path) -> None:
+    s, paths, states = _history(tmp_path, epochs=4)
+    for path, state in zip(paths, states, strict=True):
+        info, loaded = checkpoint.load(path)
+        assert _state(loaded) == state
+        assert loaded.recompute_hash() == (loaded.state_hash, loaded.static_hash)
+    infos = [checkpoint.read_info(p) for p in paths]
+    assert [(i.kind, i.depth, i.base_epoch) for i in infos] == [
+        (checkpoint.BASE, 0, 1),
+        (checkpoint.DELTA, 1, 1),
+        (checkpoint.DELTA, 2, 1),
+        (checkpoint.DELTA, 3, 1),
+    ]
+    assert infos[0].rows == 2300  # accounts and new orders; ITEM is in the static file
+    # 100 accounts, 10 inserted, 5 deleted, 1 re-inserted, (2,2,999) as a deleted key
+    assert infos[1].rows == 100 + 10 + 5 + 1 + 1
+    assert len(list(tmp_path.glob("static-p0-*.ckpt"))) == 1
+    assert checkpoint.chain_epochs(paths[-1]) == [4, 3, 2, 1]
+
+
+def test_static_tables_are_written_once_and_a_corrupt_file_is_found_and_rewritten(
+    tmp_path: Path,
+) -> None:
+    s = _mixed_storage()
+    chain = checkpoint.CheckpointChain(s)
+    _checkpoint(tmp_path, chain, 1)
+    (static,) = tmp_path.glob("static-p0-*.ckpt")
+    written = static.stat()
+    chain.failed()  # no parent: the next one is a base too
+    p2 = _checkpoint(tmp_path, chain, 2)
+    assert (static.stat().st_ino, static.stat().st_mtime_ns) == (
+        written.st_ino,
+        written.st_mtime_ns,
+    )
+    data = bytearray(static.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    static.write_bytes(bytes(data))
+    with pytest.raises(checkpoint.CheckpointInvalid) as bad:
+        checkpoint.load(p2)
+    assert bad.value.epoch == 2  # charged to the base that references it
+    chain.failed()
+    p3 = _checkpoint(tmp_path, chain, 3)  # a base checks the file, and rewrites it
+    for path in (p2, p3):
+        _, loaded = checkpoint.load(path)
+        assert loaded.static_hash == s.static_hash and len(loaded.tables["item"]) == 500
+
+
+def test_a_corrupt_delta_fails_every_checkpoint_after_it_and_is_named(tmp_path: Path) -> None:
+    _, paths, states = _history(tmp_path, epochs=4)
+    data = bytearray(paths[2].read_bytes())
+    data[len(data) // 2] ^= 0x01
+    paths[2].write_bytes(bytes(data))
+    for path in paths[2:]:
+        with pytest.raises(checkpoint.CheckpointInvalid) as bad:
+            checkpoint.load(path)
+        assert bad.value.epoch == 3
+    info, loaded = checkpoint.load_newest(tmp_path, 0, 2)  # type: ignore[misc]
+    assert info.epoch == 2 and _state(loaded) == states[1]
+
+
+def _frames_of(path: Path) -> list[bytes]:
+    data, offset, out = path.read_bytes(), 0, []
+    while offset < len(data):
+        (n,) = struct.unpack_from("<I", data, offset)
+        out.append(data[offset + 8 : offset + 8 + n])
+        offset += 8 + n
+    return out
+
+
+def _rewrite(path: Path, frames: list[bytes]) -> None:
+    path.write_bytes(b"".join(encode_frame(f) for f in frames))
+
+
+def test_a_missing_parent_or_a_doctored_parent_link_is_found(tmp_path: Path) -> None:
+    _, paths, _ = _history(tmp_path, epochs=3)
+    frames = _frames_of(paths[2])
+    header = list(msgpack.unpackb(frames[0]))
+    header[13] ^= 1  # parent_state_hash: a delta that claims another parent state
+    _rewrite(paths[2], [msgpack.packb(header), *frames[1:]])
+    with pytest.raises(checkpoint.CheckpointInvalid, match="parent link") as bad:
+        checkpoint.load(paths[2])
+    assert bad.value.epoch == 3
+    paths[1].unlink()
+    with pytest.raises(checkpoint.CheckpointInvalid, match="missing") as bad:
+        checkpoint.load(paths[2])
+    assert bad.value.epoch == 2
+
+
+def _doctor_first_row(path: Path) -> None:
+    """Change one row of a checkpoint with every CRC and length still valid."""
+    frames = _frames_of(path)
+    rows, _ = checkpoint._decode_rows(frames[1], path, None)
+    table, key, row = rows[0]
+    changed = (table, key, (row[0] + 1, *row[1:]))
+    packer = msgpack.Packer(autoreset=True)
+    parts = [packer.pack(r) for r in (changed, *rows[1:])]
+    payload = checkpoint._rows_frame(packer, parts)[8:]  # without its frame header
+    _rewrite(path, [frames[0], payload, *frames[2:]])
+
+
+@pytest.mark.parametrize("which", [0, 1])  # the base, a delta
+def test_a_doctored_row_with_valid_crcs_is_found(tmp_path: Path, which: int) -> None:
+    _, paths, _ = _history(tmp_path, epochs=3)
+    _doctor_first_row(paths[which])
+    with pytest.raises(checkpoint.CheckpointInvalid, match="hash to") as bad:
+        checkpoint.load(paths[2])
+    assert bad.value.epoch == which + 1
+
+
+def test_check_validates_a_delta_against_a_replayed_state(tmp_path: Path) -> None:
+    """Replay's way: the state at the parent plus the changes recorded while replaying
+    the interval validate the delta without loading its chain."""
+    s = _mixed_storage()
+    chain = checkpoint.CheckpointChain(s)
+    p1 = _checkpoint(tmp_path, chain, 1)
+    writes = [
+        {("account", (7,)): (1,), ("new_order", (1, 1, 1)): None},
+        {("account", (7,)): (2,), ("new_order", (1, 1, 400)): (400, 1, 1)},
+    ]
+    for w in writes:
+        _txn(s, w)
+    p2 = _checkpoint(tmp_path, chain, 2)
+    info1, replayed = checkpoint.load(p1)
+    replayed.track_changes()
+    for w in writes:
+        _txn(replayed, w)
+    since = (1, info1.state_hash)
+    assert checkpoint.check(p2, replayed, since).epoch == 2
+    with pytest.raises(checkpoint.CheckpointInvalid, match="parent hash"):
+        checkpoint.check(p2, replayed, (1, info1.state_hash ^ 1))
+    assert checkpoint.check(p1).kind == checkpoint.BASE
+    _doctor_first_row(p2)
+    with pytest.raises(checkpoint.CheckpointInvalid, match="hash to"):
+        checkpoint.check(p2, replayed, since)
+
+
+def test_prune_keeps_every_file_a_kept_checkpoint_needs(tmp_path: Path) -> None:
+    s = _mixed_storage()
+    chain = checkpoint.CheckpointChain(s)
+    for e in range(1, 6):
+        if e == 4:
+            chain.failed()  # epoch 4: a new base
+        _txn(s, {("account", (e,)): (e,)})
+        _checkpoint(tmp_path, chain, e)
+    (static,) = tmp_path.glob("static-p0-*.ckpt")
+    assert checkpoint.prune(tmp_path, 0, keep=3) == []  # 3 needs 2 and 1
+    removed = checkpoint.prune(tmp_path, 0, keep=2)
+    assert sorted(p.name for p in removed) == [checkpoint.checkpoint_name(e, 0) for e in (1, 2, 3)]
+    assert checkpoint.prune(tmp_path, 0, keep=1) == []  # 5 needs 4
+    assert static.exists()
+    _, loaded = checkpoint.load(tmp_path / checkpoint.checkpoint_name(5, 0))
+    assert _state(loaded) == _state(s)
+
+
+def test_copy_newest_complete_copies_whole_chains(tmp_path: Path) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    stores = [_mixed_storage(), _mixed_storage()]
+    chains = [checkpoint.CheckpointChain(s) for s in stores]
+    for e in (1, 2):
+        for part, (s, chain) in enumerate(zip(stores, chains, strict=True)):
+            _txn(s, {("account", (e + part,)): (e,)})
+            planned = chain.plan(e)
+            chain.write(
+                src, planned, replica=0, partition=part, partitions=2, next_txn_id=e, txns_applied=e
+            )
+            chain.written(planned)
+    assert checkpoint.copy_newest_complete(src, dst, 2) == 2
+    for part, s in enumerate(stores):
+        _, loaded = checkpoint.load(dst / checkpoint.checkpoint_name(2, part))
+        assert _state(loaded) == _state(s)
+
+
+def test_the_chain_writes_a_base_when_its_deltas_grow_deep_or_large(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "checkpoint_chain_depth_max", 2)
+    s = _mixed_storage()
+    chain = checkpoint.CheckpointChain(s)
+    kinds = []
+    for e in range(1, 6):
+        _txn(s, {("account", (e,)): (e,)})
+        kinds.append(checkpoint.read_info(_checkpoint(tmp_path, chain, e)).kind)
+    assert kinds == ["base", "delta", "delta", "base", "delta"]
+    monkeypatch.setattr(limits, "checkpoint_chain_delta_share_max", 0.1)  # of 2,300 rows
+    _txn(s, {("account", (a,)): (a,) for a in range(300)})
+    assert s.tracking
+    chain.bound_record()  # the next one is a base anyway: stop recording
+    assert not s.tracking and chain.tip is None
+    assert checkpoint.read_info(_checkpoint(tmp_path, chain, 6)).kind == "base"
+    assert s.tracking  # a delta may follow a base

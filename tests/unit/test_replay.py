@@ -28,6 +28,7 @@ from executor.replay.batches import BatchAltered, LogGap
 from executor.replay.boundaries import scan_checkpoints
 from executor.replay.diagnosis import dependency_suspects
 from executor.replay.reconstruct import reconstruct
+from executor.replay.spark_jobs import split_runs
 from executor.replay.spec import ReplaySpec, log_first_epoch, log_last_epoch
 from executor.replay.tables import history_layout, history_rows, split_epochs
 from executor.replay.verdicts import (
@@ -44,7 +45,7 @@ from executor.replay.verdicts import (
     PRUNED,
     TAIL,
 )
-from executor.replay.verify import verify_local
+from executor.replay.verify import plan_verify, verify_interval, verify_local, verify_run
 from sequencer.calls import make_batch
 from sequencer.log import CommandLog, encode_frame, iter_frames, rewrite_payloads
 from txn_library import limits, placement, wire
@@ -66,6 +67,14 @@ class Built:
         return self.cfg.checkpoint_dir(0)
 
 
+@pytest.fixture(autouse=True)
+def long_chains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checkpoint chains as long as these small histories allow: a transfer history
+    rewrites most of the 200 accounts between checkpoints, which would otherwise make
+    every other checkpoint a base."""
+    monkeypatch.setattr(limits, "checkpoint_chain_delta_share_max", 100.0)
+
+
 def build_history(
     d: Path,
     *,
@@ -76,9 +85,17 @@ def build_history(
     replicas: int = 1,
     seed: int = 1,
     chained: bool = False,
+    deltas: bool = True,
+    skip: frozenset[tuple[int, int]] = frozenset(),
+    genesis_base: bool = False,
 ) -> Built:
     """A log of bank transfers and every replica's checkpoints every ``every`` epochs;
-    ``chained``: each batch records its predecessor's digest, as the sequencer does."""
+    ``chained``: each batch records its predecessor's digest, as the sequencer does;
+    ``deltas``: checkpoints are written as live partitions write them (a base, then
+    deltas: executor.core.checkpoint.CheckpointChain), else every one a base;
+    ``skip``: (partition, epoch) boundaries a partition does not write, as when its
+    previous writer is still busy; ``genesis_base``: every partition writes its genesis
+    state as the base at epoch 0, as live partitions with periodic checkpoints do."""
     cfg = ClusterConfig(
         replicas=replicas,
         partitions=partitions,
@@ -89,6 +106,9 @@ def build_history(
     rng = random.Random(seed)
     log = CommandLog(cfg.log_dir, fsync=False)
     reps = [LocalReplica(partitions, replica=r, shuffle_seed=r) for r in range(replicas)]
+    writers = [
+        _writer(cfg, r, partitions, rep, deltas, skip, genesis_base) for r, rep in enumerate(reps)
+    ]
     serial = SerialExecutor()
     hashes, txn_epochs, txn_id, prev_digest = {}, {}, 0, 0
     for e in range(1, epochs + 1):
@@ -109,8 +129,8 @@ def build_history(
         payload = wire.pack(batch if chained else batch[:7])
         prev_digest = wire.batch_digest(payload)
         log.append(e, payload)
-        for r, rep in enumerate(reps):
-            rep.apply(batch, _writer(cfg, r, partitions))
+        for rep, writer in zip(reps, writers, strict=True):
+            rep.apply(batch, writer)
         serial.apply(batch)
         hashes[e] = serial.state_hash
         for i in range(len(calls)):
@@ -120,20 +140,37 @@ def build_history(
     return Built(cfg, replay_spec(cfg, cfg.log_dir), hashes, txn_epochs)
 
 
-def _writer(cfg: ClusterConfig, r: int, partitions: int):  # type: ignore[no-untyped-def]
+def _writer(  # type: ignore[no-untyped-def]
+    cfg: ClusterConfig,
+    r: int,
+    partitions: int,
+    rep: LocalReplica,
+    deltas: bool,
+    skip: frozenset[tuple[int, int]] = frozenset(),
+    genesis_base: bool = False,
+):
+    chains = [checkpoint.CheckpointChain(p.storage) for p in rep.parts]
+
     def on_checkpoint(epoch: int, parts: list[Partition]) -> None:
-        for p in parts:
-            checkpoint.write_checkpoint(
+        for p, chain in zip(parts, chains, strict=True):
+            if (p.partition, epoch) in skip:
+                continue  # its changes go into its next checkpoint
+            if not deltas:
+                chain.failed()  # no tip: a base
+            planned = chain.plan(epoch)
+            chain.write(
                 cfg.checkpoint_dir(r),
-                p.storage,
+                planned,
                 replica=r,
                 partition=p.partition,
                 partitions=partitions,
-                epoch=epoch,
                 next_txn_id=p.next_txn_id,
                 txns_applied=p.txns_applied,
             )
+            chain.written(planned)
 
+    if genesis_base:  # as a partition started from genesis writes it, before serving
+        on_checkpoint(0, rep.parts)
     return on_checkpoint
 
 
@@ -160,8 +197,11 @@ def by_end(rows: list[dict], end: int | None) -> dict:
 
 
 # Clean history --------------------------------------------------------------------------
-def test_every_interval_of_a_clean_history_verifies(tmp_path: Path) -> None:
-    b = build_history(tmp_path, replicas=2)
+@pytest.mark.parametrize("deltas", [True, False])
+def test_every_interval_of_a_clean_history_verifies(tmp_path: Path, deltas: bool) -> None:
+    b = build_history(tmp_path, replicas=2, deltas=deltas)
+    kinds = {i.kind for i in checkpoint.list_checkpoints(b.ckpt)}
+    assert kinds == ({checkpoint.BASE, checkpoint.DELTA} if deltas else {checkpoint.BASE})
     rows = verify_local(b.spec, b.ckpt)
     assert [(r["start_epoch"], r["end_epoch"]) for r in rows] == [
         (0, 10), (10, 20), (20, 30), (30, 40), (40, 50), (50, 60), (60, None)
@@ -325,23 +365,41 @@ def test_corrupt_checkpoint_rows_are_reported_and_replay_falls_back(tmp_path: Pa
     assert sum(r["verdict"] == BAD_CHECKPOINT for r in rows) == 1
 
 
-def test_checkpoint_with_a_doctored_hash_and_valid_crcs_is_reported(tmp_path: Path) -> None:
-    b = build_history(tmp_path)
-    path = b.ckpt / checkpoint.checkpoint_name(40, 0)
+def _doctor_hash(path: Path) -> None:
+    """Change the state hash in header and footer alike, with valid CRCs."""
     data = path.read_bytes()
     (length,) = struct.unpack_from("<I", data, 0)
     header = list(msgpack.unpackb(data[8 : 8 + length]))
     header[8] ^= 1  # state_hash
-    path.write_bytes(encode_frame(msgpack.packb(header)) + data[8 + length :])
+    offset, frames = 0, []
+    while offset < len(data):
+        (n,) = struct.unpack_from("<I", data, offset)
+        frames.append(data[offset + 8 : offset + 8 + n])
+        offset += 8 + n
+    footer = list(msgpack.unpackb(frames[-1]))
+    footer[2] ^= 1
+    frames[0], frames[-1] = msgpack.packb(header), msgpack.packb(footer)
+    path.write_bytes(b"".join(encode_frame(f) for f in frames))
+
+
+@pytest.mark.parametrize("epoch", [10, 40])  # a base, a delta
+def test_checkpoint_with_a_doctored_hash_and_valid_crcs_is_reported(
+    tmp_path: Path, epoch: int
+) -> None:
+    b = build_history(tmp_path)
+    path = b.ckpt / checkpoint.checkpoint_name(epoch, 0)
+    assert checkpoint.read_info(path).kind == (checkpoint.BASE if epoch == 10 else "delta")
+    _doctor_hash(path)
     rows = verify_local(b.spec, b.ckpt)
-    bad = by_end(rows, 40)
+    bad = by_end(rows, epoch)
     assert (bad["verdict"], bad["bad_epoch"], bad["located_by"]) == (
         BAD_CHECKPOINT,
-        40,
+        epoch,
         BY_CHECKPOINT,
     )
-    assert "rows hash to" in bad["detail"]
-    assert by_end(rows, 50)["verdict"] == "ok"
+    assert "hash to" in bad["detail"]  # the rows' hash, recomputed, against the header's
+    assert by_end(rows, epoch + 10)["verdict"] == "ok"
+    assert sum(r["verdict"] == BAD_CHECKPOINT for r in rows) == 1
 
 
 def test_missing_and_unreadable_checkpoints_do_not_merge_intervals(tmp_path: Path) -> None:
@@ -474,3 +532,78 @@ def test_the_code_shipped_to_remote_spark_executors_holds_the_engine_and_workloa
     ):
         assert module in names, module
     assert not any(n.startswith("cluster/") for n in names)  # tasks never need the top
+
+
+# Checkpoint chains and runs ---------------------------------------------------------------
+def test_a_boundary_a_busy_partition_skipped_is_merged_but_a_lost_file_is_reported(
+    tmp_path: Path,
+) -> None:
+    b = build_history(tmp_path, skip=frozenset({(1, 20)}))
+    p1 = checkpoint.read_info(b.ckpt / checkpoint.checkpoint_name(30, 1))
+    assert (p1.kind, p1.parent_epoch, p1.previous_epoch) == (checkpoint.DELTA, 10, 10)
+    rows = verify_local(b.spec, b.ckpt)
+    assert [r["end_epoch"] for r in rows] == [10, 30, 40, 50, 60, None]
+    assert verdicts(rows) == ["ok"] * 5 + [TAIL]
+    (b.ckpt / checkpoint.checkpoint_name(40, 1)).unlink()  # p1's 50 says it wrote 40
+    rows = verify_local(b.spec, b.ckpt)
+    assert [r["end_epoch"] for r in rows] == [10, 30, 40, 50, 60, None]
+    assert by_end(rows, 40)["verdict"] == BAD_CHECKPOINT
+    assert "p1: missing" in by_end(rows, 40)["detail"]
+
+
+def test_a_run_of_intervals_loads_one_state_and_reports_what_single_intervals_do(
+    tmp_path: Path,
+) -> None:
+    """Grouping intervals into runs (one Spark task each) changes no row but timings."""
+    b = build_history(tmp_path)
+    tasks = plan_verify(b.spec, scan_checkpoints(b.ckpt, 2))
+    alone = [verify_interval(t) for t in tasks]
+    runs = split_runs(tasks, 2)
+    in_runs = [row for run in runs for row in verify_run(run)]
+    assert [len(run) for run in runs] == [3, 4]
+    timing = {"load_s", "replay_s", "check_s", "total_s", "cpu_s", "replay_txns_per_s"}
+    timing |= {"worker", "started_at"}
+    for a, r in zip(alone, in_runs, strict=True):
+        assert {k: v for k, v in a.items() if k not in timing} == {
+            k: v for k, v in r.items() if k not in timing
+        }
+    assert verdicts(in_runs) == ["ok"] * 6 + [TAIL]
+    carried = [r["interval"] for r in in_runs if r["load_s"] == 0]
+    assert in_runs[3]["load_s"] > 0 and {1, 2, 4, 5, 6} <= set(carried)  # run 2 loads once
+
+
+def test_a_corrupt_delta_is_reported_once_and_the_intervals_after_it_verify(
+    tmp_path: Path,
+) -> None:
+    """The chain after a corrupt delta does not load, but every later file is still
+    checked on its own (against the replayed state) and the history verifies."""
+    b = build_history(tmp_path)
+    path = b.ckpt / checkpoint.checkpoint_name(30, 0)
+    assert checkpoint.read_info(path).kind == checkpoint.DELTA
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x08
+    path.write_bytes(bytes(data))
+    rows = verify_local(b.spec, b.ckpt)
+    assert by_end(rows, 30)["verdict"] == BAD_CHECKPOINT
+    assert by_end(rows, 30)["bad_epoch"] == 30
+    assert [r["verdict"] for r in rows if r["end_epoch"] != 30] == ["ok"] * 5 + [TAIL]
+    assert by_end(rows, 40)["replayed_from_epoch"] == 20  # 30 does not load
+    assert by_end(rows, 40)["start_invalid_epoch"] == 30
+
+
+def test_the_genesis_bases_are_the_first_start_and_a_corrupt_one_is_reported(
+    tmp_path: Path,
+) -> None:
+    b = build_history(tmp_path, genesis_base=True)
+    assert checkpoint.read_info(b.ckpt / checkpoint.checkpoint_name(10, 0)).parent_epoch == 0
+    rows = verify_local(b.spec, b.ckpt)
+    assert verdicts(rows) == ["ok"] * 6 + [TAIL]
+    assert rows[0]["start_source"] == "checkpoint" and rows[0]["replayed_from_epoch"] == 0
+    rc = reconstruct(b.spec, scan_checkpoints(b.ckpt, 2), 5)
+    assert rc.state_hash == b.serial_hashes[5] and rc.start_epoch == 0
+    path = b.ckpt / checkpoint.checkpoint_name(0, 1)
+    path.write_bytes(path.read_bytes()[:-3])  # torn
+    rows = verify_local(b.spec, b.ckpt)
+    assert (rows[0]["verdict"], rows[0]["bad_epoch"]) == (BAD_CHECKPOINT, 0)
+    assert rows[0]["start_source"] == "genesis"  # replayed from the genesis function
+    assert verdicts(rows)[1:] == ["ok"] * 5 + [TAIL]
