@@ -1,20 +1,31 @@
 """Benchmark: partition recovery time against log length since the last checkpoint.
 
-For each N (default 10k, 100k, 1M transfers, half multi-partition) on a fresh
-1 replica x 2 partition cluster with the durable log on: open accounts, checkpoint,
-run N transfers, wait until idle, kill -9 partition 0, restart it, and time until it
-is live again (loaded the checkpoint, replayed every later epoch from the log service,
-with its peer resending the reads it needs). Also replays the same log in-process
-(LocalReplica, no sockets) for the pure replay rate. Writes
+Bank (default): for each N (default 10k, 100k, 1M transfers, half multi-partition) on a
+fresh 1 replica x 2 partition cluster with the durable log on: open accounts,
+checkpoint, run N transfers, wait until idle, kill -9 partition 0, restart it, and time
+until it is live again (loaded the checkpoint, replayed every later epoch from the log
+service, with its peer resending the reads it needs). Also replays the same log
+in-process (LocalReplica, no sockets) for the pure replay rate. Writes
 results/bench_recovery.json and results/bench_recovery.png.
 
+TPC-C (--workload tpcc): for each duration D (seconds of New-Order, W=2 on 1 replica
+x 2 partitions, a checkpoint every --checkpoint-every epochs as live clusters take
+them), drive the cluster for D s, wait until idle, kill -9 partition 0, restart it and
+time until it is live again; the time to load its newest checkpoint is measured in
+process on the same files afterwards (``checkpoint.load_newest``, what the restarted
+partition runs first), with the chain it loaded. Writes results/bench_recovery_tpcc.json.
+Uses only what the engine had before incremental checkpoints too, so the same script
+measures an older tree (copy it into that tree's scripts/).
+
     .venv/bin/python scripts/bench_recovery.py --sizes 10000,100000,1000000
+    .venv/bin/python scripts/bench_recovery.py --workload tpcc --durations 10,30
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -93,11 +104,96 @@ def one(n: int, tmp: str) -> dict:
     }
 
 
+def one_tpcc(duration_s: float, checkpoint_every: int, tmp: str) -> dict:
+    from tpcc import driver
+
+    cfg = ClusterConfig(
+        replicas=1,
+        partitions=2,
+        base_port=free_base_port(),
+        data_dir=tmp,
+        procedure_modules=driver.PROCEDURE_MODULES,
+        genesis=driver.GENESIS,
+        genesis_args={"warehouses": 2, "seed": 1, "load_ts_ms": 1_700_000_000_000},
+        checkpoint_every_epochs=checkpoint_every,
+        checkpoint_keep=3,
+    )
+    lc = driver.start_cluster(cfg, progress=False, log=print)
+    try:
+        opts = driver.RunOptions(
+            mix="new-order",
+            duration_s=duration_s,
+            warmup_s=0.0,
+            terminals=100,
+            check=False,
+            attach=tmp,
+            out=None,
+            progress=False,
+        )
+        result = driver.run(opts)
+        with Client(cfg.client_addr) as c:
+            st = wait_quiescent(c, 1, 2, timeout_s=300)
+            target = st["epoch"]
+            before = {p["partition"]: p["state_hash"] for p in st["partitions"]}
+            p0 = partition_status(c, 0, 0)
+            assert p0 is not None
+            newest = p0["newest_checkpoint_epoch"]
+            lc.kill("r0p0")
+            t1 = time.perf_counter()
+            lc.start_partition(0, 0)
+            wait_live_again(c, 0, 0, p0["pid"], target, timeout_s=600)
+            recovery_s = time.perf_counter() - t1
+            after = {p["partition"]: p["state_hash"] for p in wait_quiescent(c, 1, 2)["partitions"]}
+        assert after == before, (before, after)
+        lc.check_alive()
+    finally:
+        lc.stop()
+    t2 = time.perf_counter()
+    found = checkpoint.load_newest(cfg.checkpoint_dir(0), 0, 2)
+    load_s = time.perf_counter() - t2
+    assert found is not None
+    info, storage = found
+    return {
+        "duration_s": duration_s,
+        "live_txn_per_s": result["summary"]["txn_per_s"],
+        "epochs": target,
+        "checkpoint_epoch": info.epoch,
+        "newest_durable_before_kill": newest,
+        "epochs_since_checkpoint": target - info.epoch,
+        "checkpoint_rows": storage.row_count(),
+        "checkpoint_files": getattr(info, "depth", 0) + 1,  # its chain: a base + deltas
+        "checkpoint_load_s": round(load_s, 3),
+        "recovery_s": round(recovery_s, 2),
+        "load": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def main_tpcc(a: argparse.Namespace) -> None:
+    rows = []
+    for d in [float(x) for x in a.durations.split(",")]:
+        with tempfile.TemporaryDirectory(prefix="ordo-rec-tpcc-") as tmp:
+            row = one_tpcc(d, a.checkpoint_every, tmp)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    out = Path(
+        a.out if a.out != "results/bench_recovery.json" else "results/bench_recovery_tpcc.json"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, indent=2))
+    print(f"wrote {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--workload", choices=["bank", "tpcc"], default="bank")
+    ap.add_argument("--sizes", default="10000,100000,1000000", help="bank: transfers")
+    ap.add_argument("--durations", default="10,30", help="tpcc: seconds of New-Order")
+    ap.add_argument("--checkpoint-every", type=int, default=200, help="tpcc: epochs")
     ap.add_argument("--out", default="results/bench_recovery.json")
     a = ap.parse_args()
+    if a.workload == "tpcc":
+        main_tpcc(a)
+        return
     rows = []
     for n in [int(x) for x in a.sizes.split(",")]:
         with tempfile.TemporaryDirectory(prefix="ordo-rec-") as tmp:

@@ -3,7 +3,9 @@
 Runs a live cluster (bank transfers, or TPC-C New-Order through `tpcc.driver` with
 --workload tpcc) with checkpoints every N epochs and every checkpoint kept, records
 the live rate and the replicas' final hashes, stops the cluster, then replays the
-same log:
+same log. With --baseline N it first runs the same live workload N times with and
+without checkpoints, alternating (A B A B: a change in the machine's load hits both),
+for the cost of checkpoints on the live rate. Then:
 
   - in this process, no Spark: every interval one after another (verify_local), and
     one replay of the whole log from genesis (reconstruct at the last epoch);
@@ -17,6 +19,11 @@ Writes results/bench_replay.json and prints a Markdown section. The machine is s
 
     .venv/bin/python scripts/bench_replay.py --txns 100000
     .venv/bin/python scripts/bench_replay.py --workload tpcc --duration 40
+    .venv/bin/python scripts/bench_replay.py --workload tpcc --duration 30 \
+        --checkpoint-every 200 --baseline 2
+
+It uses only what the engine had before incremental checkpoints too, so the same
+script measures an older tree (copy it into that tree's scripts/).
 """
 
 from __future__ import annotations
@@ -41,7 +48,12 @@ from executor.core import checkpoint  # noqa: E402
 from executor.replay.boundaries import scan_checkpoints  # noqa: E402
 from executor.replay.reconstruct import reconstruct  # noqa: E402
 from executor.replay.spec import ReplaySpec  # noqa: E402
-from executor.replay.verdicts import BAD_CHECKPOINT, DIVERGED, LOG_CORRUPT  # noqa: E402
+from executor.replay.verdicts import (  # noqa: E402
+    BAD_CHECKPOINT,
+    BATCH_INVALID,
+    DIVERGED,
+    LOG_CORRUPT,
+)
 from executor.replay.verify import verify_local  # noqa: E402
 from sequencer.log import rewrite_payloads  # noqa: E402
 from txn_library import wire  # noqa: E402
@@ -52,7 +64,9 @@ def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def live_bank(a: argparse.Namespace, data: Path) -> tuple[ClusterConfig, dict, dict]:
+def live_bank(
+    a: argparse.Namespace, data: Path, checkpoint_every: int | None = None
+) -> tuple[ClusterConfig, dict, dict]:
     from cluster.bank_load import run_transfers
     from txn_library.bank_workload import make_transfers, open_accounts
 
@@ -62,7 +76,9 @@ def live_bank(a: argparse.Namespace, data: Path) -> tuple[ClusterConfig, dict, d
         base_port=free_base_port(),
         data_dir=str(data),
         procedure_modules=("txn_library.builtin",),
-        checkpoint_every_epochs=a.checkpoint_every,
+        checkpoint_every_epochs=a.checkpoint_every
+        if checkpoint_every is None
+        else checkpoint_every,
         checkpoint_keep=1_000_000,
     )
     with LocalCluster(cfg):
@@ -85,7 +101,9 @@ def live_bank(a: argparse.Namespace, data: Path) -> tuple[ClusterConfig, dict, d
     return cfg, status, live
 
 
-def live_tpcc(a: argparse.Namespace, data: Path) -> tuple[ClusterConfig, dict, dict]:
+def live_tpcc(
+    a: argparse.Namespace, data: Path, checkpoint_every: int | None = None
+) -> tuple[ClusterConfig, dict, dict]:
     from tpcc import driver
 
     cfg = ClusterConfig(
@@ -96,7 +114,9 @@ def live_tpcc(a: argparse.Namespace, data: Path) -> tuple[ClusterConfig, dict, d
         procedure_modules=driver.PROCEDURE_MODULES,
         genesis=driver.GENESIS,
         genesis_args={"warehouses": a.warehouses, "seed": 1, "load_ts_ms": 1_700_000_000_000},
-        checkpoint_every_epochs=a.checkpoint_every,
+        checkpoint_every_epochs=a.checkpoint_every
+        if checkpoint_every is None
+        else checkpoint_every,
         checkpoint_keep=1_000_000,
     )
     lc = driver.start_cluster(cfg, progress=False, log=print)
@@ -128,6 +148,31 @@ def live_tpcc(a: argparse.Namespace, data: Path) -> tuple[ClusterConfig, dict, d
         "tpcc_check_ok": result.get("check", {}).get("ok"),
     }
     return cfg, status, live
+
+
+def baseline(a: argparse.Namespace) -> dict[str, Any]:
+    """The live rate with checkpoints every --checkpoint-every epochs and without, in
+    alternating runs (A B A B ...), each on a fresh cluster."""
+    run = live_tpcc if a.workload == "tpcc" else live_bank
+    out: dict[str, Any] = {"with_checkpoints": [], "without": []}
+    for _ in range(a.baseline):
+        for every, key in ((a.checkpoint_every, "with_checkpoints"), (0, "without")):
+            with tempfile.TemporaryDirectory(prefix="ordo-bench-live-") as tmp:
+                before = load()
+                _, status, live = run(a, Path(tmp) / "data", every)
+                out[key].append(
+                    {
+                        "txn_per_s": live["txn_per_s"],
+                        "epochs": status["epoch"],
+                        "load_before": before,
+                        "load_after": load(),
+                    }
+                )
+                print(f"live, checkpoint every {every}: {out[key][-1]}", flush=True)
+    mean = {k: sum(r["txn_per_s"] for r in v) / len(v) for k, v in out.items() if v}
+    out["mean_txn_per_s"] = {k: round(v, 1) for k, v in mean.items()}
+    out["ratio"] = round(mean["with_checkpoints"] / mean["without"], 3)
+    return out
 
 
 def in_process(spec: ReplaySpec, ckpt: Path, last_epoch: int) -> dict[str, Any]:
@@ -247,8 +292,14 @@ def damage_check(cfg: ClusterConfig, work: Path) -> dict[str, Any]:
     doctored, corrupt, flipped = rows[epochs[2]], rows[epochs[3]], rows[epochs[-1]]
     return {
         "doctored": {"epoch": doctored_epoch, "what": what, **{k: doctored[k] for k in keep}},
-        "doctored_located": doctored["verdict"] == DIVERGED
-        and doctored["suspect_first_epoch"] <= doctored_epoch <= doctored["suspect_last_epoch"],
+        # exactly, by its successor's digest of it (chained logs), else within the range
+        "doctored_located": (
+            doctored["verdict"] == BATCH_INVALID and doctored["bad_epoch"] == doctored_epoch
+        )
+        or (
+            doctored["verdict"] == DIVERGED
+            and doctored["suspect_first_epoch"] <= doctored_epoch <= doctored["suspect_last_epoch"]
+        ),
         "corrupt_checkpoint": {"epoch": epochs[3], **{k: corrupt[k] for k in keep}},
         "corrupt_checkpoint_located": corrupt["verdict"] == BAD_CHECKPOINT
         and corrupt["bad_epoch"] == epochs[3],
@@ -294,6 +345,13 @@ def main() -> None:
         "(live and in-process numbers are kept from --out)",
     )
     ap.add_argument("--repeat", type=int, default=1, help="verify runs per master")
+    ap.add_argument(
+        "--baseline",
+        type=int,
+        default=0,
+        metavar="N",
+        help="first run the live workload N times with and N times without checkpoints",
+    )
     a = ap.parse_args()
     if a.damage_only:
         cfg = ClusterConfig.load(a.damage_only)
@@ -319,6 +377,8 @@ def main() -> None:
         else:
             data = Path(a.data_dir)
         result = {"args": vars(a), "cpus": os.cpu_count(), "load": {}}
+        if a.baseline:
+            result["baseline"] = baseline(a)
         result["load"]["before_live"] = load()
         cfg, status, live = (live_tpcc if a.workload == "tpcc" else live_bank)(a, data)
         result["load"]["after_live"] = load()
@@ -333,7 +393,7 @@ def main() -> None:
         result["live"]["partition_hashes"] = live_hashes
         spec = replay_spec(cfg, cfg.log_dir)
         ckpt = cfg.checkpoint_dir(0)
-        result["checkpoints"] = len(scan_checkpoints(ckpt, cfg.partitions))
+        result["checkpoints"] = len([b for b in scan_checkpoints(ckpt, cfg.partitions) if b.epoch])
         print(f"live: {result['live']}", flush=True)
         result["in_process"] = in_process(spec, ckpt, status["epoch"])
         result["load"]["after_in_process"] = load()
@@ -393,6 +453,14 @@ def markdown(r: dict[str, Any]) -> str:
         f"| verify all intervals, one process, no Spark | {ip['verify_sequential_txn_per_s']:,.0f} "
         f"| {ip['verify_sequential_s']} s |",
     ]
+    if "baseline" in r:
+        b = r["baseline"]
+        lines.append(
+            f"| live, {len(b['with_checkpoints'])} runs with checkpoints every "
+            f"{r['args']['checkpoint_every']} epochs / {len(b['without'])} without, alternating "
+            f"| {b['mean_txn_per_s']['with_checkpoints']:,.0f} / "
+            f"{b['mean_txn_per_s']['without']:,.0f} | ratio {b['ratio']} |"
+        )
     for master, runs in r["spark_verify"].items():
         for s in runs:
             lines.append(
