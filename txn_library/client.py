@@ -31,13 +31,16 @@ call the old leader had committed is answered from the log. A client whose calls
 no frame at all back for ``limits.client_failover_silence_s`` moves on to the next
 address the same way. ERR_NOT_LEADER never reaches the caller.
 
-Until the ordering layer notices a dead leader (its ZooKeeper session expires), the
-followers still name it. A client that has just left that leader for silence does not
-go back on such a hint: it asks the follower again every
-``limits.client_failover_backoff_s`` until the hint names another sequencer (the new
-leader), and only after a whole further silence period does it believe the hint and
-return (a leader that was only paused, not dead, is reached again that way). So a
-client waits one silence period plus the election, not two silence periods.
+A client with several addresses also watches its connection (a ZeroMQ socket
+monitor): when the sequencer's process dies, its kernel closes the connection and the
+client moves on at once, without waiting for the silence. Until the ordering layer
+notices the dead leader (its ZooKeeper session expires), the followers still name it; a
+client that left a *dropped* connection does not go back on such a hint: it asks the
+follower again every ``limits.client_failover_backoff_s`` until the hint names another
+sequencer (the new leader), and believes the old hint only after a whole silence period
+(a restarted process is reached again that way). A leader that is slow, paused or cut
+off keeps its connection: the client leaves it only after the silence and goes back at
+once if the followers name it, so calls a slow leader will answer are not stranded.
 
 ``ClientProtocol`` holds the encoding and bookkeeping without threads or sockets, so
 gevent users (locust, with zmq.green) can drive it from their own loop.
@@ -483,6 +486,9 @@ class Client:
             for fut in self._control_waiters:
                 _settle(fut, self._stopped_error())
             self._fail_queued()
+            mon = getattr(self, "_mon", None)
+            if mon is not None:
+                mon.close(linger=0)
             self._sock.close(linger=0)
             self._wake_recv.close(linger=0)
 
@@ -494,13 +500,21 @@ class Client:
         self._heard_at = time.monotonic()  # last frame from the current address
         self._move_to: str | None = None  # set by a "not leader" answer
         self._moved_at = 0.0
-        self._left_silent: tuple[str, float] | None = None  # (address, when) left for silence
+        self._left_dropped: tuple[str, float] | None = None  # (address, when): conn. dropped
+        self._dropped = False  # the current connection dropped (socket monitor)
+        self._mon: zmq.Socket | None = None
+        if len(self.addresses) > 1:
+            self._watch(poller)
         self._ask_again_at: float | None = None  # resend here: the hint named that address
         while not self._closed.is_set():
             events = dict(poller.poll(100))
             if self._wake_recv in events:
                 while self._wake_recv.poll(0):
                     self._wake_recv.recv()
+            if self._mon is not None and self._mon in events:
+                while self._mon.poll(0):
+                    self._mon.recv_multipart()  # only EVENT_DISCONNECTED is monitored
+                    self._dropped = True
             sock = self._sock
             self._send_new(sock, pending)
             while sock.poll(0):
@@ -519,8 +533,10 @@ class Client:
         """Move to the leader a follower named, or to the next address when the current
         one is silent with calls out; then resend every unanswered call, same ids."""
         target = self._move_to
-        silent = pending and now - max(self._heard_at, self._moved_at) >= (
-            limits.client_failover_silence_s
+        dropped = self._dropped and bool(pending)
+        silent = dropped or (
+            pending
+            and now - max(self._heard_at, self._moved_at) >= limits.client_failover_silence_s
         )
         if target is None and not silent:
             if self._ask_again_at is not None and now >= self._ask_again_at:
@@ -531,17 +547,20 @@ class Client:
             return
         if target is None or target == "" or target not in self.addresses:
             target = self.addresses[(self.addresses.index(self.address) + 1) % len(self.addresses)]
-        if self._move_to is None:
-            self._left_silent = (self.address, now)
+        if self._move_to is None and dropped:
+            self._left_dropped = (self.address, now)
+        self._dropped = False
         self._move_to = None
         self._ask_again_at = None
         self._moved_at = now
         if target != self.address:
+            self._unwatch(poller)
             poller.unregister(self._sock)
             self._sock.close(linger=0)
             self.address = target
             self._sock = self._connect(target)
             poller.register(self._sock, zmq.POLLIN)
+            self._watch(poller)
             self.failovers += 1
             log.info("ordo client: moved to %s", target)
         self._resend_all(pending, now)
@@ -552,10 +571,21 @@ class Client:
         for frame in self.proto.frames([p.call for p in pending.values()]):
             self._sock.send(frame)
 
+    def _watch(self, poller: zmq.Poller) -> None:
+        self._mon = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        poller.register(self._mon, zmq.POLLIN)
+
+    def _unwatch(self, poller: zmq.Poller) -> None:
+        if self._mon is not None:
+            poller.unregister(self._mon)
+            self._sock.disable_monitor()
+            self._mon.close(linger=0)
+            self._mon = None
+
     def _on_not_leader(self, hint: str, now: float) -> None:
-        """Follow a follower's hint, unless it names the address this client has just
-        left for silence: then ask here again shortly (see the module docstring)."""
-        left = self._left_silent
+        """Follow a follower's hint, unless it names the address whose connection this
+        client has just seen dropped: then ask here again shortly (module docstring)."""
+        left = self._left_dropped
         if (
             left is not None
             and hint == left[0]

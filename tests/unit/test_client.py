@@ -221,39 +221,51 @@ def _answer(sock: zmq.Socket, identity: bytes, frame: bytes, result: object) -> 
     sock.send_multipart([identity, wire.encode(body)])
 
 
-@pytest.mark.parametrize("leader_elected", [True, False])
-def test_failover_does_not_return_to_a_silent_leader_a_follower_still_names(
-    leader_elected: bool,
-) -> None:
-    # A (the leader) goes silent. The client moves to B, a follower that still names A
-    # (ZooKeeper has not expired A's session yet). If a new leader C is elected, B soon
-    # names C and the client must go there without returning to A. If A was only
-    # paused (no election), B keeps naming A, and after one more silence period the
-    # client returns to A, which answers.
+def test_failover_leaves_a_dead_leader_at_once_and_waits_for_the_new_one() -> None:
+    # A (the leader) dies: its connection drops and the client moves to B at once. B
+    # still names A (ZooKeeper has not expired A's session yet): the client asks B
+    # again instead of going back, and goes to C as soon as B names C.
     (a, b, c), (addr_a, addr_b, addr_c) = _routers(3)
     try:
         with Client([addr_a, addr_b, addr_c], timeout_s=30.0, retry_s=10.0) as cl:
             fut = cl.submit("bank.balance", 1)
-            _receive(a)  # A takes the call and says nothing
+            _receive(a)
+            a.close()  # kill -9: the kernel closes the connection
             asked_b = 0
             deadline = time.monotonic() + 20
             while not fut.done() and time.monotonic() < deadline:
-                for sock, name in ((a, "a"), (b, "b"), (c, "c")):
+                assert cl.address != addr_a or asked_b == 0, "went back to the dead leader"
+                for sock, name in ((b, "b"), (c, "c")):
                     if not sock.poll(10):
                         continue
                     identity, frame = sock.recv_multipart()
                     if name == "b":
                         asked_b += 1
-                        hint = addr_c if leader_elected and asked_b >= 3 else addr_a
+                        hint = addr_c if asked_b >= 3 else addr_a
                         _answer(b, identity, frame, (ERROR, (ERR_NOT_LEADER, hint)))
-                    elif name == "a":
-                        assert not leader_elected, "went back to the silent leader"
-                        _answer(a, identity, frame, (OK, 7))
                     else:
-                        assert leader_elected
                         _answer(c, identity, frame, (OK, 7))
             assert fut.result(timeout=1).ok
-            assert asked_b >= 3 if leader_elected else asked_b >= 2
+            assert asked_b >= 3
+    finally:
+        for s in (b, c):
+            s.close()
+
+
+def test_failover_returns_at_once_to_a_slow_leader_the_followers_name() -> None:
+    # A is alive but silent for a while (slow, or paused): the client tries B after
+    # the silence; B names A, so the client goes straight back and A answers.
+    (a, b, c), (addr_a, addr_b, addr_c) = _routers(3)
+    try:
+        with Client([addr_a, addr_b, addr_c], timeout_s=30.0, retry_s=10.0) as cl:
+            fut = cl.submit("bank.balance", 1)
+            _receive(a)
+            identity, frame = _receive(b, timeout_s=5.0)
+            _answer(b, identity, frame, (ERROR, (ERR_NOT_LEADER, addr_a)))
+            identity, frame = _receive(a, timeout_s=0.5)  # back at once, no second silence
+            _answer(a, identity, frame, (OK, 7))
+            assert fut.result(timeout=5).ok
+            assert not c.poll(0)
     finally:
         for s in (a, b, c):
             s.close()
