@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -129,9 +128,6 @@ class ZooKeeperStore:
         self._term_version: dict[int, int] = {}  # claimed term -> version of ``term``
         self._last_version = -1
         self._election_node: str | None = None
-        # Set (from kazoo's thread) whenever ``last`` changes: a follower copies then,
-        # instead of asking ZooKeeper on every loop turn.
-        self.committed_changed = threading.Event()
 
     # Connection ---------------------------------------------------------------------
     def start(self, timeout_s: float) -> None:
@@ -140,11 +136,6 @@ class ZooKeeperStore:
             self._ensure(f"{self.root}/{name}", _enc(value))
         for name in ("log", "election", "progress"):
             self._ensure(f"{self.root}/{name}", b"")
-        self.zk.DataWatch(f"{self.root}/last", self._on_last)
-
-    def _on_last(self, _data: bytes | None, _stat: object) -> bool:
-        self.committed_changed.set()
-        return True  # keep watching
 
     def _ensure(self, path: str, value: bytes) -> None:
         try:

@@ -8,15 +8,22 @@ Sockets (bound at this sequencer's host address, ports from cluster.config):
   PUSH   one per partition of every replica: read-only queries and recon reads
   DEALER every other sequencer's log service (replicated only): batches the
          ZooKeeper tail no longer holds
+  SUB    one per other sequencer's PUB (replicated only): a follower's feed of batches
 
 Embedded default (one sequencer, no ZooKeeper): this process always leads, term 0,
 and its command log is the durable record, as in Calvin without replication.
 
 Replicated (cluster.zookeeper_servers > 0, N sequencers): every sequencer process runs
 this loop as a *follower* until ZooKeeper's election names it:
-- a follower copies committed batches from ZooKeeper (or a peer) into its own log,
-  serves the log service from it, reports its progress, and answers calls with
-  ERR_NOT_LEADER naming the leader (status requests with its own status);
+- a follower copies committed batches into its own log, serves the log service from
+  it, reports its progress, and answers calls with ERR_NOT_LEADER naming the leader
+  (status requests with its own status). It takes them from the leader's publication
+  as the partitions do (a published batch is a committed one: the leader publishes
+  only after the commit, and the store holds exactly one batch per epoch), and syncs
+  its log every ``limits.sequencer_local_sync_s``; what the feed missed (a gap, a
+  start, a new leader) it copies from ZooKeeper, or from a peer for what ZooKeeper
+  has trimmed, checking ZooKeeper at least every ``sequencer_copy_backstop_s``.
+  Progress reported to ZooKeeper (which decides the trim) is always a synced epoch.
 - elected, it claims a new term, copies every committed batch it lacks, then builds
   a Sequencer over that log (epochs continue after the last committed batch, and the
   exactly-once table is rebuilt from the log) whose appends commit to ZooKeeper
@@ -90,7 +97,8 @@ class SequencerServer:
         self._peer_fetch_at = 0.0
         self._next_progress = self._next_trim = self._next_election = 0.0
         self._candidate_since = 0.0
-        self._next_copy = 0.0
+        self._next_copy = self._next_sync = 0.0
+        self._feed_behind = False  # the feed showed an epoch past the next one
         if config.replicated:
             from cluster.ordering_zk import ZooKeeperStore
 
@@ -148,6 +156,17 @@ class SequencerServer:
                 sec.client(s, sequencer_role(i))
                 s.connect(config.log_service_addr_of(i))
                 self.peers.append(s)
+        self.feeds: list[zmq.Socket] = []  # other sequencers' publications (one key each)
+        for i in range(config.sequencers if config.replicated else 0):
+            if i != m:
+                s = c.socket(zmq.SUB)
+                s.setsockopt(zmq.LINGER, 0)
+                s.setsockopt(zmq.RCVHWM, 0)
+                s.setsockopt(zmq.MAXMSGSIZE, limits.frame_bytes_hard_max * 8)
+                s.setsockopt(zmq.SUBSCRIBE, wire.TOPIC_BATCH)
+                sec.client(s, sequencer_role(i))
+                s.connect(config.publish_addr_of(i))
+                self.feeds.append(s)
         self._peer_rr = 0
 
     def stop(self, *_: object) -> None:
@@ -156,6 +175,7 @@ class SequencerServer:
     # Roles --------------------------------------------------------------------
     def _lead(self, term: int) -> None:
         """Build the Sequencer over the (caught-up) local log and serve."""
+        self._sync_local()
         cmd_log: CommandLog | ReplicatedLog = self.local
         if self.store is not None:
             cmd_log = ReplicatedLog(self.local, self.store, term)
@@ -197,9 +217,13 @@ class SequencerServer:
                 self._follow("ZooKeeper session lost")
                 if store.session_lost and store.connected:
                     store.join_election()
+            if now >= self._next_sync:
+                self._next_sync = now + limits.sequencer_local_sync_s
+                self._sync_local()
             if self.role == LEADER:
                 if now >= self._next_progress:
                     self._next_progress = now + limits.sequencer_progress_every_s
+                    self._sync_local()  # progress decides the trim: synced epochs only
                     store.report_progress(self.member, self.local.last_epoch)
                 if now >= self._next_trim:
                     self._next_trim = now + limits.sequencer_trim_every_s
@@ -208,16 +232,13 @@ class SequencerServer:
                     )
                     store.trim_through(through)
                 return
-            if (
-                store.committed_changed.is_set()
-                or not self._copy.caught_up
-                or now >= self._next_copy
-            ):
-                store.committed_changed.clear()  # before reading: a later change re-sets it
+            if self._feed_behind or not self._copy.caught_up or now >= self._next_copy:
+                self._feed_behind = False
                 self._next_copy = now + limits.sequencer_copy_backstop_s
                 self._copy_committed(now)
             if now >= self._next_progress:
                 self._next_progress = now + limits.sequencer_progress_every_s
+                self._sync_local()  # progress decides the trim: report synced epochs only
                 store.report_progress(self.member, self.local.last_epoch)
             if self.role == FOLLOWER and now >= self._next_election:
                 self._next_election = now + limits.sequencer_election_check_s
@@ -252,6 +273,30 @@ class SequencerServer:
             # Housekeeping only: a leader steps down when a commit fails or its session
             # ends (above), not because a progress report met a server going away.
             self._junk.note(f"ZooKeeper: {type(e).__name__} (retrying)")
+
+    def _on_feed(self, feed: zmq.Socket) -> None:
+        """Batches another sequencer published (committed ones): a follower appends the
+        next epoch; anything else it ignores (a gap is copied from the store)."""
+        for _ in range(limits.sequencer_copy_batches_per_turn):
+            if not feed.poll(0):
+                return
+            frames = feed.recv_multipart()
+            if self.role == LEADER or len(frames) != 2:
+                continue
+            data = frames[1]
+            try:
+                epoch = wire.decode_batch(data).epoch  # checked whole, as a copy is
+                if epoch != self.local.last_epoch + 1:
+                    self._feed_behind = epoch > self.local.last_epoch
+                    continue
+                self.local.append(epoch, data)
+            except (ValueError, TypeError, LogCorruption) as e:
+                self._junk.note(f"bad published batch from a sequencer: {type(e).__name__}")
+                continue
+
+    def _sync_local(self) -> None:
+        """fdatasync the local log (a no-op when nothing was appended since)."""
+        self.local.sync()
 
     def _copy_committed(self, now: float) -> None:
         self._copy = copy_committed(self.local, self.store, limits.sequencer_copy_batches_per_turn)
@@ -420,6 +465,8 @@ class SequencerServer:
         poller = zmq.Poller()
         for s in (self.client, self.results, self.logsvc, *self.peers):
             poller.register(s, zmq.POLLIN)
+        for s in self.feeds:
+            poller.register(s, zmq.POLLIN)
         epoch_s = self.config.epoch_duration_ms / 1000.0
         next_tick = time.monotonic() + epoch_s
         next_heartbeat = time.monotonic()
@@ -446,6 +493,9 @@ class SequencerServer:
                 if events.get(peer):
                     while peer.poll(0):
                         self._on_peer_batches(peer)
+            for feed in self.feeds:
+                if events.get(feed):
+                    self._on_feed(feed)
             now = time.monotonic()
             if self.store is not None:
                 self._replication_turn(now)
@@ -473,7 +523,11 @@ class SequencerServer:
         self.close()
 
     def close(self) -> None:
-        socks = [self.client, self.pub, self.logsvc, self.results, *self.peers]
+        socks = [self.client, self.pub, self.logsvc, self.results, *self.peers, *self.feeds]
+        try:
+            self._sync_local()
+        except (OSError, RuntimeError) as e:  # a failed log says so at start-up too
+            log.error("local log not synced at shutdown: %s", e)
         for s in [*socks, *self.query_socks.values()]:
             s.close(linger=0)
         self._auth.stop()

@@ -29,6 +29,8 @@ Invariants:
   batch per epoch, whoever tried to commit it.
 - A local log holds only committed batches, in epoch order (a leader appends after
   the commit; a follower copies from the store or from a peer's committed log).
+- A member reports as progress only epochs its local log has synced, so the store
+  trims nothing a member could still lose in a crash.
 """
 
 from __future__ import annotations
@@ -190,7 +192,11 @@ class ReplicatedLog:
         self.local.append(epoch, data)
 
     def sync(self) -> None:
-        self.local.sync()
+        """The Sequencer's per-epoch durability point. Here the batch is durable once
+        ``append`` returns (a ZooKeeper quorum fsynced it), so the local log is not
+        fdatasynced per epoch: its owner syncs it every ``limits.sequencer_local_sync_s``
+        and before it reports progress (which decides what the store may trim), and
+        reads of the newest frames flush the buffer themselves."""
 
     def read(self, epoch: int) -> bytes:
         return self.local.read(epoch)
