@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,10 @@ class ZooKeeperStore:
         self._term_version: dict[int, int] = {}  # claimed term -> version of ``term``
         self._last_version = -1
         self._election_node: str | None = None
+        # Set (from kazoo's thread) when the election's members change: a follower
+        # looks at the election then, not on every check (sequencer_election_check_s).
+        self.election_changed = threading.Event()
+        self.election_changed.set()
 
     # Connection ---------------------------------------------------------------------
     def start(self, timeout_s: float) -> None:
@@ -136,6 +141,11 @@ class ZooKeeperStore:
             self._ensure(f"{self.root}/{name}", _enc(value))
         for name in ("log", "election", "progress"):
             self._ensure(f"{self.root}/{name}", b"")
+        self.zk.ChildrenWatch(f"{self.root}/election", self._on_election)
+
+    def _on_election(self, _children: list[str]) -> bool:
+        self.election_changed.set()
+        return True  # keep watching
 
     def _ensure(self, path: str, value: bytes) -> None:
         try:

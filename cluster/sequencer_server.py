@@ -97,7 +97,8 @@ class SequencerServer:
         self._peer_fetch_at = 0.0
         self._next_progress = self._next_trim = self._next_election = 0.0
         self._candidate_since = 0.0
-        self._next_copy = self._next_sync = 0.0
+        self._next_copy = self._next_sync = self._election_backstop = 0.0
+        self._reported_epoch = -1  # the last progress written to ZooKeeper
         self._feed_behind = False  # the feed showed an epoch past the next one
         if config.replicated:
             from cluster.ordering_zk import ZooKeeperStore
@@ -223,8 +224,7 @@ class SequencerServer:
             if self.role == LEADER:
                 if now >= self._next_progress:
                     self._next_progress = now + limits.sequencer_progress_every_s
-                    self._sync_local()  # progress decides the trim: synced epochs only
-                    store.report_progress(self.member, self.local.last_epoch)
+                    self._report_progress()
                 if now >= self._next_trim:
                     self._next_trim = now + limits.sequencer_trim_every_s
                     through = trim_point(
@@ -238,10 +238,15 @@ class SequencerServer:
                 self._copy_committed(now)
             if now >= self._next_progress:
                 self._next_progress = now + limits.sequencer_progress_every_s
-                self._sync_local()  # progress decides the trim: report synced epochs only
-                store.report_progress(self.member, self.local.last_epoch)
-            if self.role == FOLLOWER and now >= self._next_election:
+                self._report_progress()
+            if (
+                self.role == FOLLOWER
+                and now >= self._next_election
+                and (store.election_changed.is_set() or now >= self._election_backstop)
+            ):
+                store.election_changed.clear()  # before reading: a later change re-sets it
                 self._next_election = now + limits.sequencer_election_check_s
+                self._election_backstop = now + limits.sequencer_copy_backstop_s
                 self.leader = store.leader()
                 self.term = store.current_term()
                 if store.i_lead():
@@ -293,6 +298,15 @@ class SequencerServer:
             except (ValueError, TypeError, LogCorruption) as e:
                 self._junk.note(f"bad published batch from a sequencer: {type(e).__name__}")
                 continue
+
+    def _report_progress(self) -> None:
+        """Write this member's synced last epoch to ZooKeeper if it moved (a quorum
+        write: only when there is news)."""
+        self._sync_local()  # progress decides the trim: report synced epochs only
+        epoch = self.local.last_epoch
+        if epoch != self._reported_epoch:
+            self.store.report_progress(self.member, epoch)
+            self._reported_epoch = epoch
 
     def _sync_local(self) -> None:
         """fdatasync the local log (a no-op when nothing was appended since)."""
