@@ -348,7 +348,15 @@ class PartitionServer:
                 self._received += 1
                 if self._received % n == 0:
                     return  # injected loss: the gap is repaired from the log service
-            self.feed.offer(payload, published=True)
+            leader = self.feed.leader
+            self.feed.offer(payload, published=True, publisher=self.subs.index(sub))
+            if self.feed.leader != leader:
+                log.info(
+                    "sequencer %d leads (term %d): results go there",
+                    self.feed.leader,
+                    self.feed.term,
+                )
+                self._status_requested = True
         elif topic == swire.TOPIC_HEARTBEAT:
             hb = swire.heartbeat(swire.unpack(payload))
             if hb is None or hb.leader >= len(self.results_to):

@@ -98,6 +98,7 @@ class SequencerServer:
         self._next_progress = self._next_trim = self._next_election = 0.0
         self._candidate_since = 0.0
         self._next_copy = self._next_sync = self._election_backstop = 0.0
+        self._announce = False
         self._reported_epoch = -1  # the last progress written to ZooKeeper
         self._feed_behind = False  # the feed showed an epoch past the next one
         if config.replicated:
@@ -189,6 +190,7 @@ class SequencerServer:
             term=term,
         )
         self.term, self.leader, self.role = term, self.member, LEADER
+        self._announce = True  # a heartbeat naming this leader goes out at once
         self.seq.status_extra = self._role_report
         log.info(
             "sequencer %d leads: term %d, epoch %d, next txn %d, client %s",
@@ -524,7 +526,8 @@ class SequencerServer:
                     seq = None
             if now >= next_tick:
                 next_tick = max(next_tick + epoch_s, now)
-            if seq is not None and now >= next_heartbeat:
+            if seq is not None and (now >= next_heartbeat or self._announce):
+                self._announce = False  # a new leader names itself before anything else
                 self.pub.send_multipart(
                     [
                         wire.TOPIC_HEARTBEAT,

@@ -51,14 +51,22 @@ class BatchFeed:
         self.stale_dropped = 0  # published batches and heartbeats of an older term
         self._repair_sent_at: float | None = None
 
-    def offer(self, data: bytes, published: bool = False) -> None:
-        """A batch's bytes, from PUB/SUB (``published``) or the log service."""
+    def offer(self, data: bytes, published: bool = False, publisher: int | None = None) -> None:
+        """A batch's bytes, from PUB/SUB (``published``; ``publisher``: the sequencer
+        whose publication it came on) or the log service.
+
+        A published batch of the newest term names its leader: results of the
+        transactions in it go there at once. (Waiting for the leader's heartbeat would
+        send them to the old leader: a busy leader publishes batches, not heartbeats,
+        and results sent to a dead leader are lost for good.)"""
         batch = swire.decode_batch(data)
         if published:
             if batch.term < self.term:
                 self.stale_dropped += 1
                 return
             self.term = batch.term
+            if publisher is not None:
+                self.leader = publisher
         epoch = batch.epoch
         self.known_last_epoch = max(self.known_last_epoch, epoch)
         if epoch <= self.part.last_epoch:

@@ -181,3 +181,9 @@ def test_partitions_ignore_a_deposed_leaders_publications_but_not_the_log() -> N
     assert part.last_epoch == 1
     feed.offer(batch(2, 2), published=True)
     assert part.last_epoch == 2
+    # A new leader's first batch names it before any heartbeat does: a busy leader
+    # publishes batches, not heartbeats, and results sent to the old one are lost.
+    feed.offer(batch(3, 3), published=True, publisher=2)
+    assert (feed.term, feed.leader, part.last_epoch) == (3, 2, 3)
+    feed.offer(batch(4, 2), published=True, publisher=1)  # the deposed one: ignored
+    assert (feed.term, feed.leader, part.last_epoch) == (3, 2, 3)
