@@ -37,10 +37,11 @@ client moves on at once, without waiting for the silence. Until the ordering lay
 notices the dead leader (its ZooKeeper session expires), the followers still name it; a
 client that left a *dropped* connection does not go back on such a hint: it asks the
 follower again every ``limits.client_failover_backoff_s`` until the hint names another
-sequencer (the new leader), and believes the old hint only after a whole silence period
-(a restarted process is reached again that way). A leader that is slow, paused or cut
-off keeps its connection: the client leaves it only after the silence and goes back at
-once if the followers name it, so calls a slow leader will answer are not stranded.
+sequencer (the new leader), and believes the old hint only after
+``limits.client_failover_stale_hint_s`` (a restarted process is reached again that
+way). A leader that is slow, paused or cut off keeps its connection: the client
+leaves it only after the silence and goes back at once if the followers name it, so
+calls a slow leader will answer are not stranded.
 
 ``ClientProtocol`` holds the encoding and bookkeeping without threads or sockets, so
 gevent users (locust, with zmq.green) can drive it from their own loop.
@@ -589,7 +590,7 @@ class Client:
         if (
             left is not None
             and hint == left[0]
-            and now - left[1] < limits.client_failover_silence_s
+            and now - left[1] < limits.client_failover_stale_hint_s
         ):
             if self._ask_again_at is None:
                 self._ask_again_at = now + limits.client_failover_backoff_s

@@ -171,6 +171,9 @@ sequencer_election_check_s = 0.05  # a follower looks at the election on a watch
 sequencer_candidate_catch_up_s_max = 10.0  # an elected sequencer not caught up by then resigns
 client_failover_silence_s = 1.0  # a client with calls out hears nothing this long: next
 client_failover_backoff_s = 0.1  # after "not leader" with no leader named, wait this long
+# a hint naming a sequencer whose connection dropped is believed only after this long
+# (ZooKeeper expires the dead leader's session and elects another well within it)
+client_failover_stale_hint_s = 3.0
 
 _check(
     batch_bytes_max + (64 << 10) <= zk_node_bytes_max,
@@ -192,3 +195,8 @@ netns_command_timeout_s = 10.0  # one `ip` command; slower: NetnsError
 netns_process_exit_timeout_s = 10.0  # a SIGKILLed process is reaped within this
 
 _check(netns_hosts_max <= 254, "every host's address fits the one /24 of its bridge")
+_check(
+    client_failover_stale_hint_s > zk_session_timeout_s + 4 * sequencer_election_check_s,
+    "a client waits out a dead leader's session and an election before it believes "
+    "a follower that still names it",
+)
