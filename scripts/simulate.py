@@ -40,6 +40,10 @@ STORY_WORDS = (
     "live ",
     "restore",
     "gap",
+    "elect",
+    "heal",
+    "follows",
+    "stepped",
     "PLANT",
     "timeout",
     "FAIL",
@@ -48,7 +52,7 @@ STORY_WORDS = (
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {"strict_liveness": args.strict_liveness}
-    for name in ("replicas", "partitions", "clients", "calls"):
+    for name in ("replicas", "partitions", "clients", "calls", "sequencers"):
         value = getattr(args, name)
         if value is not None:
             options[name] = value
@@ -128,6 +132,11 @@ def main() -> int:
     ap.add_argument("--partitions", type=int)
     ap.add_argument("--clients", type=int)
     ap.add_argument("--calls", type=int)
+    ap.add_argument(
+        "--sequencers",
+        type=int,
+        help="> 1: a replicated ordering layer (leader kills and cut-offs, failover)",
+    )
     ap.add_argument("--no-faults", action="store_true")
     ap.add_argument("--strict-liveness", action="store_true")
     ap.add_argument("--json", help="write the sweep's summary to this file")

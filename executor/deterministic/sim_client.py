@@ -7,7 +7,8 @@ after ``timeout_us`` (a timeout: the call may or may not have committed).
 
 The ledger (``records``) keeps every call made and every answer received, in order,
 including second answers to a retried call: the checks compare them with the log and
-the serial oracle.
+the serial oracle. ERR_NOT_LEADER (a deposed leader's answer) is not an answer: the
+call is resent, same ids, to the leader, as ``Client`` does.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from executor.deterministic.sim_network import Node, Payload
 from txn_library import wire
 from txn_library.client import ClientProtocol
+from txn_library.errors import ERR_NOT_LEADER, ERROR
 
 if TYPE_CHECKING:
     from executor.deterministic.simulator import Simulator
@@ -150,6 +152,11 @@ class SimClient:
                 continue
             if not 1 <= req_id <= len(self.records):
                 self.sim.failure(f"client {self.index}: answer for unknown request {req_id}")
+                continue
+            if status == ERROR and isinstance(value, tuple) and value[:1] == (ERR_NOT_LEADER,):
+                p = self._pending.get(req_id)  # a deposed leader's: resend to the leader
+                if p is not None:
+                    p.resend_us = now
                 continue
             self.records[req_id - 1].answers.append((now, status, value))
             if self._pending.pop(req_id, None) is not None:

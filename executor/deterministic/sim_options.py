@@ -21,7 +21,9 @@ class SimOptions:
     think_max_us: int | None = None
     faults: bool = True
     partition_crashes: int | None = None
-    sequencer_crashes: int | None = None
+    sequencer_crashes: int | None = None  # with sequencers > 1: leader kills and cut-offs
+    sequencers: int = 1  # > 1: a replicated ordering layer over a simulated store
+    session_timeout_ms: int = 1_000  # a lost leader's "ZooKeeper session" expires then
     pub_drop_pct: float | None = None
     checkpoint_every_epochs: int | None = None
     checkpoint_keep: int = 3
@@ -82,7 +84,8 @@ class Fault:
     kind: str  # "partition" or "sequencer"
     replica: int = 0
     partition: int = 0
-    mode: str = "now"  # sequencer: "now", "in_sync", "before_publish", "sync_error"
+    mode: str = "now"  # sequencer: "now", "in_sync", "before_publish", "sync_error";
+    # replicated: "kill" (the leader, kill -9) or "cut" (the leader off the network)
     down_us: int = 0
     corrupt_checkpoint: bool = False
 
@@ -93,6 +96,8 @@ class Fault:
                 f"{self.at_us // 1000} ms: crash r{self.replica}p{self.partition} for "
                 f"{self.down_us // 1000} ms{extra}"
             )
+        if self.mode == "cut":
+            return f"{self.at_us // 1000} ms: cut the leader off for {self.down_us // 1000} ms"
         return (
             f"{self.at_us // 1000} ms: crash sequencer ({self.mode}) for {self.down_us // 1000} ms"
         )

@@ -262,10 +262,11 @@ class PartitionNode:
     # Inputs ----------------------------------------------------------------------
     def on_pub(self, payload: Payload) -> None:
         assert isinstance(payload, tuple)
-        topic, data = payload
+        topic, data = payload[0], payload[1]
+        publisher = int(payload[2]) if len(payload) > 2 else None  # replicated: the member
         assert self.feed is not None
         if topic == swire.TOPIC_BATCH:
-            self.feed.offer(data, published=True)
+            self.feed.offer(data, published=True, publisher=publisher)
         elif topic == swire.TOPIC_HEARTBEAT:
             hb = swire.heartbeat(swire.unpack(data))
             assert hb is not None, "the simulated sequencer sends well-formed heartbeats"

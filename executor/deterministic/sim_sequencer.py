@@ -11,6 +11,16 @@ ZMQ_IMMEDIATE). Its clock and seed source are the simulator's.
 
 A crash discards the role object and leaves the command log as a real crash would
 (``sim_log``); a restart builds a new ``Sequencer`` over the recovered log.
+
+Replicated (``SimOptions.sequencers`` > 1; cluster.sequencer_server is the live
+counterpart): every member starts as a follower that copies committed batches from the
+shared store into its own log (``copy_committed``) every epoch; the member the
+simulator elects ``lead()``s: it copies what it lacks, claims a term, and builds a
+``Sequencer`` over ``ReplicatedLog`` (commit to the store, then append locally), which
+publishes a batch only after its commit. A leader whose commit fails steps down
+(``Sequencer.step_down``: its unanswered calls get ERR_NOT_LEADER) and follows.
+Batches and heartbeats carry the term and the publishing member; followers answer
+nothing (clients and partitions resend to the leader).
 """
 
 from __future__ import annotations
@@ -19,6 +29,9 @@ from typing import TYPE_CHECKING
 
 from executor.deterministic.sim_log import SimCommandLog, SimulatedCrash
 from executor.deterministic.sim_network import Node, Payload
+from executor.deterministic.sim_ordering import MemberStore, PublishFirstLog
+from sequencer.log import CommandLog
+from sequencer.replication import ReplicatedLog, copy_committed
 from sequencer.sequencer import HEARTBEAT_MS, Sequencer
 from sequencer.status import SequencerStats
 from txn_library import partition_wire as ewire
@@ -33,9 +46,14 @@ HEARTBEAT_US = HEARTBEAT_MS * 1000
 
 
 class SequencerNode:
-    def __init__(self, sim: Simulator) -> None:
+    def __init__(self, sim: Simulator, member: int = 0) -> None:
         self.sim = sim
-        self.node = Node("seq", up=False)
+        self.member = member
+        replicated = sim.store is not None
+        self.node = Node(f"seq{member}" if replicated else "seq", up=False)
+        self.log_dir = sim.root / f"log-{member}" if replicated else sim.log_dir
+        self.view = MemberStore(sim.store, member) if sim.store is not None else None
+        self.term = 0
         self.seq: Sequencer | None = None
         self.log: SimCommandLog | None = None
         self.crash_before_publish = False
@@ -49,17 +67,47 @@ class SequencerNode:
     # Life ------------------------------------------------------------------------
     def start(self) -> None:
         sim = self.sim
-        log = SimCommandLog(sim.log_dir)
+        log = SimCommandLog(self.log_dir)
         if log.recovered_truncated_bytes:
             self.torn_tails += 1
             self.truncated_bytes += log.recovered_truncated_bytes
+        if self.view is not None:  # replicated: every member starts as a follower
+            self.log, self.seq = log, None
+            self.node.up = True
+            sim.net.reconnect(self.node)
+            sim.trace.note(sim.loop.now_us, f"start seq{self.member} as follower")
+            sim.loop.after(sim.opts.epoch_ms * 1000, self._follow_tick, self.node.incarnation)
+            return
+        self._serve(log, log, 0)
+
+    def lead(self) -> None:
+        """Elected (replicated): copy what the store has that we lack, claim a term,
+        serve over ReplicatedLog."""
+        sim, view, log = self.sim, self.view, self.log
+        assert view is not None and log is not None and self.node.up
+        copy_committed(log, view, 1 << 30)
+        term = view.claim_term()
+        cmd_log: ReplicatedLog
+        if sim.opts.plant == "publish-before-commit":
+            cmd_log = PublishFirstLog(log, view, term, self._publish_batch)
+        else:
+            cmd_log = ReplicatedLog(log, view, term)
+        self.term = term
+        self._serve(log, cmd_log, term)
+
+    def _publish_batch(self, data: bytes) -> None:
+        self._publish(wire.TOPIC_BATCH, data)
+
+    def _serve(self, log: SimCommandLog, cmd_log: CommandLog | ReplicatedLog, term: int) -> None:
+        sim = self.sim
         seq = Sequencer(
-            log,
+            cmd_log,
             sim.replicas,
             sim.partitions,
             checkpoint_every_epochs=sim.checkpoint_every_epochs,
             clock=sim.mono_s,
             seed_source=lambda: sim.rng.getrandbits(63),
+            term=term,
         )
         sim.planted_sequencer(seq)
         self.log, self.seq = log, seq
@@ -68,20 +116,47 @@ class SequencerNode:
         self.crash_before_publish = False
         self.failed_stop_noted = False
         self._next_heartbeat_us = sim.loop.now_us
+        led = f" leads term {term}" if term else ""
         sim.trace.note(
             sim.loop.now_us,
-            f"start seq epoch {seq.epoch} next txn {seq.next_txn_id} "
+            f"start seq{led} epoch {seq.epoch} next txn {seq.next_txn_id} "
             f"(truncated {log.recovered_truncated_bytes} bytes)",
         )
+        if term:  # a new leader names itself at once (partitions send results there)
+            self._publish(wire.TOPIC_HEARTBEAT, self._heartbeat(seq))
         sim.loop.after(sim.opts.epoch_ms * 1000, self._tick, self.node.incarnation)
+
+    def _heartbeat(self, seq: Sequencer) -> bytes:
+        return wire.pack(wire.Heartbeat(seq.epoch, self.term, self.member))
+
+    def follow(self, reason: str) -> None:
+        """Stop leading (replicated): unanswered calls get ERR_NOT_LEADER, then copy."""
+        seq = self.seq
+        if seq is not None:
+            seq.step_down(reason)
+            self.flush()
+            self.retired.append(seq.stats)
+            self.seq = None
+            self.sim.trace.note(self.sim.loop.now_us, f"seq{self.member} follows: {reason}")
+        self.sim.loop.after(self.sim.opts.epoch_ms * 1000, self._follow_tick, self.node.incarnation)
+
+    def _follow_tick(self, life: int) -> None:
+        node, sim = self.node, self.sim
+        if not node.up or node.incarnation != life or self.seq is not None:
+            return
+        assert self.view is not None and self.log is not None
+        if not self.view.cut:
+            copy_committed(self.log, self.view, 256)
+        sim.loop.after(sim.opts.epoch_ms * 1000, self._follow_tick, life)
 
     def crash(self, lose_synced: bool = False) -> None:
         node, sim = self.node, self.sim
-        assert self.seq is not None and self.log is not None
+        assert self.log is not None
         node.up = False
         node.incarnation += 1
         node.crashed_at_us = sim.loop.now_us
-        self.retired.append(self.seq.stats)
+        if self.seq is not None:
+            self.retired.append(self.seq.stats)
         tail = self.log.crash(sim.rng, lose_synced=lose_synced)
         self.seq = self.log = None
         sim.trace.note(sim.loop.now_us, f"crash seq: {tail}")
@@ -94,14 +169,17 @@ class SequencerNode:
     # Inputs ----------------------------------------------------------------------
     def on_client_frame(self, identity: bytes, frame: bytes) -> None:
         seq = self.seq
-        assert seq is not None
+        if seq is None:  # a follower (replicated): the client resends to the leader
+            return
         seq.on_frame(identity, frame)
         seq.run_intake()
         self.flush()
 
     def on_results(self, payload: Payload) -> None:
         seq = self.seq
-        assert seq is not None and isinstance(payload, bytes)
+        if seq is None:  # a follower (replicated): not for us
+            return
+        assert isinstance(payload, bytes)
         if not seq.on_results_frame(payload):
             self.junk += 1
             self.sim.failure(f"sequencer refused a partition's report ({len(payload)} bytes)")
@@ -109,8 +187,7 @@ class SequencerNode:
 
     def on_log_fetch(self, partition: PartitionNode, payload: Payload) -> None:
         """SequencerServer._on_log_fetch over the simulated DEALER/ROUTER pair."""
-        log = self.log
-        assert log is not None and isinstance(payload, bytes)
+        assert isinstance(payload, bytes)
         reply = self.seq.log_fetch_reply(payload) if self.seq is not None else None
         if reply is None:
             return  # fail-stopped: the log service answers nothing until a restart
@@ -118,15 +195,18 @@ class SequencerNode:
 
     def _tick(self, life: int) -> None:
         node, sim = self.node, self.sim
-        if not node.up or node.incarnation != life:
+        if not node.up or node.incarnation != life or self.seq is None:
             return
         seq = self.seq
-        assert seq is not None
         now = sim.loop.now_us
         try:
             data = seq.tick(WALL_BASE_MS + now // 1000)
         except SimulatedCrash:
             sim.sequencer_crashed("between append and sync")
+            return
+        if seq.deposed is not None:  # replicated: the commit failed; never published
+            self.follow(seq.deposed)
+            sim.leader_stepped_down(self)
             return
         if seq.failed is not None and not self.failed_stop_noted:
             self.failed_stop_noted = True
@@ -136,10 +216,14 @@ class SequencerNode:
             if self.crash_before_publish:
                 sim.sequencer_crashed("after sync, before publish")
                 return
-            self._publish(wire.TOPIC_BATCH, data)
+            if sim.opts.plant != "publish-before-commit" or self.view is None:
+                self._publish(wire.TOPIC_BATCH, data)
+            if self.view is not None:
+                assert self.log is not None
+                self.log.sync()  # live: every sequencer_local_sync_s; the store holds it
             self._next_heartbeat_us = now + HEARTBEAT_US
         if now >= self._next_heartbeat_us:
-            self._publish(wire.TOPIC_HEARTBEAT, wire.pack(wire.Heartbeat(seq.epoch)))
+            self._publish(wire.TOPIC_HEARTBEAT, self._heartbeat(seq))
             self._next_heartbeat_us = now + HEARTBEAT_US
         self.flush()
         sim.loop.after(sim.opts.epoch_ms * 1000, self._tick, life)
@@ -147,9 +231,12 @@ class SequencerNode:
     # Outputs ---------------------------------------------------------------------
     def _publish(self, topic: bytes, data: bytes) -> None:
         net = self.sim.net
+        payload: Payload = (topic, data)
+        if self.view is not None:  # which member published: as a partition's SUB knows
+            payload = (topic, data, b"%d" % self.member)
         for replica in self.sim.parts:
             for p in replica:
-                net.send(self.node, p.node, "pub", (topic, data), p.on_pub, lossy=True)
+                net.send(self.node, p.node, "pub", payload, p.on_pub, lossy=True)
 
     def flush(self) -> None:
         seq = self.seq

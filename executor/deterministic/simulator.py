@@ -66,6 +66,7 @@ from executor.deterministic.workloads import (
     workload_genesis,
 )
 from sequencer.log import iter_frames
+from sequencer.replication import MemoryStore
 from sequencer.retry_cache import RetryCache
 from sequencer.sequencer import Sequencer
 from sequencer.status import SequencerStats
@@ -73,7 +74,8 @@ from txn_library import partition_wire as ewire
 from txn_library import wire
 from txn_library.procedure import load_modules
 
-PLANTS = ("swap", "drop-read", "lose-synced", "no-retry-rebuild")
+PLANTS = ("swap", "drop-read", "lose-synced", "no-retry-rebuild", "publish-before-commit")
+REPLICATED_PLANTS = ("publish-before-commit",)  # need SimOptions.sequencers > 1
 
 # What a seed draws from (when SimOptions leaves it None), in one place.
 SHAPES = ((2, 2), (2, 2), (2, 3), (3, 2), (1, 3))  # (replicas, partitions)
@@ -93,6 +95,7 @@ CORRUPT_CHECKPOINT_SHARE = 0.2
 SEQUENCER_CRASHES_MAX = 2
 SEQUENCER_DOWN_US = (5_000, 500_000)
 SEQUENCER_CRASH_MODES = ("now", "now", "in_sync", "before_publish", "sync_error")
+LEADER_FAULT_MODES = ("kill", "cut")  # replicated ordering layer
 FAULT_FIRST_US = 10_000
 HORIZON_MIN_US = 200_000  # faults fall in [FAULT_FIRST_US, horizon]: while clients work
 CALL_LATENCY_GUESS_US = 25_000  # for the horizon: ~2 epochs per call
@@ -156,7 +159,15 @@ class Simulator:
         self.net = Network(self.loop, rng, profile, self.trace)
         self.root = Path(tempfile.mkdtemp(prefix=f"ordo-sim-{seed}-", dir=_temp_root()))
         self.log_dir = self.root / "log"
-        self.seq_node = SequencerNode(self)
+        if opts.sequencers < 1:
+            raise ValueError("sequencers is at least 1")
+        if opts.plant == "publish-before-commit" and opts.sequencers < 2:
+            raise ValueError("publish-before-commit needs a replicated layer (sequencers >= 2)")
+        # Replicated ordering layer (sim_ordering): N members over one store, a leader.
+        self.store = MemoryStore() if opts.sequencers > 1 else None
+        self.seq_nodes = [SequencerNode(self, m) for m in range(opts.sequencers)]
+        self.leader = 0
+        self._electing = False
         self.parts = [
             [PartitionNode(self, r, p) for p in range(self.partitions)]
             for r in range(self.replicas)
@@ -180,6 +191,7 @@ class Simulator:
                 "corrupted_checkpoints",
                 "faults_skipped",
                 "sequencer_fail_stops",
+                *(("failovers", "leader_cutoffs") if self.store is not None else ()),
             ),
             0,
         )
@@ -239,6 +251,19 @@ class Simulator:
                     ),
                 )
             )
+        if self.store is not None:  # replicated: leader kills and cut-offs
+            if opts.plant == "publish-before-commit":
+                n_seq = max(n_seq, 2)
+            for _ in range(n_seq):
+                faults.append(
+                    Fault(
+                        rng.randint(FAULT_FIRST_US, horizon_us),
+                        "sequencer",
+                        mode=rng.choice(LEADER_FAULT_MODES),
+                        down_us=rng.randint(*SEQUENCER_DOWN_US),
+                    )
+                )
+            return sorted(faults, key=lambda f: f.at_us)
         for _ in range(n_seq):
             mode = rng.choice(SEQUENCER_CRASH_MODES)
             if opts.plant == "lose-synced":
@@ -252,6 +277,12 @@ class Simulator:
                 )
             )
         return sorted(faults, key=lambda f: f.at_us)
+
+    @property
+    def seq_node(self) -> SequencerNode:
+        """The leader (replicated: the member elected last), where clients and
+        partitions send."""
+        return self.seq_nodes[self.leader]
 
     # Time ------------------------------------------------------------------------
     def mono_s(self) -> float:
@@ -286,14 +317,20 @@ class Simulator:
             return self._result(record, failures, stalls, capture.lines)
         finally:
             ordo_log.removeHandler(capture)
-            self.seq_node.close()
+            for node in self.seq_nodes:
+                node.close()
             for replica in self.parts:
                 for p in replica:
                     p.store.close()
             shutil.rmtree(self.root, ignore_errors=True)
 
     def _start(self) -> None:
-        self.seq_node.start()
+        if self.store is not None:
+            for node in self.seq_nodes:
+                node.start()  # followers
+            self.seq_node.lead()
+        else:
+            self.seq_node.start()
         for replica in self.parts:
             for p in replica:
                 p.start()
@@ -368,6 +405,9 @@ class Simulator:
             self.counters["partition_crashes"] += 1
             self.loop.after(fault.down_us, self._restart_partition, node, fault.corrupt_checkpoint)
             return
+        if self.store is not None:
+            self._leader_fault(fault)
+            return
         self._seq_down_us = fault.down_us
         seq_node = self.seq_node
         if fault.mode == "in_sync":
@@ -384,6 +424,10 @@ class Simulator:
     def _fault_allowed(self, fault: Fault) -> bool:
         """Within what recovery alone handles: one partition of a replica at a time
         (its peers must be live to resend reads), one sequencer crash at a time."""
+        if fault.kind == "sequencer" and self.store is not None:
+            node = self.seq_node
+            assert node.view is not None
+            return node.node.up and node.seq is not None and not node.view.cut
         if fault.kind == "sequencer":
             node = self.seq_node
             return (
@@ -402,6 +446,64 @@ class Simulator:
                 self.counters["corrupted_checkpoints"] += 1
                 self.trace.note(self.loop.now_us, f"corrupt checkpoint {what}")
         node.start()
+
+    # Replicated ordering layer -------------------------------------------------------
+    def _leader_fault(self, fault: Fault) -> None:
+        """Kill the leader (restarted later as a follower) or cut it off the network
+        for a while; either way its session expires and another member is elected."""
+        node = self.seq_node
+        assert node.view is not None
+        if fault.mode == "kill":
+            self.counters["sequencer_crashes"] += 1
+            node.crash()
+            self.loop.after(fault.down_us, self._restart_member, node)
+        else:
+            self.counters["leader_cutoffs"] += 1
+            node.view.cut = True
+            self.loop.after(fault.down_us, self._heal, node)
+        self._expect_election()
+
+    def leader_stepped_down(self, node: SequencerNode) -> None:
+        """A leader's commit failed (cut off, or fenced by a newer term)."""
+        self.trace.note(self.loop.now_us, f"seq{node.member} stepped down")
+        if node is self.seq_node:
+            self._expect_election()
+
+    def _expect_election(self) -> None:
+        if not self._electing:
+            self._electing = True
+            self.loop.after(self.opts.session_timeout_ms * 1000, self._elect)
+
+    def _elect(self) -> None:
+        """ZooKeeper's part: the lost leader's session has expired; the lowest-numbered
+        member that is up and reachable (other than the lost leader, if there is
+        another) claims the next term and leads."""
+        old = self.leader
+        able = [
+            n
+            for n in self.seq_nodes
+            if n.node.up and n.view is not None and not n.view.cut and n.seq is None
+        ]
+        others = [n for n in able if n.member != old]
+        if not able:  # nobody can lead now: ask again shortly
+            self.loop.after(self.opts.epoch_ms * 1000, self._elect)
+            return
+        pick = (others or able)[0]
+        self._electing = False
+        self.leader = pick.member
+        self.counters["failovers"] += 1
+        self.trace.note(self.loop.now_us, f"elect seq{pick.member} (was seq{old})")
+        pick.lead()
+
+    def _restart_member(self, node: SequencerNode) -> None:
+        node.start()  # a follower; it copies what it missed from the store
+
+    def _heal(self, node: SequencerNode) -> None:
+        assert node.view is not None
+        node.view.cut = False
+        self.trace.note(self.loop.now_us, f"heal seq{node.member}")
+        if node.seq is not None and node is not self.seq_node:
+            node.follow("healed after a newer leader was elected")
 
     def sequencer_crashed(self, when: str) -> None:
         self.counters["sequencer_crashes"] += 1
@@ -517,11 +619,17 @@ class Simulator:
         return out
 
     def _sequencer_stats(self) -> list[SequencerStats]:
-        node = self.seq_node
-        return list(node.retired) + ([node.seq.stats] if node.seq is not None else [])
+        out: list[SequencerStats] = []
+        for node in self.seq_nodes:
+            out += list(node.retired) + ([node.seq.stats] if node.seq is not None else [])
+        return out
 
     def _run_record(self) -> RunRecord:
-        log = [data for _e, data in iter_frames(self.log_dir)]
+        if self.store is None:
+            log = [data for _e, data in iter_frames(self.log_dir)]
+        else:  # the committed history; every member's log must be a prefix of it
+            log = [self.store.batches[e] for e in range(1, self.store.last + 1)]
+            self._check_member_logs(log)
         replicas: list[list[Partition | None]] = [
             [p.part for p in replica] for replica in self.parts
         ]
@@ -535,6 +643,17 @@ class Simulator:
             sum(s.determinism_violations for s in self._sequencer_stats()),
             self.partitions,
         )
+
+    def _check_member_logs(self, committed: list[bytes]) -> None:
+        terms = [wire.decode_batch(data).term for data in committed]
+        if terms != sorted(terms):
+            self.failure("terms decrease along the committed log")
+        for node in self.seq_nodes:
+            if node.log is not None:
+                node.log.sync()
+            mine = [data for _e, data in iter_frames(node.log_dir)]
+            if mine != committed[: len(mine)]:
+                self.failure(f"seq{node.member}'s log is not a prefix of the committed log")
 
     def _result(
         self, record: RunRecord, failures: list[str], stalls: list[str], log_lines: list[str]
