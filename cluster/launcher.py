@@ -20,6 +20,7 @@ from typing import Any
 
 from cluster.config import ClusterConfig
 from cluster.processes import kill_process, spawn_python, stop_processes
+from txn_library import limits
 from txn_library.client import Client
 from txn_library.errors import CallTimeout
 
@@ -103,6 +104,49 @@ class LocalCluster(ProcessGroup):
                 self.start_partition(r, p)
         self.wait_ready(wait_s, want=len(started) * self.config.partitions)
         return self
+
+    def run_foreground(self, should_stop: Callable[[], bool], poll_s: float = 0.2) -> None:
+        """Block until ``should_stop()``. The embedded default fails when a child dies.
+        A replicated cluster is built to survive that, so ``ordo up --ha`` supervises
+        instead: a sequencer, partition or ZooKeeper server that exits is reported and
+        started again (a sequencer rejoins as a follower, a partition recovers from its
+        checkpoint and the log), at most ``limits.supervisor_restarts_max`` times per
+        process within ``limits.supervisor_window_s``; past that, it fails as before."""
+        if not self.config.replicated:
+            super().run_foreground(should_stop, poll_s)
+            return
+        restarts: dict[str, list[float]] = {}
+        while not should_stop():
+            now = time.monotonic()
+            dead = [(n, p.returncode) for n, p in self.procs.items() if p.poll() is not None]
+            if self.ensemble is not None:
+                dead += [
+                    (f"zookeeper-{n}", p.returncode)
+                    for n, p in self.ensemble.procs.items()
+                    if p.poll() is not None
+                ]
+            for name, code in dead:
+                recent = [t for t in restarts.get(name, []) if now - t < limits.supervisor_window_s]
+                if len(recent) >= limits.supervisor_restarts_max:
+                    raise RuntimeError(
+                        f"{name} exited with {code} {len(recent)} times in "
+                        f"{limits.supervisor_window_s:.0f} s; see {self.logs_dir}"
+                    )
+                restarts[name] = [*recent, now]
+                print(f"ordo up: {name} exited with {code}; starting it again", flush=True)
+                self._restart(name)
+            time.sleep(poll_s)
+
+    def _restart(self, name: str) -> None:
+        if name.startswith("zookeeper-"):
+            self.ensemble.start_server(int(name.split("-")[1]))
+        elif name.startswith("sequencer"):
+            self.procs.pop(name)
+            self.start_sequencer(int(name.split("-")[1]) if "-" in name else 0)
+        else:  # rRpP
+            self.procs.pop(name)
+            r, p = name[1:].split("p")
+            self.start_partition(int(r), int(p))
 
     def start_zookeeper(self) -> None:
         from cluster.ordering_zk import ensemble_of, ensure_secret

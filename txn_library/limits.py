@@ -174,6 +174,9 @@ client_failover_backoff_s = 0.1  # after "not leader" with no leader named, wait
 # a hint naming a sequencer whose connection dropped is believed only after this long
 # (ZooKeeper expires the dead leader's session and elects another well within it)
 client_failover_stale_hint_s = 3.0
+# `ordo up --ha` restarts a process that exits, at most this many times per window
+supervisor_restarts_max = 5
+supervisor_window_s = 60.0
 
 _check(
     batch_bytes_max + (64 << 10) <= zk_node_bytes_max,

@@ -239,3 +239,39 @@ def test_batches_near_the_byte_bound_commit_through_zookeeper(ha_cluster: LocalC
     st = wait_for_leader(ha_cluster)
     sizes = [len(d) for _e, d in iter_frames(cfg.sequencer_log_dir(st["member"]))]
     assert max(sizes) > 1 << 20  # at least one batch held two of them
+
+
+def test_ordo_up_ha_supervises_and_restarts_a_killed_process(ha_cluster: LocalCluster) -> None:
+    """`ordo up --ha` runs ``run_foreground``: a killed sequencer is started again and
+    rejoins (the embedded default would stop the whole cluster instead)."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def supervise() -> None:
+        try:
+            ha_cluster.run_foreground(stop.is_set, poll_s=0.05)
+        except BaseException as e:  # the test fails below with it
+            errors.append(e)
+
+    t = threading.Thread(target=supervise, daemon=True)
+    t.start()
+    try:
+        name, st = leader_name(ha_cluster)
+        old_pid = ha_cluster.procs[name].pid
+        os.kill(old_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            p = ha_cluster.procs.get(name)
+            if p is not None and p.pid != old_pid and p.poll() is None:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"{name} was not started again")
+        new = wait_for_leader(ha_cluster, not_member=st["member"])
+        assert new["term"] > st["term"]
+        with cluster_client(ha_cluster.config) as c:
+            assert c.call("kv.put", "k", "after").ok
+    finally:
+        stop.set()
+        t.join(timeout=5)
+    assert not errors, errors
