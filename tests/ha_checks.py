@@ -9,6 +9,8 @@ serial replay's, and no determinism violation was seen.
 
 from __future__ import annotations
 
+import time
+
 from cluster.config import ClusterConfig
 from cluster.ledger import Ledger
 from executor.deterministic.oracle import SerialExecutor
@@ -20,10 +22,19 @@ def check_outcome(cfg: ClusterConfig, ledger: Ledger, st: dict, transfers: int) 
     """The ledger against the committed log and the replicas (see module docstring)."""
     assert not ledger.failed, ledger.failed[:5]
     assert len(ledger.acked) == transfers
-    logs = []
-    for m in range(cfg.sequencers):
-        logs.append([data for _e, data in iter_frames(cfg.sequencer_log_dir(m))])
-    leader_log = logs[st["member"]]
+    # Local logs are fdatasynced every sequencer_local_sync_s: read them once the
+    # leader's holds the epoch its status reported.
+    deadline = time.monotonic() + 10
+    while True:
+        logs = [
+            [data for _e, data in iter_frames(cfg.sequencer_log_dir(m))]
+            for m in range(cfg.sequencers)
+        ]
+        leader_log = logs[st["member"]]
+        if len(leader_log) >= st["epoch"] - st["log_first_epoch"] + 1:
+            break
+        assert time.monotonic() < deadline, "the leader's log never reached its epoch"
+        time.sleep(0.05)
     for m, other in enumerate(logs):
         n = min(len(other), len(leader_log))
         assert other[:n] == leader_log[:n], f"sequencer {m}'s log differs from the leader's"

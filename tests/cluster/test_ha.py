@@ -202,8 +202,12 @@ def test_a_wiped_follower_rejoins_from_zookeeper_and_its_peers(ha_cluster: Local
         if frames and frames[-1][0] >= st["epoch"]:
             break
         time.sleep(0.1)
+    assert frames and frames[-1][0] >= st["epoch"]
+    # Both logs are live files, each fdatasynced every sequencer_local_sync_s: compare
+    # what both hold.
     leader_frames = list(iter_frames(cfg.sequencer_log_dir(st["member"])))
-    assert frames == leader_frames[: len(frames)] and frames[-1][0] >= st["epoch"]
+    n = min(len(frames), len(leader_frames))
+    assert n >= st["epoch"] - frames[0][0] and frames[:n] == leader_frames[:n]
     assert frames[0][0] == 1  # the whole log, from a peer where ZooKeeper had trimmed it
 
 
