@@ -81,6 +81,7 @@ from txn_library.errors import (
     invariant,
 )
 
+_MONITORS = itertools.count()  # unique inproc endpoints for connection monitors
 log = logging.getLogger(__name__)
 
 # The sequencer's wire contract (sequencer/wire.py): client_id is bytes, at most 64.
@@ -573,13 +574,26 @@ class Client:
             self._sock.send(frame)
 
     def _watch(self, poller: zmq.Poller) -> None:
-        self._mon = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        """Monitor the current connection (its drop moves the client at once). The
+        endpoint is unique per monitor: pyzmq's default names it by the socket's file
+        descriptor, which a quickly closed and reopened socket reuses while the old
+        endpoint may still be bound. Without a monitor the silence rule still holds."""
+        addr = f"inproc://ordo-client-monitor-{id(self):x}-{next(_MONITORS)}"
+        try:
+            self._mon = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED, addr=addr)
+        except zmq.ZMQError as e:
+            self._mon = None
+            log.warning("ordo client: cannot watch the connection to %s: %s", self.address, e)
+            return
         poller.register(self._mon, zmq.POLLIN)
 
     def _unwatch(self, poller: zmq.Poller) -> None:
         if self._mon is not None:
             poller.unregister(self._mon)
-            self._sock.disable_monitor()
+            try:
+                self._sock.disable_monitor()
+            except zmq.ZMQError:
+                pass  # the socket is about to close anyway
             self._mon.close(linger=0)
             self._mon = None
 
