@@ -229,15 +229,7 @@ class PartitionServer:
             return
         t0 = time.monotonic()
         planned = self._chain.plan(epoch)
-        self._writer = self._chain.writer(
-            self.checkpoint_dir,
-            planned,
-            replica=self.replica,
-            partition=self.partition_id,
-            partitions=self.config.partitions,
-            next_txn_id=part.next_txn_id,
-            txns_applied=part.txns_applied,
-        )
+        self._writer = self._chain.writer(self.checkpoint_dir, planned, **self._checkpoint_ids())
         self._writer_started = t0
         self._drain_s = drain_s
         self._capture_s = time.monotonic() - t0
@@ -290,6 +282,17 @@ class PartitionServer:
             len(removed),
         )
 
+    def _checkpoint_ids(self) -> dict[str, int]:
+        """Who writes a checkpoint and the counters it records (the writer's header)."""
+        part = self.part
+        return dict(
+            replica=self.replica,
+            partition=self.partition_id,
+            partitions=self.config.partitions,
+            next_txn_id=part.next_txn_id,
+            txns_applied=part.txns_applied,
+        )
+
     def _periodic_checkpoints(self) -> bool:
         c = self.config
         return c.checkpoint_keep > 0 and (c.checkpoint_every_epochs > 0 or c.checkpoint_every_s > 0)
@@ -303,18 +306,9 @@ class PartitionServer:
         first periodic checkpoint loads it instead of generating the genesis again.
         """
         t0 = time.monotonic()
-        part = self.part
         planned = self._chain.plan(0)
         try:
-            self._chain.write(
-                self.checkpoint_dir,
-                planned,
-                replica=self.replica,
-                partition=self.partition_id,
-                partitions=self.config.partitions,
-                next_txn_id=part.next_txn_id,
-                txns_applied=part.txns_applied,
-            )
+            self._chain.write(self.checkpoint_dir, planned, **self._checkpoint_ids())
         except OSError as e:
             log.error("genesis base not written (%s); the first checkpoint is a base", e)
             self._chain.failed()

@@ -633,27 +633,10 @@ class CheckpointChain:
             txns_applied=txns_applied,
         )
 
-    def write(
-        self,
-        directory: Path,
-        planned: PlannedCheckpoint,
-        *,
-        replica: int,
-        partition: int,
-        partitions: int,
-        next_txn_id: int,
-        txns_applied: int,
-    ) -> Path:
-        """Write ``planned`` now, from the state at its boundary (the state now)."""
-        return self.writer(
-            directory,
-            planned,
-            replica=replica,
-            partition=partition,
-            partitions=partitions,
-            next_txn_id=next_txn_id,
-            txns_applied=txns_applied,
-        ).finish()
+    def write(self, directory: Path, planned: PlannedCheckpoint, **ids: int) -> Path:
+        """Write ``planned`` now, from the state at its boundary (the state now);
+        ``ids`` as ``writer`` takes them."""
+        return self.writer(directory, planned, **ids).finish()
 
     def written(self, planned: PlannedCheckpoint) -> None:
         self.tip = planned.tip
