@@ -543,7 +543,7 @@ class SequencerServer:
         socks = [self.client, self.pub, self.logsvc, self.results, *self.peers, *self.feeds]
         try:
             self._sync_local()
-        except (OSError, RuntimeError) as e:  # a failed log says so at start-up too
+        except (OSError, RuntimeError, ValueError) as e:  # failed or closed: start-up says so
             log.error("local log not synced at shutdown: %s", e)
         for s in [*socks, *self.query_socks.values()]:
             s.close(linger=0)
