@@ -33,7 +33,8 @@ address the same way. ERR_NOT_LEADER never reaches the caller.
 
 A client with several addresses also watches its connection (a ZeroMQ socket
 monitor): when the sequencer's process dies, its kernel closes the connection and the
-client moves on at once, without waiting for the silence. Until the ordering layer
+client moves on at once, without waiting for the silence (only a connection that has
+answered counts: one refused at the CURVE handshake drops as well). Until the ordering layer
 notices the dead leader (its ZooKeeper session expires), the followers still name it; a
 client that left a *dropped* connection does not go back on such a hint: it asks the
 follower again every ``limits.client_failover_backoff_s`` until the hint names another
@@ -504,6 +505,7 @@ class Client:
         self._moved_at = 0.0
         self._left_dropped: tuple[str, float] | None = None  # (address, when): conn. dropped
         self._dropped = False  # the current connection dropped (socket monitor)
+        self._served = False  # a reply came on the current connection
         self._mon: zmq.Socket | None = None
         if len(self.addresses) > 1:
             self._watch(poller)
@@ -516,11 +518,15 @@ class Client:
             if self._mon is not None and self._mon in events:
                 while self._mon.poll(0):
                     self._mon.recv_multipart()  # only EVENT_DISCONNECTED is monitored
-                    self._dropped = True
+                    # Only a connection that served us counts: one refused at the
+                    # handshake (no admitted key) drops too, and must not make the
+                    # client hop between addresses.
+                    self._dropped = self._served
             sock = self._sock
             self._send_new(sock, pending)
             while sock.poll(0):
                 self._heard_at = time.monotonic()
+                self._served = True
                 self._on_reply(sock.recv(), pending)
             now = time.monotonic()
             if len(self.addresses) > 1:
@@ -551,7 +557,7 @@ class Client:
             target = self.addresses[(self.addresses.index(self.address) + 1) % len(self.addresses)]
         if self._move_to is None and dropped:
             self._left_dropped = (self.address, now)
-        self._dropped = False
+        self._dropped = self._served = False
         self._move_to = None
         self._ask_again_at = None
         self._moved_at = now

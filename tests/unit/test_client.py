@@ -228,9 +228,13 @@ def test_failover_leaves_a_dead_leader_at_once_and_waits_for_the_new_one() -> No
     (a, b, c), (addr_a, addr_b, addr_c) = _routers(3)
     try:
         with Client([addr_a, addr_b, addr_c], timeout_s=30.0, retry_s=10.0) as cl:
+            first = cl.submit("bank.balance", 1)
+            identity, frame = _receive(a)
+            _answer(a, identity, frame, (OK, 7))  # the connection serves...
+            assert first.result(timeout=5).ok
             fut = cl.submit("bank.balance", 1)
             _receive(a)
-            a.close()  # kill -9: the kernel closes the connection
+            a.close()  # ... then the leader dies (kill -9: the kernel closes it)
             asked_b = 0
             deadline = time.monotonic() + 20
             while not fut.done() and time.monotonic() < deadline:
