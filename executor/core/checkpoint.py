@@ -34,12 +34,12 @@ Each file is a sequence of frames in the command log's frame encoding (``<II`` l
                        At most ROWS_PER_FRAME rows of ONE table, cut once the frame
                        holds limits.checkpoint_frame_bytes_max bytes (a frame stays under
                        log_frame_bytes_max whatever the rows). Tables in name order;
-                       a base's keys sorted (byte-identical across replicas except the
-                       header's replica number and creation time); a delta's rows are
-                       the bytes its transactions packed (Storage.track_changes), in
-                       the order first written since its parent (sorting them would
-                       cost more than writing them; replicas may order them
-                       differently, never hold different rows).
+                       an ordered table's keys in key order, other tables' in their
+                       dict order (the same on replicas that executed the same
+                       history; a restored one may differ: the rows and the hash are
+                       the same, the bytes of the file need not be); a delta's rows
+                       are the bytes its transactions packed (Storage.track_changes),
+                       in the order first written since its parent.
   last frame  footer  [END, rows, state_hash] (the static file: its static hash)
 
 When a partition writes a base (chain policy, one home: ``CheckpointChain``): its first
@@ -215,8 +215,9 @@ def _fsync_dir(d: Path) -> None:
 
 # Writing ---------------------------------------------------------------------------------
 # A table's rows as captured for writing: (name, its keys in order or None to take them
-# when packing, {key: row}, or for a delta the change record {key: msgpack([name, key,
-# row]) or None for a deleted key}, and whether it is the latter).
+# when packing, and either {key: msgpack([name, key, row])} (a base's or the static
+# tables' encoded rows; a delta's change record, None for a deleted key) with True, or
+# {key: row} to pack with False).
 Captured = tuple[str, list[tuple] | None, dict[tuple, Any], bool]
 
 
@@ -262,13 +263,15 @@ def _body_frames(header: list[Any], tables: list[Captured], path: Path) -> Itera
     frame_bytes_max = limits.checkpoint_frame_bytes_max
     count = 0
     for name, keys, rows, encoded in tables:
-        if keys is None:  # a delta's keys in the order they were written, or sorted
+        if keys is None:  # a delta's keys in the order written, a base's in dict order
             keys = list(rows) if encoded else sorted(rows)
             yield None
         for i in range(0, len(keys), ROWS_PER_FRAME):
             some = keys[i : i + ROWS_PER_FRAME]
             if encoded:  # packed when written; a deleted key is packed here
-                parts = [rows[k] or pack((name, k, None)) for k in some]
+                parts = list(map(rows.__getitem__, some))
+                if None in parts:
+                    parts = [p or pack((name, k, None)) for p, k in zip(parts, some, strict=True)]
             else:
                 parts = [pack((name, k, rows[k])) for k in some]
             for chunk in _cut(parts, frame_bytes_max):
@@ -335,19 +338,22 @@ def _header_list(
     ]
 
 
-def _static_tables(storage: Storage) -> list[tuple[str, dict[tuple, Any]]]:
-    """The replicated tables (never written after genesis, so safe to read anywhere)."""
-    return [(n, storage.tables[n]) for n in sorted(storage.tables) if storage.is_replicated(n)]
+def _static_tables(storage: Storage) -> list[tuple[str, dict[tuple, bytes]]]:
+    """The replicated tables' encoded rows (never written after genesis, so safe to read
+    from the writer thread)."""
+    return [
+        (n, storage.encoded_rows(n)) for n in sorted(storage.tables) if storage.is_replicated(n)
+    ]
 
 
 def ensure_static(
     directory: Path,
-    tables: list[tuple[str, dict[tuple, Any]]],
+    tables: list[tuple[str, dict[tuple, bytes]]],
     static_hash: int,
     ids: tuple[int, int, int],
 ) -> None:
-    """Write the replicated tables' file (``ids``: replica, partition, partitions) unless
-    a valid one with this hash exists."""
+    """Write the replicated tables' file (``ids``: replica, partition, partitions) from
+    their encoded rows (``_static_tables``) unless a valid one with this hash exists."""
     if static_hash == 0:
         return
     replica, partition, partitions = ids
@@ -364,7 +370,7 @@ def ensure_static(
     header = _header_list(
         replica, partition, partitions, 0, 0, 0, 0, static_hash, STATIC, None, None, rows
     )
-    captured: list[Captured] = [(n, sorted(t), t, False) for n, t in tables]
+    captured: list[Captured] = [(n, sorted(t), t, True) for n, t in tables]
     _write_all(path, header, _body_frames(header, captured, path))
 
 
@@ -386,11 +392,11 @@ class CheckpointWriter:
 
     The capture (in the constructor, at the boundary): a delta's change record, taken
     from the storage then (each written key's row as the transaction packed it: nothing
-    to look up or pack), or a base's tables copied (``dict.copy``: references, at C
-    speed; an ordered table's keys from its index, already sorted). Stored rows are
-    immutable tuples (the engine replaces a row, never changes one), so the capture is
-    the boundary's state whatever the partition does next. The owner then calls
-    ``step`` between its other work: it packs the next frames (one table per frame, as
+    to look up or pack), or a base's encoded rows copied (``Storage.encoded``, the bytes
+    every write packs anyway; ``dict.copy``: references, at C speed; an ordered table's
+    keys from its index, already sorted). Encoded rows are immutable bytes, so the
+    capture is the boundary's state whatever the partition does next. The owner then
+    calls ``step`` between its other work: it cuts the next frames (one table per frame, as
     the format wants) until its time budget is spent, and queues them for a writer
     thread, which writes, fsyncs and renames (file I/O releases the GIL) and looks
     after the static tables file. ``outcome`` is None while in progress, then True (the
@@ -422,7 +428,7 @@ class CheckpointWriter:
         parent, changes = planned.parent, planned.changes
         invariant((parent is None) == (changes is None), "a delta needs a parent and changes")
         tables: list[Captured]
-        static: list[tuple[str, dict[tuple, Any]]] = []
+        static: list[tuple[str, dict[tuple, bytes]]] = []
         if parent is None:
             tables = []
             for n in sorted(storage.tables):
@@ -430,7 +436,7 @@ class CheckpointWriter:
                     continue
                 index = storage.indexes.get(n)
                 keys = None if index is None else list(index)
-                tables.append((n, keys, storage.tables[n].copy(), False))
+                tables.append((n, keys, storage.encoded_rows(n).copy(), True))
             static = _static_tables(storage)
             kind = BASE
         else:
@@ -683,8 +689,10 @@ def read_info(path: Path) -> CheckpointInfo:
     return _header(first, path)
 
 
-def _decode_rows(payload: bytes, path: Path, epoch: int | None) -> tuple[tuple, list[int]]:
-    """(rows, digest of each row's bytes) of one rows frame."""
+def _decode_rows(
+    payload: bytes, path: Path, epoch: int | None
+) -> tuple[tuple, list[bytes], list[int]]:
+    """(rows, each row's bytes, their digests) of one rows frame."""
     try:
         (n,) = _U32.unpack_from(payload, 1)
         lengths_end = 5 + 4 * n
@@ -692,7 +700,7 @@ def _decode_rows(payload: bytes, path: Path, epoch: int | None) -> tuple[tuple, 
         lengths.frombytes(payload[5:lengths_end])
         if sys.byteorder != "little":
             lengths.byteswap()
-        body = memoryview(payload)[lengths_end:]
+        body = payload[lengths_end:]
         rows = msgpack.unpackb(body, use_list=False)
     except Exception as e:
         raise CheckpointInvalid(f"{path}: undecodable rows frame: {e}", epoch) from None
@@ -700,12 +708,14 @@ def _decode_rows(payload: bytes, path: Path, epoch: int | None) -> tuple[tuple, 
     if not isinstance(rows, tuple) or len(rows) != n or len(lengths) != n or not 1 <= first <= 5:
         raise CheckpointInvalid(f"{path}: rows frame does not match its lengths", epoch)
     offsets = list(accumulate(lengths, initial=first))
-    digests = list(map(_digest, map(body.__getitem__, map(slice, offsets, offsets[1:]))))
-    return rows, digests
+    encodings = list(map(body.__getitem__, map(slice, offsets, offsets[1:])))
+    return rows, encodings, list(map(_digest, encodings))
 
 
-def _frames(path: Path, expect: CheckpointInfo | None) -> Iterator[tuple[tuple, list[int]]]:
-    """Every rows frame of one file as (rows, digests), after checking its header (equal
+def _frames(
+    path: Path, expect: CheckpointInfo | None
+) -> Iterator[tuple[tuple, list[bytes], list[int]]]:
+    """Every rows frame of one file as (rows, encodings, digests), after checking its header (equal
     to ``expect``'s if given); checks CRCs, the footer and the row count, and raises
     CheckpointInvalid after the last frame if anything is wrong."""
     epoch = _epoch_of(path) if expect is None else expect.epoch
@@ -721,9 +731,9 @@ def _frames(path: Path, expect: CheckpointInfo | None) -> Iterator[tuple[tuple, 
             count = 0
             for payload in frames:
                 if payload[:1] == _ROWS_TAG:
-                    rows, digests = _decode_rows(payload, path, epoch)
-                    count += len(rows)
-                    yield rows, digests
+                    decoded = _decode_rows(payload, path, epoch)
+                    count += len(decoded[0])
+                    yield decoded
                     continue
                 _footer(payload, path, info, count)
                 if next(frames, None) is not None:
@@ -759,7 +769,7 @@ def _check_hash_only(path: Path, expect: CheckpointInfo | None) -> CheckpointInf
     if info.kind == DELTA:
         raise CheckpointInvalid(f"{path}: a delta cannot be checked alone", info.epoch)
     total = 0
-    for rows, digests in _frames(path, info):
+    for rows, _encodings, digests in _frames(path, info):
         if any(r[2] is None for r in rows):
             raise CheckpointInvalid(f"{path}: a deleted row in a {info.kind}", info.epoch)
         total += sum(digests)
@@ -838,25 +848,20 @@ def chain_epochs(path: Path) -> list[int]:
     return out
 
 
-def _load_file(
-    info: CheckpointInfo,
-    storage: Storage,
-    charged_to: int | None,
-    current: dict[str, dict[tuple, int]],
-) -> None:
+def _load_file(info: CheckpointInfo, storage: Storage, charged_to: int | None) -> None:
     """Apply one file to ``storage``, validating it; its hash must then equal its
-    header's. ``current``: the digests of the rows deltas installed, for the deltas
-    that follow (the digests of the bytes read: the writer wrote ``msgpack(row)``, and
-    the CRC vouches for the bytes, so they are the numbers packing would give).
-    Indexes are left to the caller (``Storage.rebuild_indexes``)."""
+    header's. The rows' encodings are the bytes read (the writer wrote
+    ``msgpack([table, key, row])`` and the CRC vouches for the bytes, so they are what
+    packing would give); they become the Storage's encoded rows. Indexes are left to
+    the caller (``Storage.rebuild_indexes``)."""
     path = info.path
     epoch = info.epoch if charged_to is None else charged_to
     try:
-        for rows, digests in _frames(path, info):
+        for rows, encodings, digests in _frames(path, info):
             if info.kind == DELTA:
-                _apply_delta_rows(storage, rows, digests, path, epoch, current)
+                _apply_delta_rows(storage, rows, encodings, digests, path, epoch)
             else:
-                _insert_rows(storage, info.kind, rows, digests, path, epoch)
+                _insert_rows(storage, info.kind, rows, encodings, digests, path, epoch)
     except CheckpointInvalid as e:
         raise CheckpointInvalid(str(e), epoch) from None
     if info.kind == STATIC:
@@ -870,7 +875,13 @@ def _load_file(
 
 
 def _insert_rows(
-    storage: Storage, kind: str, rows: tuple, digests: list[int], path: Path, epoch: int
+    storage: Storage,
+    kind: str,
+    rows: tuple,
+    encodings: list[bytes],
+    digests: list[int],
+    path: Path,
+    epoch: int,
 ) -> None:
     try:
         tables = set(map(_first, rows))
@@ -879,7 +890,7 @@ def _insert_rows(
         (table,) = tables
         if storage.is_replicated(table) != (kind == STATIC):
             raise CheckpointInvalid(f"{path}: table {table} does not belong in a {kind}", epoch)
-        added = storage.insert_new(table, rows, sum(digests))
+        added = storage.insert_new(table, rows, encodings, sum(digests))
     except (TypeError, ValueError, KeyError, IndexError) as e:
         raise CheckpointInvalid(f"{path}: malformed rows: {e}", epoch) from None
     if added != len(rows):
@@ -889,10 +900,10 @@ def _insert_rows(
 def _apply_delta_rows(
     storage: Storage,
     rows: tuple,
+    encodings: list[bytes],
     digests: list[int],
     path: Path,
     epoch: int,
-    current: dict[str, dict[tuple, int]],
 ) -> None:
     try:
         tables = set(map(_first, rows))
@@ -903,7 +914,7 @@ def _apply_delta_rows(
             raise CheckpointInvalid(f"{path}: a delta writes a replicated table", epoch)
         if None in list(map(_third, rows)):
             digests = [0 if r[2] is None else d for r, d in zip(rows, digests, strict=True)]
-        storage.install_known(table, rows, digests, current)
+        storage.install_known(table, rows, encodings, digests)
     except (TypeError, ValueError, KeyError, IndexError) as e:
         raise CheckpointInvalid(f"{path}: malformed rows: {e}", epoch) from None
 
@@ -923,10 +934,9 @@ def load(path: Path) -> tuple[CheckpointInfo, Storage]:
                     raise CheckpointInvalid(f"{static}: not the static tables file named")
             except CheckpointInvalid as e:
                 raise CheckpointInvalid(str(e), chain[0].epoch) from None
-            _load_file(info, storage, chain[0].epoch, {})
-        current: dict[str, dict[tuple, int]] = {}
+            _load_file(info, storage, chain[0].epoch)
         for info in chain:
-            _load_file(info, storage, None, current)
+            _load_file(info, storage, None)
         storage.rebuild_indexes()  # loading leaves them to the end: one sort per table
     return chain[-1], storage
 
@@ -971,7 +981,7 @@ def check(
         )
     keys: dict[str, set[tuple]] = {}
     total = 0
-    for rows, digests in _frames(path, info):
+    for rows, _encodings, digests in _frames(path, info):
         tables = set(map(_first, rows))
         if len(tables) != 1:
             raise CheckpointInvalid(f"{path}: a rows frame of a delta mixes tables", info.epoch)

@@ -12,6 +12,14 @@ Ordered tables keep a SortedList of keys so that a key prefix can be scanned in 
 order (NEW-ORDER oldest per district, a customer's newest order, ...). The index is
 updated in the same write path as the table.
 
+Encoded rows: ``encoded[table][key]`` is msgpack([table, key, row]) of the row held
+now, kept from the one packing every write does anyway (``prepare_writes``, a load's
+digest). So an overwrite hashes the old row out without packing it again, and a base
+checkpoint is the bytes already held, with nothing to pack. A key may be missing from
+``encoded`` (a Storage built by hand, e.g. ``clone_storage`` of an older copy); then it
+is packed when needed (``encoded_rows``). Invariant: a key present there holds exactly
+the bytes of its row in ``tables``.
+
 Change tracking (incremental checkpoints, replay's checkpoint validation): while
 ``track_changes`` is on, every key whose row is installed or deleted is recorded, table
 by table, with the encoded row it holds now (msgpack([table, key, row]), the bytes the
@@ -142,6 +150,7 @@ def _key_problem(spec: catalog.Table, key: Any) -> str | None:
 class Storage:
     def __init__(self) -> None:
         self.tables: dict[str, dict[tuple, tuple]] = {}
+        self.encoded: dict[str, dict[tuple, bytes]] = {}  # see the module docstring
         self.indexes: dict[str, SortedList] = {}
         self.state_hash = 0
         self.static_hash = 0
@@ -156,6 +165,7 @@ class Storage:
         if t is None:
             spec = catalog.table(name)
             t = self.tables[name] = {}
+            self.encoded[name] = {}
             self._replicated[name] = spec.replicated
             if spec.ordered:
                 self.indexes[name] = SortedList()
@@ -170,8 +180,8 @@ class Storage:
 
         Transactions' writes go through ``prepare_writes`` and ``apply`` instead.
         """
-        digest = 0 if row is None else _digest(self._pack((table, key, row)))
-        self._install(table, key, row, digest)
+        data = None if row is None else self._pack((table, key, row))
+        self._install(table, key, row, data)
 
     def prepare_writes(
         self, writes: dict[tuple[str, tuple], tuple | None]
@@ -228,13 +238,14 @@ class Storage:
         The hot path of every transaction, so ``_install`` is inlined: prepared writes
         never touch a replicated table, so only ``state_hash`` moves, once per call.
         """
-        tables, indexes, pack = self.tables, self.indexes, self._pack
+        tables, encoded, indexes, pack = self.tables, self.encoded, self.indexes, self._pack
         changes = self._changes
         delta = 0
         for t, key, row, data in writes:
             tab = tables.get(t)
             if tab is None:
                 tab = self._table(t)
+            enc = encoded[t]
             old = tab.get(key)
             if changes is not None and (old is not None or row is not None):
                 record = changes.get(t)
@@ -245,39 +256,49 @@ class Storage:
                 if row is None:
                     continue
                 tab[key] = row
+                enc[key] = data  # type: ignore[assignment]  # bytes: row is not None
                 idx = indexes.get(t)
                 if idx is not None:
                     idx.add(key)
                 delta += _digest(data)  # type: ignore[arg-type]  # bytes: row is not None
                 continue
-            delta -= _digest(pack((t, key, old)))
+            old_data = enc.get(key)
+            delta -= _digest(pack((t, key, old)) if old_data is None else old_data)
             if row is None:
                 del tab[key]
+                enc.pop(key, None)
                 idx = indexes.get(t)
                 if idx is not None:
                     idx.remove(key)
             else:
                 tab[key] = row
+                enc[key] = data  # type: ignore[assignment]  # bytes: row is not None
                 delta += _digest(data)  # type: ignore[arg-type]  # bytes: row is not None
         self.state_hash = (self.state_hash + delta) & MASK64
 
-    def _install(self, table: str, key: tuple, row: tuple | None, digest: int) -> None:
-        """Insert, overwrite, or (row None) delete one row, keeping hash and index."""
+    def _install(self, table: str, key: tuple, row: tuple | None, data: bytes | None) -> None:
+        """Insert, overwrite, or (row None) delete one row (``data``: its encoding),
+        keeping hash, encoded rows and index."""
         t = self._table(table)
+        enc = self.encoded[table]
         old = t.get(key)
         if old is None and row is None:
             return
         self._note_change(table, key, row)
-        delta = digest
+        delta = 0 if data is None else _digest(data)
         if old is not None:
-            delta -= _digest(self._pack((table, key, old)))
+            old_data = enc.get(key)
+            delta -= _digest(self._pack((table, key, old)) if old_data is None else old_data)
         if row is None:
             del t[key]
+            enc.pop(key, None)
             idx = self.indexes.get(table)
             if idx is not None:
                 idx.remove(key)
         else:
+            invariant(data is not None, "a row needs its encoding")
             t[key] = row
+            enc[key] = data  # type: ignore[assignment]
             if old is None:
                 idx = self.indexes.get(table)
                 if idx is not None:
@@ -294,15 +315,19 @@ class Storage:
         pack = self._pack
         for table, key, row in rows:
             t = self._table(table)
+            enc = self.encoded[table]
             old = t.get(key)
             if self._changes is not None:
                 self._note_change(table, key, row)
-            d = _digest(pack((table, key, row)))
+            data = pack((table, key, row))
+            d = _digest(data)
             if old is not None:
-                d -= _digest(pack((table, key, old)))
+                old_data = enc.get(key)
+                d -= _digest(pack((table, key, old)) if old_data is None else old_data)
             elif table in self.indexes:
                 pending_idx.setdefault(table, []).append(key)
             t[key] = row
+            enc[key] = data
             if self._replicated[table]:
                 self.static_hash = (self.static_hash + d) & MASK64
             else:
@@ -345,19 +370,27 @@ class Storage:
         changes = self._changes
         return 0 if changes is None else sum(map(len, changes.values()))
 
-    def insert_new(self, table: str, rows: Sequence[tuple[str, tuple, tuple]], digests: int) -> int:
-        """Bulk insert rows of one table whose digests (summed: ``digests``) are known.
+    def insert_new(
+        self,
+        table: str,
+        rows: Sequence[tuple[str, tuple, tuple]],
+        encodings: list[bytes],
+        digests: int,
+    ) -> int:
+        """Bulk insert rows of one table, with their encodings (the bytes read, whose
+        digests sum to ``digests``).
 
-        The checkpoint loader's path: rows come from a validated file, with digests of
-        their encoded bytes. Returns how many keys were new: fewer than ``len(rows)``
-        means a key repeated or already present, which the caller must reject (the
-        hash then counts a row twice). The table's index is NOT updated: the caller
-        calls ``rebuild_indexes`` once it has inserted everything. Not recorded by
-        change tracking.
+        The checkpoint loader's path: rows come from a validated file. Returns how many
+        keys were new: fewer than ``len(rows)`` means a key repeated or already present,
+        which the caller must reject (the hash then counts a row twice). The table's
+        index is NOT updated: the caller calls ``rebuild_indexes`` once it has inserted
+        everything. Not recorded by change tracking.
         """
         t = self._table(table)
         before = len(t)
-        t.update({k: r for _, k, r in rows})
+        keys = list(map(_second, rows))
+        t.update(zip(keys, map(_third, rows), strict=True))
+        self.encoded[table].update(zip(keys, encodings, strict=True))
         if self._replicated[table]:
             self.static_hash = (self.static_hash + digests) & MASK64
         else:
@@ -373,42 +406,51 @@ class Storage:
         self,
         table: str,
         rows: Sequence[tuple[str, tuple, tuple | None]],
+        encodings: Sequence[bytes],
         digests: Sequence[int],
-        current: dict[str, dict[tuple, int]],
     ) -> None:
-        """Install or (row None) delete rows of one partitioned table whose digests are
-        known (a checkpoint delta: digests of their encoded bytes, 0 for a delete); each
-        key at most once. The checkpoint loader's path, a C-speed pass per step.
-
-        Old rows are hashed out as ``apply`` does; ``current`` (table -> key -> digest
-        of the row held now, for the keys it has) saves packing them again, and is kept
-        up to date. Indexes are left to ``rebuild_indexes``. Not recorded by change
-        tracking.
+        """Install or (row None) delete rows of one partitioned table, with their
+        encodings and the digests of those (a checkpoint delta: the bytes read, 0 for a
+        delete); each key at most once. The checkpoint loader's path, a C-speed pass per
+        step. Old rows are hashed out as ``apply`` does, from their encodings. Indexes
+        are left to ``rebuild_indexes``. Not recorded by change tracking.
         """
         tab = self._table(table)
-        known = current.setdefault(table, {})
+        enc = self.encoded[table]
         keys = list(map(_second, rows))
         new = list(map(_third, rows))
         olds = list(map(tab.get, keys))
-        old_digests = list(map(known.get, keys))
-        state = sum(digests) - sum(filter(None, old_digests))
-        # Old rows whose digest is not known yet (from the base): pack them once.
-        unknown = map(and_, map(is_, old_digests, _NONES), map(is_not, olds, _NONES))
+        old_data = list(map(enc.get, keys))
+        state = sum(digests) - sum(map(_digest, filter(None, old_data)))
+        # Old rows without an encoding (a hand-built Storage): pack them once.
+        unknown = map(and_, map(is_, old_data, _NONES), map(is_not, olds, _NONES))
         pack = self._pack
         for key, old in compress(zip(keys, olds, strict=True), unknown):
             state -= _digest(pack((table, key, old)))
         if None in new:
-            for key, row, digest in zip(keys, new, digests, strict=True):
+            for key, row, data in zip(keys, new, encodings, strict=True):
                 if row is None:
                     tab.pop(key, None)
-                    known.pop(key, None)
+                    enc.pop(key, None)
                 else:
                     tab[key] = row
-                    known[key] = digest
+                    enc[key] = data
         else:
             tab.update(zip(keys, new, strict=True))
-            known.update(zip(keys, digests, strict=True))
+            enc.update(zip(keys, encodings, strict=True))
         self.state_hash = (self.state_hash + state) & MASK64
+
+    def encoded_rows(self, table: str) -> dict[tuple, bytes]:
+        """``table``'s rows as msgpack([table, key, row]) by key (the live dict: copy it
+        to keep it), packing any row whose encoding is not held yet."""
+        t = self._table(table)
+        enc = self.encoded[table]
+        if len(enc) != len(t):
+            pack = self._pack
+            for key in t.keys() - enc.keys():
+                enc[key] = pack((table, key, t[key]))
+        invariant(len(enc) == len(t), f"{table}: an encoded row without its row")
+        return enc
 
     def partitioned_row_count(self) -> int:
         """Rows of partitioned tables (what a base checkpoint holds)."""
@@ -448,12 +490,18 @@ class Storage:
         return sum(len(t) for t in self.tables.values())
 
     def recompute_hash(self) -> tuple[int, int]:
-        """(state_hash, static_hash) from scratch; must equal the incremental ones."""
+        """(state_hash, static_hash) from scratch; must equal the incremental ones.
+        Also asserts the encoded rows' invariant (each held encoding is its row's)."""
         state = static = 0
         for name, t in self.tables.items():
             s = 0
+            enc = self.encoded[name]
+            invariant(enc.keys() <= t.keys(), f"{name}: an encoded row without its row")
             for key, row in t.items():
-                s += _digest(_packb((name, key, row)))
+                data = _packb((name, key, row))
+                held = enc.get(key)
+                invariant(held is None or held == data, f"{name}: a stale encoded row")
+                s += _digest(data)
             if catalog.table(name).replicated:
                 static += s
             else:

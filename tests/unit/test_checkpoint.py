@@ -426,7 +426,7 @@ def test_a_missing_parent_or_a_doctored_parent_link_is_found(tmp_path: Path) -> 
 def _doctor_first_row(path: Path) -> None:
     """Change one row of a checkpoint with every CRC and length still valid."""
     frames = _frames_of(path)
-    rows, _ = checkpoint._decode_rows(frames[1], path, None)
+    rows, _, _ = checkpoint._decode_rows(frames[1], path, None)
     table, key, row = rows[0]
     changed = (table, key, (row[0] + 1, *row[1:]))
     packer = msgpack.Packer(autoreset=True)
