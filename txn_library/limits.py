@@ -134,7 +134,9 @@ early_reads_txns_max = sent_reads_txns_max  # txns whose peer reads arrived befo
 queries_pending_max = pending_calls_max  # unsequenced queries waiting at one partition
 checkpoint_frame_bytes_max = 4 << 20  # rows per checkpoint frame are cut at this size
 checkpoint_chain_depth_max = 16  # deltas after a base before the next checkpoint is a base
-checkpoint_chain_delta_share_max = 1.0  # delta rows since a base, per base row: then a base
+checkpoint_chain_delta_share_max = 0.25  # delta rows since a base, per base row: then a base
+checkpoint_sync_bytes = 8 << 20  # a checkpoint writer fdatasyncs after each this many
+# bytes, so a base's write-back does not land at once on the command log's fsyncs
 
 _check(row_bytes_max < peer_message_bytes_max, "a row must fit in a peer read message")
 _check(result_bytes_max < frame_bytes_hard_max, "a result must fit in a frame zmq accepts")
@@ -143,6 +145,7 @@ _check(
     "a checkpoint frame (cut after the row that crosses its budget) fits in a log frame",
 )
 _check(queries_pending_max <= pending_calls_max, "queries are drawn from pending calls")
+_check(checkpoint_sync_bytes >= checkpoint_frame_bytes_max, "a checkpoint syncs whole frames")
 _check(checkpoint_chain_depth_max >= 1, "a chain holds at least one delta")
 _check(checkpoint_chain_delta_share_max > 0, "a delta may hold rows")
 

@@ -282,13 +282,21 @@ def _body_frames(header: list[Any], tables: list[Captured], path: Path) -> Itera
 
 
 def _write_all(path: Path, header: list[Any], frames: Iterable[bytes | None]) -> None:
-    """Header and frames to a temp file, fsync, rename (the caller fsyncs the directory)."""
+    """Header and frames to a temp file, fsync, rename (the caller fsyncs the directory).
+    Written back every ``limits.checkpoint_sync_bytes`` on the way."""
     tmp = path.with_name(path.name + ".tmp")
+    sync_bytes = limits.checkpoint_sync_bytes
     with open(tmp, "wb") as f:
         f.write(encode_frame(msgpack.packb(header)))
+        unsynced = 0
         for frame in frames:
             if frame is not None:
                 f.write(frame)
+                unsynced += len(frame)
+                if unsynced >= sync_bytes:  # write back in steps (see the limit)
+                    f.flush()
+                    os.fdatasync(f.fileno())
+                    unsynced = 0
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -712,12 +720,12 @@ def _decode_rows(
     return rows, encodings, list(map(_digest, encodings))
 
 
-def _frames(
-    path: Path, expect: CheckpointInfo | None
-) -> Iterator[tuple[tuple, list[bytes], list[int]]]:
-    """Every rows frame of one file as (rows, encodings, digests), after checking its header (equal
-    to ``expect``'s if given); checks CRCs, the footer and the row count, and raises
-    CheckpointInvalid after the last frame if anything is wrong."""
+def _frames(path: Path, expect: CheckpointInfo | None, digest_only: bool = False) -> Iterator[Any]:
+    """Every rows frame of one file as (rows, encodings, digests), or with
+    ``digest_only`` as (rows, sum of their digests) without decoding them, after
+    checking its header (equal to ``expect``'s if given); checks CRCs, the footer and
+    the row count, and raises CheckpointInvalid after the last frame if anything is
+    wrong."""
     epoch = _epoch_of(path) if expect is None else expect.epoch
     try:
         with open(path, "rb") as f:
@@ -731,6 +739,11 @@ def _frames(
             count = 0
             for payload in frames:
                 if payload[:1] == _ROWS_TAG:
+                    if digest_only:
+                        summed = _frame_digests(payload, path, epoch)
+                        count += summed[0]
+                        yield summed
+                        continue
                     decoded = _decode_rows(payload, path, epoch)
                     count += len(decoded[0])
                     yield decoded
@@ -762,17 +775,47 @@ def _footer(payload: bytes, path: Path, info: CheckpointInfo, count: int) -> Non
         raise CheckpointInvalid(f"{path}: footer hash differs from the header's", info.epoch)
 
 
-def _check_hash_only(path: Path, expect: CheckpointInfo | None) -> CheckpointInfo:
+def _frame_digests(payload: bytes, path: Path, epoch: int | None) -> tuple[int, int]:
+    """(rows, sum of their digests) of one rows frame, from its bytes alone (no rows
+    are decoded): its lengths must add up to its body after an array header of n."""
+    try:
+        (n,) = _U32.unpack_from(payload, 1)
+        lengths_end = 5 + 4 * n
+        lengths = array("I")
+        lengths.frombytes(payload[5:lengths_end])
+    except Exception as e:
+        raise CheckpointInvalid(f"{path}: undecodable rows frame: {e}", epoch) from None
+    if sys.byteorder != "little":
+        lengths.byteswap()
+    body = payload[lengths_end:]
+    first = len(body) - sum(lengths)
+    header = msgpack.Packer().pack_array_header(n)
+    if len(lengths) != n or first != len(header) or body[:first] != header:
+        raise CheckpointInvalid(f"{path}: rows frame does not match its lengths", epoch)
+    offsets = list(accumulate(lengths, initial=first))
+    return n, sum(map(_digest, map(body.__getitem__, map(slice, offsets, offsets[1:]))))
+
+
+def _check_hash_only(
+    path: Path, expect: CheckpointInfo | None, *, decode: bool = True
+) -> CheckpointInfo:
     """Validate a base or static file without building tables: CRCs, counts, and the sum
-    of its rows' digests against its header."""
+    of its rows' digests against its header. ``decode=False`` skips decoding the rows
+    (their bytes are digested, not parsed): for a file whose header hash equals that
+    of a state known to be right (a replayed one), where bytes that hash to it are
+    that state's rows."""
     info = expect if expect is not None else read_info(path)
     if info.kind == DELTA:
         raise CheckpointInvalid(f"{path}: a delta cannot be checked alone", info.epoch)
     total = 0
-    for rows, _encodings, digests in _frames(path, info):
-        if any(r[2] is None for r in rows):
-            raise CheckpointInvalid(f"{path}: a deleted row in a {info.kind}", info.epoch)
-        total += sum(digests)
+    if decode:
+        for rows, _encodings, digests in _frames(path, info):
+            if any(r[2] is None for r in rows):
+                raise CheckpointInvalid(f"{path}: a deleted row in a {info.kind}", info.epoch)
+            total += sum(digests)
+    else:
+        for _n, digests_sum in _frames(path, info, digest_only=True):
+            total += digests_sum
     want = info.static_hash if info.kind == STATIC else info.state_hash
     if total & _MASK64 != want:
         raise CheckpointInvalid(
@@ -951,14 +994,18 @@ def check(
     recording changes (``Storage.track_changes``, replay's way). Then the delta holds
     the right rows iff its keys are the keys written since and its rows' digests (of
     the bytes read) sum to those of the rows written: the parent's rows drop out of
-    both sides. Anything else is loaded whole."""
+    both sides. Anything else is loaded whole. A base (or static file) whose header
+    hash equals ``storage``'s is checked by its bytes' digests without decoding them
+    (``_check_hash_only``): bytes that hash to a right state's hash are its rows."""
     info = read_info(path)
     if info.kind == BASE:
-        _check_hash_only(path, info)
+        known = storage is not None and storage.state_hash == info.state_hash
+        _check_hash_only(path, info, decode=not known)
         if info.static_hash:
             static = path.parent / static_name(info.partition, info.static_hash)
+            known = storage is not None and storage.static_hash == info.static_hash
             try:
-                _check_hash_only(static, None)
+                _check_hash_only(static, None, decode=not known)
             except CheckpointInvalid as e:
                 raise CheckpointInvalid(str(e), info.epoch) from None
         return info

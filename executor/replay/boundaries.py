@@ -46,6 +46,7 @@ class Boundary:
     hashes: tuple[int | None, ...] = ()  # header state hash per partition
     next_txn_id: int = 0
     problems: tuple[str, ...] = ()
+    rows: int = 0  # rows a load of it reads (its chains' rows, all partitions; 0: unknown)
 
     @property
     def usable(self) -> bool:
@@ -121,6 +122,7 @@ def _boundary(
     hashes: list[int | None] = []
     next_ids: set[int] = set()
     problems: list[str] = []
+    rows = 0
     for p in sorted(set(by_part) - set(range(partitions))):
         problems.append(f"p{p}: checkpoint of a partition the cluster does not have")
     for p in range(partitions):
@@ -142,6 +144,7 @@ def _boundary(
             continue
         hashes.append(info.state_hash)
         next_ids.add(info.next_txn_id)
+        rows += info.chain_rows
     if len(next_ids) > 1:
         problems.append(f"partitions disagree on the next txn id: {sorted(next_ids)}")
     return Boundary(
@@ -150,6 +153,7 @@ def _boundary(
         tuple(hashes),
         next_ids.pop() if len(next_ids) == 1 else -1,
         tuple(problems),
+        rows,
     )
 
 

@@ -25,8 +25,9 @@ from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.partition import Partition
 from executor.deterministic.replica import LocalReplica
 from executor.replay.batches import BatchAltered, LogGap
-from executor.replay.boundaries import scan_checkpoints
+from executor.replay.boundaries import Boundary, scan_checkpoints
 from executor.replay.diagnosis import dependency_suspects
+from executor.replay.intervals import IntervalTask
 from executor.replay.reconstruct import reconstruct
 from executor.replay.spark_jobs import split_runs
 from executor.replay.spec import ReplaySpec, log_first_epoch, log_last_epoch
@@ -607,3 +608,24 @@ def test_the_genesis_bases_are_the_first_start_and_a_corrupt_one_is_reported(
     assert (rows[0]["verdict"], rows[0]["bad_epoch"]) == (BAD_CHECKPOINT, 0)
     assert rows[0]["start_source"] == "genesis"  # replayed from the genesis function
     assert verdicts(rows)[1:] == ["ok"] * 5 + [TAIL]
+
+
+def test_runs_are_cut_where_the_longest_run_is_shortest_counting_each_runs_load() -> None:
+    """split_runs balances epochs plus the checkpoint load at each run's start: a cut
+    just after a base (cheap to load) beats an even split before a long chain."""
+    spec = ReplaySpec("unused", 2, ())
+
+    def task(i: int, start: int, end: int | None, rows: int) -> IntervalTask:
+        ends = None if end is None else Boundary(end, ("a", "b"), (1, 1))
+        return IntervalTask(i, spec, Boundary(start, ("a", "b"), (1, 1), rows=rows), ends)
+
+    even = [task(i, 100 * i, 100 * (i + 1), 0) for i in range(6)]
+    assert [len(r) for r in split_runs(even, 2)] == [3, 3]
+    assert [len(r) for r in split_runs(even, 3)] == [2, 2, 2]
+    # A long chain at 300 (300 epochs' worth to load), a fresh base at 400.
+    loads = [0, 10_000, 20_000, 3_000_000, 50_000, 60_000]
+    costly = [task(i, 100 * i, 100 * (i + 1), rows) for i, rows in enumerate(loads)]
+    cut = split_runs(costly, 2)
+    assert [len(r) for r in cut] == [4, 2] and cut[1][0].start.epoch == 400
+    assert [t.index for r in split_runs(costly, 8) for t in r] == list(range(6))
+    assert split_runs(costly[:1], 2) == [costly[:1]]
