@@ -34,12 +34,12 @@ Each file is a sequence of frames in the command log's frame encoding (``<II`` l
                        At most ROWS_PER_FRAME rows of ONE table, cut once the frame
                        holds limits.checkpoint_frame_bytes_max bytes (a frame stays under
                        log_frame_bytes_max whatever the rows). Tables in name order;
-                       an ordered table's keys in key order, other tables' in their
-                       dict order (the same on replicas that executed the same
-                       history; a restored one may differ: the rows and the hash are
-                       the same, the bytes of the file need not be); a delta's rows
-                       are the bytes its transactions packed (Storage.track_changes),
-                       in the order first written since its parent.
+                       a base's rows in the storage's dict order (the same on replicas
+                       that executed the same history; a restored one may differ: the
+                       rows and the hash are the same, the bytes of the file need not
+                       be), the static file's keys sorted; a delta's rows are the bytes
+                       its transactions packed (Storage.track_changes), in the order
+                       first written since its parent.
   last frame  footer  [END, rows, state_hash] (the static file: its static hash)
 
 When a partition writes a base (chain policy, one home: ``CheckpointChain``): its first
@@ -214,11 +214,10 @@ def _fsync_dir(d: Path) -> None:
 
 
 # Writing ---------------------------------------------------------------------------------
-# A table's rows as captured for writing: (name, its keys in order or None to take them
-# when packing, and either {key: msgpack([name, key, row])} (a base's or the static
-# tables' encoded rows; a delta's change record, None for a deleted key) with True, or
-# {key: row} to pack with False).
-Captured = tuple[str, list[tuple] | None, dict[tuple, Any], bool]
+# A table's rows as captured for writing: (name, its keys in order or None for the
+# dict's order, {key: msgpack([name, key, row])}, and whether it is a delta's change
+# record, where None stands for a deleted key).
+Captured = tuple[str, list[tuple] | None, dict[tuple, bytes | None], bool]
 
 
 def _rows_frame(packer: msgpack.Packer, parts: list[bytes]) -> bytes:
@@ -257,24 +256,25 @@ def _cut(parts: list[bytes], frame_bytes_max: int) -> Iterator[list[bytes]]:
 
 def _body_frames(header: list[Any], tables: list[Captured], path: Path) -> Iterator[bytes | None]:
     """The frames after the header: rows (one table per frame), then the footer. Yields
-    None after sorting a table's keys (a pause point for a sliced writer)."""
+    None once a table's rows are in order (a pause point for a sliced writer)."""
     packer = msgpack.Packer(autoreset=True)
     pack = packer.pack
     frame_bytes_max = limits.checkpoint_frame_bytes_max
     count = 0
-    for name, keys, rows, encoded in tables:
+    for name, keys, rows, changes in tables:
         if keys is None:  # a delta's keys in the order written, a base's in dict order
-            keys = list(rows) if encoded else sorted(rows)
-            yield None
-        for i in range(0, len(keys), ROWS_PER_FRAME):
-            some = keys[i : i + ROWS_PER_FRAME]
-            if encoded:  # packed when written; a deleted key is packed here
-                parts = list(map(rows.__getitem__, some))
-                if None in parts:
-                    parts = [p or pack((name, k, None)) for p, k in zip(parts, some, strict=True)]
-            else:
-                parts = [pack((name, k, rows[k])) for k in some]
-            for chunk in _cut(parts, frame_bytes_max):
+            values = list(rows.values())
+            keys = list(rows) if changes else None
+        else:
+            values = list(map(rows.__getitem__, keys))
+        yield None  # a pause point: the table's rows are in order
+        for i in range(0, len(values), ROWS_PER_FRAME):
+            parts = values[i : i + ROWS_PER_FRAME]
+            if changes and None in parts:  # a deleted key is packed here
+                assert keys is not None
+                some = keys[i : i + ROWS_PER_FRAME]
+                parts = [p or pack((name, k, None)) for p, k in zip(parts, some, strict=True)]
+            for chunk in _cut(parts, frame_bytes_max):  # type: ignore[arg-type]
                 count += len(chunk)
                 yield _rows_frame(packer, chunk)
     invariant(count == header[16], f"{path}: packed {count} rows, header says {header[16]}")
@@ -378,7 +378,7 @@ def ensure_static(
     header = _header_list(
         replica, partition, partitions, 0, 0, 0, 0, static_hash, STATIC, None, None, rows
     )
-    captured: list[Captured] = [(n, sorted(t), t, True) for n, t in tables]
+    captured: list[Captured] = [(n, sorted(t), t, False) for n, t in tables]  # type: ignore[misc]
     _write_all(path, header, _body_frames(header, captured, path))
 
 
@@ -401,11 +401,11 @@ class CheckpointWriter:
     The capture (in the constructor, at the boundary): a delta's change record, taken
     from the storage then (each written key's row as the transaction packed it: nothing
     to look up or pack), or a base's encoded rows copied (``Storage.encoded``, the bytes
-    every write packs anyway; ``dict.copy``: references, at C speed; an ordered table's
-    keys from its index, already sorted). Encoded rows are immutable bytes, so the
-    capture is the boundary's state whatever the partition does next. The owner then
-    calls ``step`` between its other work: it cuts the next frames (one table per frame, as
-    the format wants) until its time budget is spent, and queues them for a writer
+    every write packs anyway; ``dict.copy``: references, at C speed; written in dict
+    order). Encoded rows are immutable bytes, so the capture is the boundary's state
+    whatever the partition does next. The owner then calls ``step`` between its other
+    work: it cuts the next frames (one table per frame, as the format wants; no row is
+    packed) until its time budget is spent, and queues them for a writer
     thread, which writes, fsyncs and renames (file I/O releases the GIL) and looks
     after the static tables file. ``outcome`` is None while in progress, then True (the
     file is in place and its directory fsynced) or the exception that stopped it.
@@ -442,9 +442,9 @@ class CheckpointWriter:
             for n in sorted(storage.tables):
                 if storage.is_replicated(n):
                     continue
-                index = storage.indexes.get(n)
-                keys = None if index is None else list(index)
-                tables.append((n, keys, storage.encoded_rows(n).copy(), True))
+                # dict order: a loader sorts an ordered table's keys anyway (near-sorted:
+                # fast), and taking rows by sorted key here would cost a lookup a row
+                tables.append((n, None, storage.encoded_rows(n).copy(), False))  # type: ignore[arg-type]
             static = _static_tables(storage)
             kind = BASE
         else:
