@@ -137,6 +137,9 @@ checkpoint_chain_depth_max = 16  # deltas after a base before the next checkpoin
 checkpoint_chain_delta_share_max = 0.25  # delta rows since a base, per base row: then a base
 checkpoint_sync_bytes = 8 << 20  # a checkpoint writer fdatasyncs after each this many
 # bytes, so a base's write-back does not land at once on the command log's fsyncs
+checkpoint_write_bytes_per_s = 64 << 20  # a checkpoint file's pace after its first
+# checkpoint_sync_bytes (a delta goes at once; a 100 MB base takes ~1.5 s, not 0.2 s
+# of the disk that the command log's fsyncs wait behind)
 
 _check(row_bytes_max < peer_message_bytes_max, "a row must fit in a peer read message")
 _check(result_bytes_max < frame_bytes_hard_max, "a result must fit in a frame zmq accepts")
@@ -146,6 +149,7 @@ _check(
 )
 _check(queries_pending_max <= pending_calls_max, "queries are drawn from pending calls")
 _check(checkpoint_sync_bytes >= checkpoint_frame_bytes_max, "a checkpoint syncs whole frames")
+_check(checkpoint_write_bytes_per_s >= 1 << 20, "a checkpoint writer writes at least 1 MiB/s")
 _check(checkpoint_chain_depth_max >= 1, "a chain holds at least one delta")
 _check(checkpoint_chain_delta_share_max > 0, "a delta may hold rows")
 

@@ -283,20 +283,27 @@ def _body_frames(header: list[Any], tables: list[Captured], path: Path) -> Itera
 
 def _write_all(path: Path, header: list[Any], frames: Iterable[bytes | None]) -> None:
     """Header and frames to a temp file, fsync, rename (the caller fsyncs the directory).
-    Written back every ``limits.checkpoint_sync_bytes`` on the way."""
+    Written back every ``limits.checkpoint_sync_bytes`` on the way, and after the first
+    of those at ``limits.checkpoint_write_bytes_per_s`` at most (the writer thread
+    sleeps; the partition's loop never waits for it)."""
     tmp = path.with_name(path.name + ".tmp")
-    sync_bytes = limits.checkpoint_sync_bytes
+    sync_bytes, rate = limits.checkpoint_sync_bytes, limits.checkpoint_write_bytes_per_s
+    start = time.monotonic()
     with open(tmp, "wb") as f:
         f.write(encode_frame(msgpack.packb(header)))
-        unsynced = 0
+        unsynced = written = 0
         for frame in frames:
             if frame is not None:
                 f.write(frame)
                 unsynced += len(frame)
-                if unsynced >= sync_bytes:  # write back in steps (see the limit)
+                written += len(frame)
+                if unsynced >= sync_bytes:  # write back in steps, at a pace (the limits)
                     f.flush()
                     os.fdatasync(f.fileno())
                     unsynced = 0
+                    ahead = (written - sync_bytes) / rate - (time.monotonic() - start)
+                    if ahead > 0:
+                        time.sleep(ahead)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
