@@ -56,6 +56,20 @@ def test_name_in_both_sets_is_exclusive() -> None:
     assert lm.release(1) == [2]
 
 
+def test_bypass_only_when_no_lock_is_queued_and_request_free_enters_it_granted() -> None:
+    lm = LockManager()
+    assert lm.bypass(1, ["a"], ["b"])  # nothing queued: runs at once, nothing entered
+    assert len(lm) == 0 and lm.bypassed == 1
+    assert lm.request(2, ["a"], [])
+    assert not lm.bypass(3, [], ["a"])  # "a" is held: it must queue
+    assert not lm.request(3, [], ["a"])
+    assert lm.bypass(4, ["c"], [])
+    lm.request_free(4, ["c"], [])  # it keeps its locks after all (a hold)
+    assert lm.is_ready(4) and not lm.request(5, [], ["c"])
+    assert lm.release(4) == [5]
+    lm.check_invariants()
+
+
 def test_requests_out_of_order_are_refused() -> None:
     from txn_library.errors import InvariantViolation
 
@@ -83,8 +97,10 @@ def _effect(txn_id: int, seen: tuple) -> int:
 
 
 @settings(max_examples=300, deadline=None)
-@given(txns=txn_strategy, seed=st.integers(0, 2**32))
-def test_lock_manager_equals_serial_order(txns: list, seed: int) -> None:
+@given(txns=txn_strategy, seed=st.integers(0, 2**32), fast=st.booleans())
+def test_lock_manager_equals_serial_order(txns: list, seed: int, fast: bool) -> None:
+    """With ``fast``, admission first tries the uncontended fast path (``bypass``): a
+    transaction whose locks nobody holds or waits for runs at once, never entered."""
     # Serial reference.
     ref_state = dict.fromkeys(range(8), 0)
     ref_seen = {}
@@ -106,7 +122,14 @@ def test_lock_manager_equals_serial_order(txns: list, seed: int) -> None:
             if pending:
                 i = pending.pop(0)
                 reads, writes = txns[i]
-                if lm.request(i, [f"k{k}" for k in reads], [f"k{k}" for k in writes]):
+                shared, exclusive = [f"k{k}" for k in reads], [f"k{k}" for k in writes]
+                if fast and lm.bypass(i, shared, exclusive):
+                    seen = tuple(state[k] for k in sorted(set(reads) | set(writes)))
+                    seen_by[i] = seen
+                    for k in writes:
+                        state[k] = _effect(i, seen)
+                    continue
+                if lm.request(i, shared, exclusive):
                     ready.append(i)
         lm.check_invariants()
         if not ready:
