@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -47,14 +48,15 @@ from cluster.replay_cli import replay_spec  # noqa: E402
 from executor.core import checkpoint  # noqa: E402
 from executor.replay.boundaries import scan_checkpoints  # noqa: E402
 from executor.replay.reconstruct import reconstruct  # noqa: E402
-from executor.replay.spec import ReplaySpec  # noqa: E402
+from executor.replay.spark_jobs import split_runs  # noqa: E402
+from executor.replay.spec import ReplaySpec, log_first_epoch  # noqa: E402
 from executor.replay.verdicts import (  # noqa: E402
     BAD_CHECKPOINT,
     BATCH_INVALID,
     DIVERGED,
     LOG_CORRUPT,
 )
-from executor.replay.verify import verify_local  # noqa: E402
+from executor.replay.verify import plan_verify, verify_local, verify_run  # noqa: E402
 from sequencer.log import rewrite_payloads  # noqa: E402
 from txn_library import wire  # noqa: E402
 from txn_library.client import Client  # noqa: E402
@@ -183,6 +185,16 @@ def in_process(spec: ReplaySpec, ckpt: Path, last_epoch: int) -> dict[str, Any]:
     t1 = time.perf_counter()
     rc = reconstruct(spec, [], last_epoch)  # genesis + the whole log, one replica
     whole_s = time.perf_counter() - t1
+    # The same runs local[2] gets, in two plain processes at once (no Spark): what two
+    # cores give this job without Spark's own costs (the bound for local[2]/local[1]).
+    tasks = plan_verify(
+        spec, scan_checkpoints(ckpt, spec.partitions), log_first_epoch=log_first_epoch(spec.log_dir)
+    )
+    runs = split_runs(tasks, 2)
+    t2 = time.perf_counter()
+    with multiprocessing.get_context("fork").Pool(len(runs)) as pool:
+        two = [row for rows_ in pool.map(verify_run, runs) for row in rows_]
+    two_s = time.perf_counter() - t2
     return {
         "verify_sequential_s": round(verify_s, 3),
         "verify_sequential_txn_per_s": round(txns / verify_s, 1),
@@ -193,6 +205,12 @@ def in_process(spec: ReplaySpec, ckpt: Path, last_epoch: int) -> dict[str, Any]:
         "whole_log_replay_s": round(whole_s, 3),
         "whole_log_txn_per_s": round(rc.stats.txns / rc.replay_s, 1),
         "whole_log_hash": f"{rc.state_hash:016x}",
+        "verify_two_processes_s": round(two_s, 3),
+        "verify_two_processes_speedup": round(verify_s / two_s, 2),
+        "verify_two_processes_runs": [len(r) for r in runs],
+        "verify_two_processes_replay_s_sum": round(sum(r["replay_s"] for r in two), 3),
+        "verify_two_processes_load_s_sum": round(sum(r["load_s"] for r in two), 3),
+        "verify_two_processes_verdicts": sorted({r["verdict"] for r in two}),
     }
 
 

@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import msgpack
 import pytest
@@ -180,16 +179,16 @@ def _reap_until(server: PartitionServer, done: Callable[[], bool]) -> None:
 
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
-    """Checkpoint files are not written until the test sets the event (the writer
-    thread waits in front of the disk, as a slow disk would make it)."""
+    """Checkpoint files are not made durable until the test sets the event (the writer
+    thread waits in front of the fsync, as a slow disk would make it)."""
     opened = threading.Event()
-    real_write_all = checkpoint._write_all
+    real_run = checkpoint.CheckpointWriter._run
 
-    def gated(*args: Any, **kw: Any) -> None:
+    def gated(self: checkpoint.CheckpointWriter) -> None:
         assert opened.wait(30), "the test never opened the gate"
-        real_write_all(*args, **kw)
+        real_run(self)
 
-    monkeypatch.setattr(checkpoint, "_write_all", gated)
+    monkeypatch.setattr(checkpoint.CheckpointWriter, "_run", gated)
     yield opened
     opened.set()  # never leave a writer waiting
 
@@ -257,20 +256,20 @@ def test_a_partition_never_waits_for_a_busy_writer(tmp_path: Path, gate: threadi
 def test_a_failed_checkpoint_writer_never_counts_and_the_next_one_is_a_base(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_write_all = checkpoint._write_all
+    real_write = checkpoint.CheckpointWriter._write
     failures = [OSError("disk full")]
 
-    def failing(*args: Any, **kw: Any) -> None:
+    def failing(self: checkpoint.CheckpointWriter, data: bytes) -> None:
         if failures:
             raise failures.pop()
-        real_write_all(*args, **kw)
+        real_write(self, data)
 
     server = _checkpoint_server(tmp_path)
     part = server.part
     try:
         server._maybe_checkpoint()
         _reap_until(server, lambda: server._writer is None)  # epoch 1: a base, written
-        monkeypatch.setattr(checkpoint, "_write_all", failing)
+        monkeypatch.setattr(checkpoint.CheckpointWriter, "_write", failing)
         _offer(server, 2, 1, [("bank.transfer", (1, 2, 5))], flag=True)
         server._maybe_checkpoint()
         assert server._writer is not None
