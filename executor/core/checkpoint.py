@@ -645,9 +645,11 @@ class CheckpointChain:
 
     The rule (one home for it): the next checkpoint is a delta of the keys written since
     the tip (the newest *written* checkpoint) unless there is no tip (genesis, a failed
-    writer) or the tip wants a base (``ChainTip.wants_base``). Changes are recorded
-    only while a delta can follow, and the record is dropped as soon as it has grown
-    past what a delta may hold (``bound_record``), so it never outgrows a base.
+    writer) or the tip wants a base (``ChainTip.wants_base``, checked as the record
+    grows: ``bound_record``). Changes are recorded from the first checkpoint on, a key
+    at most once (so the record never outgrows the partition): a delta is the record,
+    and a base is the storage's encoded rows with the record folded in
+    (``Storage.encoded``), so neither packs a row.
     Writing is the owner's: ``plan`` at the boundary, then ``writer`` (stepped by the
     owner's loop) or ``write`` (at once), then ``written`` or ``failed``.
     """
@@ -660,10 +662,11 @@ class CheckpointChain:
             storage.track_changes()
 
     def bound_record(self) -> None:
-        """Stop recording changes once the next checkpoint must be a base anyway."""
+        """Once the record has grown past what a delta may hold, the next checkpoint is a
+        base. Recording goes on (it holds a key at most once, so it never outgrows the
+        partition): the base's encoded rows are the storage's updated with it."""
         tip, storage = self.tip, self.storage
         if tip is not None and storage.tracking and tip.wants_base(storage.changed_count()):
-            storage.stop_tracking()
             self.tip = None
 
     def plan(self, epoch: int) -> PlannedCheckpoint:
@@ -712,9 +715,9 @@ class CheckpointChain:
         self.written_epoch = planned.epoch
 
     def failed(self) -> None:
-        """The planned checkpoint was not written: its changes are lost to the chain."""
+        """The planned checkpoint was not written: its changes are lost to the chain (the
+        next checkpoint is a base; recording goes on, for its encoded rows)."""
         self.tip = None
-        self.storage.stop_tracking()
 
 
 # Reading ---------------------------------------------------------------------------------

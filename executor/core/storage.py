@@ -12,13 +12,15 @@ Ordered tables keep a SortedList of keys so that a key prefix can be scanned in 
 order (NEW-ORDER oldest per district, a customer's newest order, ...). The index is
 updated in the same write path as the table.
 
-Encoded rows: ``encoded[table][key]`` is msgpack([table, key, row]) of the row held
-now, kept from the one packing every write does anyway (``prepare_writes``, a load's
-digest). So an overwrite hashes the old row out without packing it again, and a base
-checkpoint is the bytes already held, with nothing to pack. A key may be missing from
-``encoded`` (a Storage built by hand, e.g. ``clone_storage`` of an older copy); then it
-is packed when needed (``encoded_rows``). Invariant: a key present there holds exactly
-the bytes of its row in ``tables``.
+Encoded rows (for base checkpoints, which then pack nothing): ``encoded[table][key]``
+is msgpack([table, key, row]), kept from packings done anyway: loaders keep the bytes
+they digest or read, and the bytes transactions packed reach it through the change
+record (below), folded in when the record is taken or restarted (``take_changes``,
+``track_changes``, ``stop_tracking``), not on every write: the hot path does not touch
+it. Invariant: ``encoded`` updated with the current change record holds, for every key
+it has, exactly the bytes of that key's row now; a missing key is packed when needed
+(``encoded_rows``). A transaction's write while nothing is recorded would break that,
+so it drops them all first (``apply``): an engine without checkpoints keeps none.
 
 Change tracking (incremental checkpoints, replay's checkpoint validation): while
 ``track_changes`` is on, every key whose row is installed or deleted is recorded, table
@@ -156,6 +158,7 @@ class Storage:
         self.static_hash = 0
         self._replicated: dict[str, bool] = {}
         self._changes: Changes | None = None  # see track_changes
+        self._encoded_held = False  # encoded holds any bytes (see the module docstring)
         # One Packer per Storage (a Storage is single-threaded): the same bytes as
         # msgpack.packb, without building a Packer per row.
         self._pack = msgpack.Packer(autoreset=True).pack
@@ -238,14 +241,15 @@ class Storage:
         The hot path of every transaction, so ``_install`` is inlined: prepared writes
         never touch a replicated table, so only ``state_hash`` moves, once per call.
         """
-        tables, encoded, indexes, pack = self.tables, self.encoded, self.indexes, self._pack
+        tables, indexes, pack = self.tables, self.indexes, self._pack
         changes = self._changes
+        if changes is None and self._encoded_held:
+            self._drop_encoded()  # a write nothing records would leave them stale
         delta = 0
         for t, key, row, data in writes:
             tab = tables.get(t)
             if tab is None:
                 tab = self._table(t)
-            enc = encoded[t]
             old = tab.get(key)
             if changes is not None and (old is not None or row is not None):
                 record = changes.get(t)
@@ -256,23 +260,19 @@ class Storage:
                 if row is None:
                     continue
                 tab[key] = row
-                enc[key] = data  # type: ignore[assignment]  # bytes: row is not None
                 idx = indexes.get(t)
                 if idx is not None:
                     idx.add(key)
                 delta += _digest(data)  # type: ignore[arg-type]  # bytes: row is not None
                 continue
-            old_data = enc.get(key)
-            delta -= _digest(pack((t, key, old)) if old_data is None else old_data)
+            delta -= _digest(pack((t, key, old)))
             if row is None:
                 del tab[key]
-                enc.pop(key, None)
                 idx = indexes.get(t)
                 if idx is not None:
                     idx.remove(key)
             else:
                 tab[key] = row
-                enc[key] = data  # type: ignore[assignment]  # bytes: row is not None
                 delta += _digest(data)  # type: ignore[arg-type]  # bytes: row is not None
         self.state_hash = (self.state_hash + delta) & MASK64
 
@@ -286,9 +286,8 @@ class Storage:
             return
         self._note_change(table, key, row)
         delta = 0 if data is None else _digest(data)
-        if old is not None:
-            old_data = enc.get(key)
-            delta -= _digest(self._pack((table, key, old)) if old_data is None else old_data)
+        if old is not None:  # packed: its held encoding may be older than the record's
+            delta -= _digest(self._pack((table, key, old)))
         if row is None:
             del t[key]
             enc.pop(key, None)
@@ -299,6 +298,7 @@ class Storage:
             invariant(data is not None, "a row needs its encoding")
             t[key] = row
             enc[key] = data  # type: ignore[assignment]
+            self._encoded_held = True
             if old is None:
                 idx = self.indexes.get(table)
                 if idx is not None:
@@ -321,13 +321,13 @@ class Storage:
                 self._note_change(table, key, row)
             data = pack((table, key, row))
             d = _digest(data)
-            if old is not None:
-                old_data = enc.get(key)
-                d -= _digest(pack((table, key, old)) if old_data is None else old_data)
+            if old is not None:  # packed, as in _install
+                d -= _digest(pack((table, key, old)))
             elif table in self.indexes:
                 pending_idx.setdefault(table, []).append(key)
             t[key] = row
             enc[key] = data
+            self._encoded_held = True
             if self._replicated[table]:
                 self.static_hash = (self.static_hash + d) & MASK64
             else:
@@ -346,10 +346,29 @@ class Storage:
 
     def track_changes(self) -> None:
         """Record changed keys from now on (a fresh record if one was being kept)."""
+        self._fold(self._changes)
         self._changes = {}
 
     def stop_tracking(self) -> None:
+        self._fold(self._changes)
         self._changes = None
+
+    def _fold(self, record: Changes | None) -> None:
+        """Bring ``encoded`` up to date with a change record that is being let go."""
+        if not record or not self._encoded_held:
+            return
+        encoded = self.encoded
+        for table, rows in record.items():
+            enc = encoded[table]
+            enc.update(rows)  # type: ignore[arg-type]  # deleted keys: popped below
+            if None in rows.values():
+                for key in [k for k, v in rows.items() if v is None]:
+                    del enc[key]
+
+    def _drop_encoded(self) -> None:
+        for enc in self.encoded.values():
+            enc.clear()
+        self._encoded_held = False
 
     @property
     def tracking(self) -> bool:
@@ -360,6 +379,7 @@ class Storage:
         invariant(self._changes is not None, "take_changes without track_changes")
         taken, self._changes = self._changes, {}
         assert taken is not None
+        self._fold(taken)
         return taken
 
     def changes(self) -> Changes:
@@ -391,6 +411,7 @@ class Storage:
         keys = list(map(_second, rows))
         t.update(zip(keys, map(_third, rows), strict=True))
         self.encoded[table].update(zip(keys, encodings, strict=True))
+        self._encoded_held = True
         if self._replicated[table]:
             self.static_hash = (self.static_hash + digests) & MASK64
         else:
@@ -415,6 +436,7 @@ class Storage:
         step. Old rows are hashed out as ``apply`` does, from their encodings. Indexes
         are left to ``rebuild_indexes``. Not recorded by change tracking.
         """
+        invariant(self._changes is None, "install_known while changes are recorded")
         tab = self._table(table)
         enc = self.encoded[table]
         keys = list(map(_second, rows))
@@ -438,11 +460,14 @@ class Storage:
         else:
             tab.update(zip(keys, new, strict=True))
             enc.update(zip(keys, encodings, strict=True))
+        self._encoded_held = True
         self.state_hash = (self.state_hash + state) & MASK64
 
     def encoded_rows(self, table: str) -> dict[tuple, bytes]:
         """``table``'s rows as msgpack([table, key, row]) by key (the live dict: copy it
-        to keep it), packing any row whose encoding is not held yet."""
+        to keep it), packing any row whose encoding is not held yet. The change record
+        is folded in first (it may go on: folding it again later is harmless)."""
+        self._fold(self._changes)
         t = self._table(table)
         enc = self.encoded[table]
         if len(enc) != len(t):
@@ -450,6 +475,7 @@ class Storage:
             for key in t.keys() - enc.keys():
                 enc[key] = pack((table, key, t[key]))
         invariant(len(enc) == len(t), f"{table}: an encoded row without its row")
+        self._encoded_held = True
         return enc
 
     def partitioned_row_count(self) -> int:
@@ -495,8 +521,8 @@ class Storage:
         state = static = 0
         for name, t in self.tables.items():
             s = 0
-            enc = self.encoded[name]
-            invariant(enc.keys() <= t.keys(), f"{name}: an encoded row without its row")
+            enc = dict(self.encoded[name])
+            enc.update((self._changes or {}).get(name, {}))  # type: ignore[arg-type]
             for key, row in t.items():
                 data = _packb((name, key, row))
                 held = enc.get(key)

@@ -6,6 +6,7 @@ durable, never waits for a busy writer, and writes a base after a failed one."""
 
 from __future__ import annotations
 
+import random
 import struct
 import threading
 import time
@@ -520,7 +521,50 @@ def test_the_chain_writes_a_base_when_its_deltas_grow_deep_or_large(
     monkeypatch.setattr(limits, "checkpoint_chain_delta_share_max", 0.1)  # of 2,300 rows
     _txn(s, {("account", (a,)): (a,) for a in range(300)})
     assert s.tracking
-    chain.bound_record()  # the next one is a base anyway: stop recording
-    assert not s.tracking and chain.tip is None
+    chain.bound_record()  # the next one is a base; recording goes on (its encoded rows)
+    assert s.tracking and chain.tip is None
     assert checkpoint.read_info(_checkpoint(tmp_path, chain, 6)).kind == "base"
     assert s.tracking  # a delta may follow a base
+
+
+def test_bases_are_the_held_encodings_with_the_record_folded_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A base writes the storage's encoded rows (kept from loads, updated from the change
+    record when it is taken or restarted), never packing a row; transactions' writes
+    do not touch them. Random updates, inserts and deletes across bases and deltas:
+    every checkpoint loads to the live state, and the encodings stay exact."""
+    monkeypatch.setattr(limits, "checkpoint_chain_depth_max", 2)
+    rng = random.Random(7)
+    s = _storage(300)
+    chain = checkpoint.CheckpointChain(s)
+    packed: list[int] = []
+    real_pack = s._pack
+    for epoch in range(1, 10):
+        for _ in range(40):
+            key = ("account", (rng.randrange(400),))
+            _txn(s, {key: None if rng.random() < 0.2 else (rng.randrange(10**6),)})
+        packed.clear()
+        s._pack = lambda v: packed.append(1) or real_pack(v)  # type: ignore[method-assign]
+        path = _checkpoint(tmp_path, chain, epoch)
+        s._pack = real_pack  # type: ignore[method-assign]
+        # (epoch 1: the first base; the writes before it were not recorded, so it packs)
+        if epoch > 1 and checkpoint.read_info(path).kind == checkpoint.BASE:
+            assert not packed, "a base packed rows it held"
+        assert _state(checkpoint.load(path)[1]) == _state(s)
+        assert s.recompute_hash() == (s.state_hash, s.static_hash)  # encodings exact
+    kinds = [checkpoint.read_info(p).kind for p in sorted(tmp_path.glob("0*-p0.ckpt"))]
+    assert kinds.count(checkpoint.BASE) >= 3 and checkpoint.DELTA in kinds
+
+
+def test_a_write_nothing_records_drops_the_encodings_and_a_base_packs_them_again(
+    tmp_path: Path,
+) -> None:
+    s = _storage(50)
+    assert len(s.encoded["account"]) == 50  # kept from the load
+    _txn(s, {("account", (1,)): (7,)})  # not recorded: they would go stale
+    assert not s.encoded["account"]
+    chain = checkpoint.CheckpointChain(s)
+    path = _checkpoint(tmp_path, chain, 1)  # a base: packs its rows, keeps them
+    assert len(s.encoded["account"]) == 50
+    assert _state(checkpoint.load(path)[1]) == _state(s)
