@@ -280,15 +280,15 @@ def run_verify(
     return report
 
 
-LOAD_ROWS_PER_EPOCH = 10_000  # checkpoint rows a task loads in the time it replays an epoch
+LOAD_ROWS_PER_EPOCH = 6_000  # checkpoint rows a task loads in the time it replays an epoch
 SPLIT_EXACT_MAX = 400  # intervals up to which split_runs finds the best cut exactly
 
 
 def run_cost(run: Sequence[IntervalTask]) -> float:
     """Estimated time of one run, in epochs replayed: its intervals' epochs plus the
     load of its first interval's start (``LOAD_ROWS_PER_EPOCH``: TPC-C, W=2, New-Order
-    on this machine class loads ~1M checkpoint rows in the time it replays ~100
-    epochs; an estimate for balancing only, never for correctness)."""
+    on this machine class loads ~0.8M checkpoint rows/s and replays ~120 epochs/s;
+    an estimate for balancing only, never for correctness)."""
     if not run:
         return 0.0
     return run[0].start.rows / LOAD_ROWS_PER_EPOCH + sum(t.cost for t in run)
