@@ -356,7 +356,7 @@ def _static_tables(storage: Storage) -> list[tuple[str, dict[tuple, bytes]]]:
     """The replicated tables' encoded rows (never written after genesis, so safe to read
     from the writer thread)."""
     return [
-        (n, storage.encoded_rows(n)) for n in sorted(storage.tables) if storage.is_replicated(n)
+        (n, storage.lend_encoded(n)) for n in sorted(storage.tables) if storage.is_replicated(n)
     ]
 
 
@@ -406,20 +406,22 @@ class CheckpointWriter:
 
     The capture (in the constructor, at the boundary): a delta's change record, taken
     from the storage then (each written key's row as the transaction packed it: nothing
-    to look up or pack), or a base's encoded rows copied (``Storage.encoded``, the bytes
-    every write packs anyway; ``dict.copy``: references, at C speed; written in dict
-    order). Encoded rows are immutable bytes, so the capture is the boundary's state
-    whatever the partition does next. The owner then calls ``step`` between its other
-    work: it cuts the next frames (one table per frame, as the format wants; no row is
-    packed) and appends them to the temp file itself (into the page cache, starting
-    their write-back every ``limits.checkpoint_sync_bytes``) until its time budget is
-    spent or the file is ahead of ``limits.checkpoint_write_bytes_per_s``. After the
-    last frame a thread fsyncs, looks after the static tables file, renames and fsyncs
-    the directory. (Earlier versions handed every frame to a thread that wrote and
-    synced it: each of its GIL hand-offs could cost the partition a scheduler slice on a
-    busy machine, a second of throughput per 100 MB base.) ``outcome`` is None while in
-    progress, then True (the file is in place and its directory fsynced) or the
-    exception that stopped it.
+    to look up or pack), or a base's encoded rows, lent by the storage without a copy
+    (``Storage.lend_encoded``; written in dict order). The storage copies a lent dict
+    before it changes it (transactions' writes never do; folding the next record or a
+    loader would), and encoded rows are immutable bytes, so the capture is the
+    boundary's state whatever the partition does next; the chain returns them once the
+    writer is done (``CheckpointChain.written``/``failed``). The owner then calls
+    ``step`` between its other work: it cuts the next frames (one table per frame, as
+    the format wants; no row is packed) and appends them to the temp file itself (into
+    the page cache, starting their write-back every ``limits.checkpoint_sync_bytes``)
+    until its time budget is spent or the file is ahead of
+    ``limits.checkpoint_write_bytes_per_s``. After the last frame a thread fsyncs,
+    looks after the static tables file, renames and fsyncs the directory. (Earlier
+    versions handed every frame to a thread that wrote and synced it; each GIL
+    hand-off may cost the partition a scheduler slice on a busy machine.) ``outcome``
+    is None while in progress, then True (the file is in place and its directory
+    fsynced) or the exception that stopped it.
 
     Why not fork a writer (as earlier versions did): a forked Python process touches
     the reference count of every row it writes, so it copies the page of every such
@@ -453,7 +455,7 @@ class CheckpointWriter:
                     continue
                 # dict order: a loader sorts an ordered table's keys anyway (near-sorted:
                 # fast), and taking rows by sorted key here would cost a lookup a row
-                tables.append((n, None, storage.encoded_rows(n).copy(), False))  # type: ignore[arg-type]
+                tables.append((n, None, storage.lend_encoded(n), False))  # type: ignore[arg-type]
             static = _static_tables(storage)
             kind = BASE
         else:
@@ -713,11 +715,13 @@ class CheckpointChain:
     def written(self, planned: PlannedCheckpoint) -> None:
         self.tip = planned.tip
         self.written_epoch = planned.epoch
+        self.storage.return_encoded()
 
     def failed(self) -> None:
         """The planned checkpoint was not written: its changes are lost to the chain (the
         next checkpoint is a base; recording goes on, for its encoded rows)."""
         self.tip = None
+        self.storage.return_encoded()
 
 
 # Reading ---------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ record (below), folded in when the record is taken or restarted (``take_changes`
 ``track_changes``, ``stop_tracking``), not on every write: the hot path does not touch
 it. Invariant: ``encoded`` updated with the current change record holds, for every key
 it has, exactly the bytes of that key's row now; a missing key is packed when needed
-(``encoded_rows``). A transaction's write while nothing is recorded would break that,
+(``lend_encoded``). A transaction's write while nothing is recorded would break that,
 so it drops them all first (``apply``): an engine without checkpoints keeps none.
 
 Change tracking (incremental checkpoints, replay's checkpoint validation): while
@@ -159,6 +159,7 @@ class Storage:
         self._replicated: dict[str, bool] = {}
         self._changes: Changes | None = None  # see track_changes
         self._encoded_held = False  # encoded holds any bytes (see the module docstring)
+        self._lent: set[str] = set()  # tables whose encoded dict a writer holds (lend_encoded)
         # One Packer per Storage (a Storage is single-threaded): the same bytes as
         # msgpack.packb, without building a Packer per row.
         self._pack = msgpack.Packer(autoreset=True).pack
@@ -280,7 +281,7 @@ class Storage:
         """Insert, overwrite, or (row None) delete one row (``data``: its encoding),
         keeping hash, encoded rows and index."""
         t = self._table(table)
-        enc = self.encoded[table]
+        enc = self._writable_encoded(table)
         old = t.get(key)
         if old is None and row is None:
             return
@@ -315,7 +316,7 @@ class Storage:
         pack = self._pack
         for table, key, row in rows:
             t = self._table(table)
-            enc = self.encoded[table]
+            enc = self._writable_encoded(table)
             old = t.get(key)
             if self._changes is not None:
                 self._note_change(table, key, row)
@@ -357,18 +358,26 @@ class Storage:
         """Bring ``encoded`` up to date with a change record that is being let go."""
         if not record or not self._encoded_held:
             return
-        encoded = self.encoded
         for table, rows in record.items():
-            enc = encoded[table]
+            enc = self._writable_encoded(table)
             enc.update(rows)  # type: ignore[arg-type]  # deleted keys: popped below
             if None in rows.values():
                 for key in [k for k, v in rows.items() if v is None]:
                     del enc[key]
 
     def _drop_encoded(self) -> None:
-        for enc in self.encoded.values():
-            enc.clear()
+        self.encoded = {t: {} for t in self.encoded}  # new dicts: a writer may hold one
+        self._lent.clear()
         self._encoded_held = False
+
+    def _writable_encoded(self, table: str) -> dict[tuple, bytes]:
+        """``encoded[table]`` to change: a copy first if a writer holds it (copy on
+        write, so what a checkpoint captured stays the state at its boundary)."""
+        enc = self.encoded[table]
+        if table in self._lent:
+            enc = self.encoded[table] = enc.copy()
+            self._lent.discard(table)
+        return enc
 
     @property
     def tracking(self) -> bool:
@@ -410,7 +419,7 @@ class Storage:
         before = len(t)
         keys = list(map(_second, rows))
         t.update(zip(keys, map(_third, rows), strict=True))
-        self.encoded[table].update(zip(keys, encodings, strict=True))
+        self._writable_encoded(table).update(zip(keys, encodings, strict=True))
         self._encoded_held = True
         if self._replicated[table]:
             self.static_hash = (self.static_hash + digests) & MASK64
@@ -438,7 +447,7 @@ class Storage:
         """
         invariant(self._changes is None, "install_known while changes are recorded")
         tab = self._table(table)
-        enc = self.encoded[table]
+        enc = self._writable_encoded(table)
         keys = list(map(_second, rows))
         new = list(map(_third, rows))
         olds = list(map(tab.get, keys))
@@ -463,20 +472,27 @@ class Storage:
         self._encoded_held = True
         self.state_hash = (self.state_hash + state) & MASK64
 
-    def encoded_rows(self, table: str) -> dict[tuple, bytes]:
-        """``table``'s rows as msgpack([table, key, row]) by key (the live dict: copy it
-        to keep it), packing any row whose encoding is not held yet. The change record
-        is folded in first (it may go on: folding it again later is harmless)."""
+    def lend_encoded(self, table: str) -> dict[tuple, bytes]:
+        """``table``'s rows as msgpack([table, key, row]) by key, for a checkpoint writer
+        to hold (not to change) until ``return_encoded``: this Storage copies the dict
+        before it changes it meanwhile. Packs any row whose encoding is not held yet;
+        the change record is folded in first (it may go on: folding it again later is
+        harmless)."""
         self._fold(self._changes)
         t = self._table(table)
-        enc = self.encoded[table]
+        enc = self._writable_encoded(table)
         if len(enc) != len(t):
             pack = self._pack
             for key in t.keys() - enc.keys():
                 enc[key] = pack((table, key, t[key]))
         invariant(len(enc) == len(t), f"{table}: an encoded row without its row")
         self._encoded_held = True
+        self._lent.add(table)
         return enc
+
+    def return_encoded(self) -> None:
+        """The checkpoint writer that held encoded dicts is done with them."""
+        self._lent.clear()
 
     def partitioned_row_count(self) -> int:
         """Rows of partitioned tables (what a base checkpoint holds)."""

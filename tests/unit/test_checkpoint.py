@@ -568,3 +568,29 @@ def test_a_write_nothing_records_drops_the_encodings_and_a_base_packs_them_again
     path = _checkpoint(tmp_path, chain, 1)  # a base: packs its rows, keeps them
     assert len(s.encoded["account"]) == 50
     assert _state(checkpoint.load(path)[1]) == _state(s)
+
+
+def test_a_base_writer_holds_the_encoded_rows_and_the_storage_copies_before_changing_them(
+    tmp_path: Path,
+) -> None:
+    """The base's capture is the storage's own encoded dicts (no copy); folding a later
+    record while the writer still holds them copies first, so the file is the state
+    at its boundary."""
+    s = _storage(100)
+    chain = checkpoint.CheckpointChain(s)
+    _checkpoint(tmp_path, chain, 1)  # base; recording from here
+    _txn(s, {("account", (a,)): (a,) for a in range(20)})
+    at_boundary = _state(s)
+    chain.tip = None  # the next one is a base
+    planned = chain.plan(2)
+    held = s.encoded["account"]
+    writer = chain.writer(
+        tmp_path, planned, replica=0, partition=0, partitions=2, next_txn_id=1, txns_applied=1
+    )
+    _txn(s, {("account", (a,)): None for a in range(10)})  # deletes, recorded
+    s.take_changes()  # folded in while the writer holds the dict: copied first
+    assert s.encoded["account"] is not held and len(held) == 100
+    path = writer.finish()
+    chain.written(planned)
+    assert _state(checkpoint.load(path)[1]) == at_boundary
+    assert s.recompute_hash() == (s.state_hash, s.static_hash)
