@@ -285,7 +285,7 @@ class Storage:
         old = t.get(key)
         if old is None and row is None:
             return
-        self._note_change(table, key, row)
+        self._note_change(table, key, data)
         delta = 0 if data is None else _digest(data)
         if old is not None:  # packed: its held encoding may be older than the record's
             delta -= _digest(self._pack((table, key, old)))
@@ -318,9 +318,8 @@ class Storage:
             t = self._table(table)
             enc = self._writable_encoded(table)
             old = t.get(key)
-            if self._changes is not None:
-                self._note_change(table, key, row)
             data = pack((table, key, row))
+            self._note_change(table, key, data)
             d = _digest(data)
             if old is not None:  # packed, as in _install
                 d -= _digest(pack((table, key, old)))
@@ -339,10 +338,9 @@ class Storage:
         return n
 
     # Change tracking and the checkpoint loader's paths -----------------------------
-    def _note_change(self, table: str, key: tuple, row: tuple | None) -> None:
+    def _note_change(self, table: str, key: tuple, data: bytes | None) -> None:
         changes = self._changes
         if changes is not None:
-            data = None if row is None else self._pack((table, key, row))
             changes.setdefault(table, {})[key] = data
 
     def track_changes(self) -> None:

@@ -70,7 +70,6 @@ def clone_storage(src: Storage) -> Storage:
         # replicated flag, its ordered index); the simulator copies, it never loads.
         dst._table(name)
         dst.tables[name] = rows.copy()
-        dst.encoded[name] = src.encoded[name].copy()
         index = src.indexes.get(name)
         if index is not None:
             _copy_index(index, dst.indexes[name])

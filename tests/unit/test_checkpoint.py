@@ -599,3 +599,14 @@ def test_a_base_writer_holds_the_encoded_rows_and_the_storage_copies_before_chan
     chain.written(planned)
     assert _state(checkpoint.load(path)[1]) == at_boundary
     assert s.recompute_hash() == (s.state_hash, s.static_hash)
+
+
+def test_a_cloned_storage_writes_bases_of_its_own_rows(tmp_path: Path) -> None:
+    """The simulator's genesis clones share rows, not encodings (a copy of them would go
+    stale at the clone's first write): a base of a clone is the clone's state."""
+    from executor.deterministic.workloads import clone_storage
+
+    clone = clone_storage(_storage(50))
+    _txn(clone, {("account", (1,)): (7,), ("account", (2,)): None})
+    path = _checkpoint(tmp_path, checkpoint.CheckpointChain(clone), 1)
+    assert _state(checkpoint.load(path)[1]) == _state(clone)
