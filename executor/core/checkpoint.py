@@ -103,6 +103,7 @@ _U32 = struct.Struct("<I")
 _NAME = re.compile(r"(\d{12})-p(\d+)\.ckpt")
 _STATIC_NAME = re.compile(r"static-p(\d+)-([0-9a-f]{16})\.ckpt")
 _digest = xxhash.xxh3_64_intdigest
+_ARRAY_HEADER = msgpack.Packer().pack_array_header
 _MASK64 = (1 << 64) - 1
 _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
 invariant(array("I").itemsize == 4, "array('I') must hold 32-bit lengths")
@@ -282,27 +283,13 @@ def _body_frames(header: list[Any], tables: list[Captured], path: Path) -> Itera
 
 def _write_all(path: Path, header: list[Any], frames: Iterable[bytes | None]) -> None:
     """Header and frames to a temp file, fsync, rename (the caller fsyncs the directory).
-    Written back every ``limits.checkpoint_sync_bytes`` on the way, and after the first
-    of those at ``limits.checkpoint_write_bytes_per_s`` at most (the writer thread
-    sleeps; the partition's loop never waits for it)."""
+    The static tables file's writer (written once; checkpoints: CheckpointWriter)."""
     tmp = path.with_name(path.name + ".tmp")
-    sync_bytes, rate = limits.checkpoint_sync_bytes, limits.checkpoint_write_bytes_per_s
-    start = time.monotonic()
     with open(tmp, "wb") as f:
         f.write(encode_frame(msgpack.packb(header)))
-        unsynced = written = 0
         for frame in frames:
             if frame is not None:
                 f.write(frame)
-                unsynced += len(frame)
-                written += len(frame)
-                if unsynced >= sync_bytes:  # write back in steps, at a pace (the limits)
-                    f.flush()
-                    os.fdatasync(f.fileno())
-                    unsynced = 0
-                    ahead = (written - sync_bytes) / rate - (time.monotonic() - start)
-                    if ahead > 0:
-                        time.sleep(ahead)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -759,26 +746,38 @@ def read_info(path: Path) -> CheckpointInfo:
     return _header(first, path)
 
 
-def _decode_rows(
-    payload: bytes, path: Path, epoch: int | None
-) -> tuple[tuple, list[bytes], list[int]]:
-    """(rows, each row's bytes, their digests) of one rows frame."""
+def _frame_rows(payload: bytes, path: Path, epoch: int | None) -> tuple[bytes, list[bytes]]:
+    """(body, each row's bytes) of one rows frame, from its bytes alone: its n lengths
+    must add up to its body after a msgpack array header of n."""
     try:
         (n,) = _U32.unpack_from(payload, 1)
         lengths_end = 5 + 4 * n
         lengths = array("I")
         lengths.frombytes(payload[5:lengths_end])
-        if sys.byteorder != "little":
-            lengths.byteswap()
-        body = payload[lengths_end:]
+    except Exception as e:
+        raise CheckpointInvalid(f"{path}: undecodable rows frame: {e}", epoch) from None
+    if sys.byteorder != "little":
+        lengths.byteswap()
+    body = payload[lengths_end:]
+    first = len(body) - sum(lengths)
+    header = _ARRAY_HEADER(n)
+    if len(lengths) != n or first != len(header) or body[:first] != header:
+        raise CheckpointInvalid(f"{path}: rows frame does not match its lengths", epoch)
+    offsets = list(accumulate(lengths, initial=first))
+    return body, list(map(body.__getitem__, map(slice, offsets, offsets[1:])))
+
+
+def _decode_rows(
+    payload: bytes, path: Path, epoch: int | None
+) -> tuple[tuple, list[bytes], list[int]]:
+    """(rows, each row's bytes, their digests) of one rows frame."""
+    body, encodings = _frame_rows(payload, path, epoch)
+    try:
         rows = msgpack.unpackb(body, use_list=False)
     except Exception as e:
         raise CheckpointInvalid(f"{path}: undecodable rows frame: {e}", epoch) from None
-    first = len(body) - sum(lengths)
-    if not isinstance(rows, tuple) or len(rows) != n or len(lengths) != n or not 1 <= first <= 5:
+    if not isinstance(rows, tuple) or len(rows) != len(encodings):
         raise CheckpointInvalid(f"{path}: rows frame does not match its lengths", epoch)
-    offsets = list(accumulate(lengths, initial=first))
-    encodings = list(map(body.__getitem__, map(slice, offsets, offsets[1:])))
     return rows, encodings, list(map(_digest, encodings))
 
 
@@ -838,24 +837,9 @@ def _footer(payload: bytes, path: Path, info: CheckpointInfo, count: int) -> Non
 
 
 def _frame_digests(payload: bytes, path: Path, epoch: int | None) -> tuple[int, int]:
-    """(rows, sum of their digests) of one rows frame, from its bytes alone (no rows
-    are decoded): its lengths must add up to its body after an array header of n."""
-    try:
-        (n,) = _U32.unpack_from(payload, 1)
-        lengths_end = 5 + 4 * n
-        lengths = array("I")
-        lengths.frombytes(payload[5:lengths_end])
-    except Exception as e:
-        raise CheckpointInvalid(f"{path}: undecodable rows frame: {e}", epoch) from None
-    if sys.byteorder != "little":
-        lengths.byteswap()
-    body = payload[lengths_end:]
-    first = len(body) - sum(lengths)
-    header = msgpack.Packer().pack_array_header(n)
-    if len(lengths) != n or first != len(header) or body[:first] != header:
-        raise CheckpointInvalid(f"{path}: rows frame does not match its lengths", epoch)
-    offsets = list(accumulate(lengths, initial=first))
-    return n, sum(map(_digest, map(body.__getitem__, map(slice, offsets, offsets[1:]))))
+    """(rows, sum of their digests) of one rows frame, without decoding the rows."""
+    _body, encodings = _frame_rows(payload, path, epoch)
+    return len(encodings), sum(map(_digest, encodings))
 
 
 def _check_hash_only(
