@@ -41,6 +41,11 @@ def new_orders_per_s(run: dict) -> float:
     return float(run["summary"]["new_order_per_s"])
 
 
+def new_order_latency_ms(run: dict) -> dict[str, float]:
+    """New Order's p50 / p95 / p99 latency (ms) in the measured window."""
+    return dict(run["summary"]["per_type"]["new_order"]["latency_ms"])
+
+
 def cpu_us_per_txn(run: dict) -> float:
     """CPU of every process (sequencer, partitions, driver) per sequenced txn."""
     return float(sum(run["summary"]["cpu_us_per_sequenced_txn"].values()))
@@ -94,15 +99,19 @@ def main() -> None:
         try:
             rates: dict[str, list[float]] = {"base": [], "work": []}
             cpu: dict[str, list[float]] = {"base": [], "work": []}
+            latency: dict[str, list[dict[str, float]]] = {"base": [], "work": []}
             for i in range(a.runs):
                 for name, tree in (("base", base), ("work", ROOT)):
                     run = run_once(tree, args, out_dir / f"{name}-{i + 1}.json")
                     rates[name].append(new_orders_per_s(run))
                     cpu[name].append(cpu_us_per_txn(run))
+                    latency[name].append(new_order_latency_ms(run))
+                    lat = latency[name][-1]
                     print(
                         f"run {i + 1} {name:4s} ({rev if name == 'base' else 'work tree'}): "
                         f"{rates[name][-1]:,.0f} New Order/s, "
-                        f"{cpu[name][-1]:.0f} us CPU per txn (all processes)",
+                        f"{cpu[name][-1]:.0f} us CPU per txn (all processes), "
+                        f"p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms",
                         flush=True,
                     )
         finally:
@@ -115,14 +124,17 @@ def main() -> None:
         "args": a.args,
         "new_order_per_s": rates,
         "cpu_us_per_txn": cpu,
+        "new_order_latency_ms": latency,
         "mean": mean,
         "ratio": round(ratio, 4),
     }
     (out_dir / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
     plot(rates, rev, out_dir / "compare.png")
+    p99 = {k: statistics.median(x["p99"] for x in v) for k, v in latency.items()}
     print(
         f"mean: base {mean['base']:,.0f}, work tree {mean['work']:,.0f} New Order/s; "
-        f"work/base = {ratio:.3f}"
+        f"work/base = {ratio:.3f}; median p99 base {p99['base']:.1f} ms, "
+        f"work tree {p99['work']:.1f} ms"
     )
 
 

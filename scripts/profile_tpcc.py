@@ -59,10 +59,17 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     ap.add_argument("--out-dir", default="results/flame")
+    ap.add_argument(
+        "--format",
+        choices=("flamegraph", "raw"),
+        default="flamegraph",
+        help="flamegraph: one SVG per process; raw: collapsed stacks (.txt), for scripts",
+    )
     a = ap.parse_args()
     out_dir = ROOT / a.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     summary_path = out_dir / "tpcc_run.json"
+    suffix = "svg" if a.format == "flamegraph" else "txt"
     with tempfile.TemporaryDirectory(prefix="ordo-profile-") as tmp:
         data_dir = Path(tmp) / "data"
         run = subprocess.Popen(
@@ -115,9 +122,9 @@ def main() -> None:
                     str(a.rate),
                     "--nonblocking",
                     "--format",
-                    "flamegraph",
+                    a.format,
                     "--output",
-                    str(out_dir / f"{role}.svg"),
+                    str(out_dir / f"{role}.{suffix}"),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
@@ -135,7 +142,7 @@ def main() -> None:
     s = json.loads(summary_path.read_text())["summary"]
     print(f"New Order/s {s['new_order_per_s']:,.0f}; CPU per sequenced txn (us):")
     for role, us in sorted(s["cpu_us_per_sequenced_txn"].items()):
-        print(f"  {role:10s} {us:7.1f}   flame graph: {out_dir / (role + '.svg')}")
+        print(f"  {role:10s} {us:7.1f}   profile: {out_dir / (role + '.' + suffix)}")
     print(f"summary: {summary_path}")
     if failed:
         raise SystemExit("py-spy failed for " + "; ".join(failed))
