@@ -12,7 +12,7 @@ Invariants:
   every key that starts with it. Locked (sequenced) entries must be at least
   ``lock_len`` long so lock names never nest.
 - An ordered table declares ``key_types`` (one type per key part): its keys live in
-  a SortedList, so any two of them must compare, and a rule that depends only on the
+  a sorted index, so any two of them must compare, and a rule that depends only on the
   key (never on what a partition happens to hold) is what lets every executor, the
   serial oracle and replay reject the same writes.
 """

@@ -8,9 +8,10 @@ and partition layout (the sum over partitions equals the hash of the whole
 database), and costs O(1) per write (subtract the old row's digest, add the new).
 Replicated read-only tables (TPC-C ITEM) are hashed separately in ``static_hash``.
 
-Ordered tables keep a SortedList of keys so that a key prefix can be scanned in key
-order (NEW-ORDER oldest per district, a customer's newest order, ...). The index is
-updated in the same write path as the table.
+Ordered tables keep a sorted index of keys (``OrderedIndex``: plain lists per key
+group while keys arrive in order) so that a key prefix can be scanned in key order
+(NEW-ORDER oldest per district, a customer's newest order, ...). The index is updated
+in the same write path as the table.
 
 Encoded rows (for base checkpoints, which then pack nothing): ``encoded[table][key]``
 is msgpack([table, key, row]), kept from packings done anyway: loaders keep the bytes
@@ -38,7 +39,7 @@ transaction applied (or kill the process):
   on what this Storage holds, so every executor of a transaction, the serial oracle
   and every replay accept or reject the same set. A rejected set is applied nowhere.
 - ``apply`` then installs prepared writes; it cannot fail (the checks above are
-  exactly what the table dict, the SortedList index and msgpack need).
+  exactly what the table dict, the ordered index and msgpack need).
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ from typing import Any
 
 import msgpack
 import xxhash
-from sortedcontainers import SortedList
 
+from executor.core.ordered_index import OrderedIndex, group_len_of
 from txn_library import catalog, limits
 from txn_library.errors import invariant
 
@@ -158,7 +159,7 @@ class Storage:
     def __init__(self) -> None:
         self.tables: dict[str, dict[tuple, tuple]] = {}
         self.encoded: dict[str, dict[tuple, bytes]] = {}  # see the module docstring
-        self.indexes: dict[str, SortedList] = {}
+        self.indexes: dict[str, OrderedIndex] = {}
         self.state_hash = 0
         self.static_hash = 0
         self._replicated: dict[str, bool] = {}
@@ -177,7 +178,7 @@ class Storage:
             self.encoded[name] = {}
             self._replicated[name] = spec.replicated
             if spec.ordered:
-                self.indexes[name] = SortedList()
+                self.indexes[name] = OrderedIndex(group_len_of(spec.key_len, spec.lock_prefix))
         return t
 
     def get(self, table: str, key: tuple) -> tuple | None:
@@ -432,8 +433,8 @@ class Storage:
 
     def rebuild_indexes(self) -> None:
         """Every ordered table's index from its keys (after ``insert_new``)."""
-        for name in self.indexes:
-            self.indexes[name] = SortedList(self.tables[name])
+        for name, idx in self.indexes.items():
+            self.indexes[name] = OrderedIndex(idx.group_len, self.tables[name])
 
     def install_known(
         self,
@@ -517,12 +518,7 @@ class Storage:
                 row = t.get(prefix)
                 return [] if row is None else [(prefix, row)]
             raise ValueError(f"table {table} is not ordered: cannot scan a prefix")
-        out = []
-        for key in idx.irange(minimum=prefix):
-            if key[:n] != prefix:
-                break
-            out.append((key, t[key]))
-        return out
+        return [(key, t[key]) for key in idx.starting_with(prefix)]
 
     def rows(self) -> Iterator[tuple[str, tuple, tuple]]:
         """Every row, tables in name order and keys in sorted order (stable output)."""
@@ -536,7 +532,8 @@ class Storage:
 
     def recompute_hash(self) -> tuple[int, int]:
         """(state_hash, static_hash) from scratch; must equal the incremental ones.
-        Also asserts the encoded rows' invariant (each held encoding is its row's)."""
+        Also asserts the encoded rows' invariant (each held encoding is its row's) and
+        the ordered indexes' (their own, and that they hold exactly their table's keys)."""
         state = static = 0
         for name, t in self.tables.items():
             s = 0
@@ -547,6 +544,10 @@ class Storage:
                 held = enc.get(key)
                 invariant(held is None or held == data, f"{name}: a stale encoded row")
                 s += _digest(data)
+            idx = self.indexes.get(name)
+            if idx is not None:
+                idx.check()
+                invariant(len(idx) == len(t) and all(map(t.__contains__, idx)), f"{name}: index")
             if catalog.table(name).replicated:
                 static += s
             else:

@@ -25,8 +25,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sortedcontainers import SortedList
-
 from executor.core.genesis import genesis_rows
 from executor.core.storage import Storage
 from txn_library import catalog
@@ -72,26 +70,10 @@ def clone_storage(src: Storage) -> Storage:
         dst.tables[name] = rows.copy()
         index = src.indexes.get(name)
         if index is not None:
-            _copy_index(index, dst.indexes[name])
+            dst.indexes[name] = index.copy()
     dst.state_hash = src.state_hash
     dst.static_hash = src.static_hash
     return dst
-
-
-def _copy_index(src: SortedList, dst: SortedList) -> None:
-    """Make the empty ``dst`` a copy of ``src``.
-
-    SortedList.copy() sorts and slices every key again (most of a TPC-C clone's time);
-    copying the sublists gives the same structure. Written against the pinned
-    sortedcontainers 2.4.0: ``_lists`` (sorted sublists), ``_maxes`` (their last keys),
-    ``_len``; the positional ``_index`` is rebuilt on demand when empty.
-    """
-    dst._lists = [sub.copy() for sub in src._lists]
-    dst._maxes = list(src._maxes)
-    dst._len = src._len
-    dst._load = src._load
-    dst._index = []
-    dst._offset = 0
 
 
 _images: dict[tuple[str, str, int], GenesisImage] = {}
