@@ -24,7 +24,6 @@ Invariants (checked by ``check_invariants``; cheap ones on every release):
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Hashable, Iterable
 
 from txn_library.errors import invariant
@@ -36,10 +35,10 @@ EXCLUSIVE = 1
 class _Queue:
     __slots__ = ("entries", "n_exclusive")
 
-    def __init__(self) -> None:
-        # entries: [txn_id, mode, granted]
-        self.entries: deque[list] = deque()
-        self.n_exclusive = 0
+    def __init__(self, entries: list[list], n_exclusive: int) -> None:
+        # entries: [txn_id, mode, granted], in txn order (a list: queues are short)
+        self.entries = entries
+        self.n_exclusive = n_exclusive
 
 
 class LockManager:
@@ -75,16 +74,22 @@ class LockManager:
         waiting = 0
         queues = self._queues
         for name in names:
-            mode = EXCLUSIVE if name in excl else SHARED
             q = queues.get(name)
-            if q is None:
-                q = queues[name] = _Queue()
-            granted = not q.entries if mode == EXCLUSIVE else q.n_exclusive == 0
-            q.entries.append([txn_id, mode, granted])
-            if mode == EXCLUSIVE:
+            if name in excl:
+                if q is None:  # the common case: nobody else wants this lock
+                    queues[name] = _Queue([[txn_id, EXCLUSIVE, True]], 1)
+                    continue
+                q.entries.append([txn_id, EXCLUSIVE, False])
                 q.n_exclusive += 1
-            if not granted:
                 waiting += 1
+            else:
+                if q is None:
+                    queues[name] = _Queue([[txn_id, SHARED, True]], 0)
+                    continue
+                granted = q.n_exclusive == 0
+                q.entries.append([txn_id, SHARED, granted])
+                if not granted:
+                    waiting += 1
         self._held[txn_id] = names
         if waiting:
             self._waiting[txn_id] = waiting
@@ -133,7 +138,7 @@ class LockManager:
             entries = q.entries
             # The released request is granted, so it sits in the granted prefix.
             if entries[0][0] == txn_id:
-                entry = entries.popleft()
+                entry = entries.pop(0)
             else:
                 entry = next(e for e in entries if e[0] == txn_id)
                 invariant(entry[2], f"txn {txn_id} released an ungranted lock on {name}")
