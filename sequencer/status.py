@@ -52,6 +52,7 @@ def status_report(
                 "lock_waits": st.lock_waits,
                 "txn_waits": st.txn_waits,
                 "blocked": st.blocked,
+                "bypassed": st.bypassed,  # ran on the uncontended fast path, so far
             }
         )
     counters = {f.name: getattr(stats, f.name) for f in fields(stats) if f.name != "partitions"}

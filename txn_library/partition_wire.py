@@ -24,7 +24,7 @@ Outbound to the sequencer's results PULL socket:
   [MSG_RESULTS, replica, partition, results, query_results, status]
       results       = [[txn_id, status, value], ...]   (one partition per replica reports a txn)
       query_results = [[query_id, replica_tag, status, value], ...]
-      status        = PartitionStatus (below: one record, 13 fields, positional on
+      status        = PartitionStatus (below: one record, 14 fields, positional on
                        the wire)
       boundary_* is the state hash at the end of the last checkpoint-flagged epoch
       applied: comparable across replicas (the sequencer compares them).
@@ -67,6 +67,7 @@ class PartitionStatus(NamedTuple):
     lock_waits: int  # lock requests that had to queue, so far
     txn_waits: int  # admissions that waited for a lock, so far
     blocked: int  # transactions waiting for locks now
+    bypassed: int  # transactions run on the uncontended fast path, so far
 
 
 MSG_READS = 1

@@ -537,6 +537,7 @@ class Partition:
             self.locks.lock_waits,
             self.locks.txn_waits,
             self.locks.blocked,
+            self.locks.bypassed,
         )
 
     def idle(self) -> bool:

@@ -95,6 +95,7 @@ def test_deterministic_hold_blocks_only_conflicting_transactions() -> None:
     assert [r[0] for r in results] == [3]  # only the independent txn is done
     lock_waits, txn_waits, blocked = part.status()[10:13]
     assert (lock_waits, txn_waits, blocked) == (1, 1, 1)
+    assert part.status().bypassed == 2  # txn 1 (then held: entered) and txn 3 ran at once
     assert part.next_hold_due() == 100.5
     part.release_holds(100.4)
     assert part.take_outputs()[1] == [] and not part.idle()

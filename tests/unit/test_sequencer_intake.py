@@ -20,7 +20,7 @@ from txn_library import limits, wire
 from txn_library.errors import ERROR, OK
 from txn_library.partition_wire import MSG_RESULTS, PartitionStatus
 
-STATUS = (1, 1, 0, 0, 1, 0, 0, 0, False, 1, 0, 0, 0)  # a well-formed partition status
+STATUS = (1, 1, 0, 0, 1, 0, 0, 0, False, 1, 0, 0, 0, 0)  # a well-formed partition status
 
 
 class FakeClock:

@@ -16,7 +16,7 @@ from txn_library.errors import ERROR, OK, RESTART
 from txn_library.partition_wire import PartitionStatus
 
 CLIENT = b"client-1"
-STATUS = PartitionStatus(1, 1, 0, 0, 1, 0, 0, 0, False, 1, 0, 0, 0)  # one partition's report
+STATUS = PartitionStatus(1, 1, 0, 0, 1, 0, 0, 0, False, 1, 0, 0, 0, 0)  # one partition's report
 
 
 def _seq(d: Path, **kw: object) -> Sequencer:
