@@ -6,12 +6,14 @@ durable, never waits for a busy writer, and writes a base after a failed one."""
 
 from __future__ import annotations
 
+import os
 import random
 import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -372,6 +374,9 @@ def test_static_tables_are_written_once_and_a_corrupt_file_is_found_and_rewritte
     data = bytearray(static.read_bytes())
     data[len(data) // 2] ^= 0x10
     static.write_bytes(bytes(data))
+    # A writer changes the file's mtime; file timestamps are coarse (a few ms), so make
+    # sure this one differs from the write's above, as it would in any real damage.
+    os.utime(static, ns=(written.st_atime_ns, written.st_mtime_ns + 10**9))
     with pytest.raises(checkpoint.CheckpointInvalid) as bad:
         checkpoint.load(p2)
     assert bad.value.epoch == 2  # charged to the base that references it
@@ -380,6 +385,30 @@ def test_static_tables_are_written_once_and_a_corrupt_file_is_found_and_rewritte
     for path in (p2, p3):
         _, loaded = checkpoint.load(path)
         assert loaded.static_hash == s.static_hash and len(loaded.tables["item"]) == 500
+
+
+def test_a_base_checks_the_static_file_once_per_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each base names the static file; it was checked (decoded) again at every base."""
+    checks: list[Path] = []
+    real = checkpoint._check_hash_only
+
+    def counting(path: Path, *a: Any, **kw: Any) -> checkpoint.CheckpointInfo:
+        checks.append(path)
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(checkpoint, "_check_hash_only", counting)
+    checkpoint._static_seen.clear()  # as in a new process
+    s = _mixed_storage()
+    chain = checkpoint.CheckpointChain(s)
+    _checkpoint(tmp_path, chain, 1)  # writes it
+    (static,) = tmp_path.glob("static-p0-*.ckpt")
+    checkpoint._static_seen.clear()
+    for epoch in (2, 3):
+        chain.failed()  # no parent: the next one is a base too
+        _checkpoint(tmp_path, chain, epoch)
+    assert checks == [static]  # checked once (digests), then known
 
 
 def test_a_corrupt_delta_fails_every_checkpoint_after_it_and_is_named(tmp_path: Path) -> None:
