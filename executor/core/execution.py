@@ -66,6 +66,7 @@ def run_body(proc: Procedure, args: tuple, ctx: TxnContext) -> tuple[int, Any]:
         return ABORTED, f"footprint violation: {e}"
     except Exception as e:  # a bug in the procedure: deterministic, so identical everywhere
         return ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name} raised {failure_text(e)}")
+    value: Any  # not the abort reason's str: mypy would infer it (mypyc enforces it)
     if isinstance(out, Abort):
         status, value, what = ABORTED, out.reason, "abort reason"
     elif isinstance(out, Restart):
