@@ -154,14 +154,14 @@ class RetryCache:
     def finish(self, key: Key, status: int, value: Any, digest: int | None) -> None:
         self._inflight.pop(key, None)
         packed = msgpack.packb(value)  # a decoded result or the sequencer's own: encodes
-        self._put(key, Done(status, packed, digest, len(packed) + ENTRY_OVERHEAD_BYTES))
+        # A Done's fields, stored as the plain tuple _entry turns back into a Done.
+        self._put(key, (status, packed, digest, len(packed) + ENTRY_OVERHEAD_BYTES))
 
     def log(self, key: Key, entry: Logged) -> None:
-        self._put(key, entry)
+        self._put(key, tuple(entry))
 
-    def _put(self, key: Key, entry: Done | Logged) -> None:
+    def _put(self, key: Key, stored: Stored) -> None:
         self._drop_answered(key)
-        stored = tuple(entry)
         self._answered[key] = stored
         self._bytes += _cost(stored)
         while self._answered and (
