@@ -57,7 +57,7 @@ from cluster.security import SocketSecurity, partition_role, sequencer_role
 from cluster.sockets import replica_mesh
 from executor.core import checkpoint
 from executor.core.genesis import genesis_storage
-from executor.core.storage import Storage, settle_heap
+from executor.core.storage import Storage, settle_heap, settle_turn
 from executor.deterministic.delivery import REPAIR_RETRY_S, STATUS_EVERY_S, BatchFeed
 from executor.deterministic.partition import Partition
 from txn_library import partition_wire as ewire
@@ -520,6 +520,7 @@ class PartitionServer:
                 next_status = now + STATUS_EVERY_S
                 self._status_requested = False
             self._flush(force)
+            settle_turn()  # what outlived this turn is never scanned (see settle_turn)
         self.close()
 
     def close(self) -> None:

@@ -86,6 +86,22 @@ def brief(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def detached(e: BaseException) -> BaseException:
+    """``e`` (and the exceptions chained to it) without tracebacks, to be kept: a kept
+    traceback holds the frames it passed through and everything they hold, often in a
+    cycle back to the keeper."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [e]
+    while todo:
+        x = todo.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        x.__traceback__ = None
+        todo += (x.__cause__, x.__context__)
+    return e
+
+
 def invariant(cond: bool, message: str) -> None:
     """Check a state invariant. Unlike assert, survives python -O; never has side effects."""
     if not cond:

@@ -88,7 +88,7 @@ import xxhash
 from executor.core.storage import Changes, Storage, gc_paused
 from sequencer.log import LogCorruption, encode_frame, iter_file_frames
 from txn_library import limits
-from txn_library.errors import invariant
+from txn_library.errors import detached, invariant
 
 log = logging.getLogger("ordo.checkpoint")
 
@@ -526,7 +526,11 @@ class CheckpointWriter:
         return extra / limits.checkpoint_write_bytes_per_s - (time.monotonic() - self._started)
 
     def _fail(self, e: BaseException) -> None:
-        self._outcome = e
+        """Stop, keeping what stopped it for the owner, without its tracebacks: they
+        hold this writer's frames, a cycle through the rows it captured that a
+        partition (which freezes what outlives a loop turn: storage.settle_turn) would
+        never free."""
+        self._outcome = detached(e)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -593,8 +593,29 @@ def settle_heap() -> None:
     collection), which cost about half of a partition's CPU under New Order. So:
     collect once, freeze the survivors (gc.freeze: never scanned again) and make
     collections of the older generations rare. Rows are tuples without cycles;
-    collections still run.
+    collections still run. A process serving transactions then ends each turn of its
+    loop with ``settle_turn``.
     """
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+def settle_turn() -> None:
+    """Freeze what survived a turn of a partition's loop (O(1): gc.freeze splices lists).
+
+    What outlives a turn is rows just written (live until overwritten, then freed by
+    reference counting) or a transaction still in flight (freed by reference counting
+    when it finishes). A young collection walks each such object once or more and finds
+    nothing: under New Order they cost a partition about 80 ms per second (young
+    collections of ~2.5 ms, 33 a second), and with checkpoints about 100 ms, for zero
+    objects collected. After a turn is frozen, collections still run within the next
+    turn (GC_THRESHOLDS; freezing resets the allocation count), over that turn's objects.
+
+    The price: a reference cycle that outlives a turn is never collected. The engine
+    makes none: tests/unit/test_heap.py runs its paths (every TPC-C and bank procedure,
+    aborts, failing and hostile calls, remote reads, checkpoints) with the collector off
+    and asserts that a collection then finds nothing. A periodic full collection is no
+    safety net here: over a busy partition's heap it takes about 1 s per 10 s of New
+    Order (measured), a pause no client should see."""
+    gc.freeze()

@@ -27,6 +27,7 @@ from executor.deterministic.replica import LocalReplica
 from sequencer.calls import make_batch
 from sequencer.log import CommandLog
 from sequencer.sequencer import Sequencer
+from tests.heap_checks import no_cycles
 from tpcc import schema as s
 from tpcc.consistency import check_consistency
 from tpcc.inputs import TpccInputs, terminals_for
@@ -524,3 +525,25 @@ def test_standard_mix_partitioned_equals_serial_and_stays_consistent(sim: Sim) -
     tables = sim.serial.storage.tables
     assert check_consistency(tables, range(1, WAREHOUSES + 1)) == []
     assert sim.seq.stats.determinism_violations == 0
+
+
+def test_tpcc_leaves_no_reference_cycles(sim: Sim) -> None:
+    """Partitions freeze what outlives a loop turn (storage.settle_turn), so nothing on
+    TPC-C's paths may make cycles: the standard mix through the sequencer (recon queries,
+    remote reads, rollbacks) and a restarted Payment by name, on both replicas and the
+    oracle."""
+    inputs = TpccInputs(WAREHOUSES, PARTITIONS, seed=13, load_seed=SEED, mix="standard")
+    terminals = terminals_for(20, WAREHOUSES)
+    c_last = LAST_NAMES[77]
+    right = _select_by_name(sim, 2, 3, c_last)
+    restarts = sim.seq.stats.restarts
+    with no_cycles():
+        for step in range(3):
+            calls = [inputs.next(terminals[(step * 100 + i) % 20]) for i in range(100)]
+            sim.call_all([(c.proc, c.args) for c in calls])
+        sim.tamper = lambda name, p: right % 3000 + 1 if name == "tpcc.payment_recon" else p
+        try:
+            status, _out = sim.call("tpcc.payment_by_name", 1, 5, 2, 3, c_last, 1_00)
+        finally:
+            sim.tamper = None
+    assert status == OK and sim.seq.stats.restarts == restarts + 1

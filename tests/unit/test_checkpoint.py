@@ -11,6 +11,7 @@ import random
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from executor.core.storage import Storage
 from executor.deterministic.replica import LocalReplica
 from sequencer.calls import make_batch
 from sequencer.log import encode_frame
+from tests.heap_checks import no_cycles
 from txn_library import limits
 from txn_library import wire as swire
 
@@ -285,6 +287,52 @@ def test_a_failed_checkpoint_writer_never_counts_and_the_next_one_is_a_base(
         info, loaded = checkpoint.load(server.checkpoint_dir / checkpoint.checkpoint_name(3, 0))
         assert (info.kind, info.previous_epoch) == (checkpoint.BASE, 1)
         assert loaded.state_hash == part.storage.state_hash
+    finally:
+        server.close()
+
+
+def test_checkpoints_written_failed_and_loaded_leave_no_reference_cycles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Partitions freeze what outlives a loop turn (storage.settle_turn): a writer, even
+    a failed one, must be freed by reference counting once dropped (its exception's
+    traceback would hold the writer's frames, and through them the rows it captured)."""
+    real_write = checkpoint.CheckpointWriter._write
+    fail_after: list[int] = []  # fail the write after this many more
+
+    def failing(self: checkpoint.CheckpointWriter, data: bytes) -> None:
+        if fail_after:
+            fail_after[0] -= 1
+            if fail_after[0] < 0:
+                fail_after.clear()
+                raise OSError("disk full")
+        real_write(self, data)
+
+    monkeypatch.setattr(checkpoint.CheckpointWriter, "_write", failing)
+    server = _checkpoint_server(tmp_path)
+    part = server.part
+    try:
+        with no_cycles():
+            server._maybe_checkpoint()
+            _reap_until(server, lambda: server._writer is None)  # epoch 1: a base
+            _offer(server, 2, 1, [("bank.transfer", (1, 2, 5))], flag=True)
+            _reap_until(server, lambda: part.newest_checkpoint_epoch == 2)  # a delta
+            for skip in (0, 1):  # the header's write fails, then a rows frame's
+                fail_after.append(skip)
+                _offer(server, 3 + skip, 2 + skip, [("bank.transfer", (3, 4, 7))], flag=True)
+                server._maybe_checkpoint()
+                assert server._writer is not None
+                failed = weakref.ref(server._writer)
+                _reap_until(server, lambda: server._writer is None)
+                assert part.newest_checkpoint_epoch == 2 and not fail_after
+                assert failed() is None  # freed when dropped, though pytest keeps the log
+            _offer(server, 5, 4, [("bank.transfer", (2, 5, 1))], flag=True)
+            _reap_until(server, lambda: part.newest_checkpoint_epoch == 5)  # a base
+            path = server.checkpoint_dir / checkpoint.checkpoint_name(5, 0)
+            info, loaded = checkpoint.load(path)
+            checkpoint.check(path)
+            assert info.kind == checkpoint.BASE and loaded.state_hash == part.storage.state_hash
+            del loaded
     finally:
         server.close()
 

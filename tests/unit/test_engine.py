@@ -11,6 +11,7 @@ import txn_library.builtin  # noqa: F401  (registers tables and procedures)
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.replica import LocalReplica
 from sequencer.calls import make_batch
+from tests.heap_checks import no_cycles
 from txn_library import catalog
 from txn_library.errors import ABORTED, ERROR, OK
 from txn_library.procedure import Abort, Arg, Footprint, procedure
@@ -121,3 +122,20 @@ def test_every_builtin_procedure_is_deterministic() -> None:
         a.apply(x)
         b.apply(x)
     assert a.results == b.results and a.state_hash == b.state_hash
+
+
+def test_the_engine_leaves_no_reference_cycles() -> None:
+    """Partitions freeze what outlives a loop turn (storage.settle_turn), so the engine
+    must make no cycles: transfers across partitions (remote reads, aborts) and the
+    violating, aborting and crashing procedures above, on one and on three partitions."""
+    for partitions in (1, 3):
+        r = LocalReplica(partitions, shuffle_seed=partitions)
+        batches = bank_batches(partitions, 600, seed=3)
+        last = batches[-1]
+        calls = [("test.sneaky", (5,)), ("test.abort_after_write", (6,)), ("test.crash", (7,))]
+        batches.append(
+            make_batch(last.epoch + 1, last.first_txn_id + len(last.txns), 1, 1, calls, partitions)
+        )
+        with no_cycles():
+            r.apply_all(batches)
+        assert r.idle()

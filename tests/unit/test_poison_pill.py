@@ -34,6 +34,7 @@ from executor.traditional.options import TraditionalOptions
 from executor.traditional.oracle import replay_history
 from executor.traditional.simulator import LocalTraditionalCluster
 from sequencer.calls import make_batch
+from tests.heap_checks import no_cycles
 from txn_library import catalog, limits, placement
 from txn_library import partition_wire as ewire
 from txn_library.errors import ERR_PROCEDURE_FAILED, ERROR, OK
@@ -97,14 +98,16 @@ def _ordered_put(ctx: Any, a: int, b: Any) -> int:
     return a
 
 
+class Loud(Exception):
+    """An exception whose text cannot be had (a class made once: classes are cycles)."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
 @procedure("pp.result", [Arg("case", "str")], lambda case: Footprint(writes=((PLAIN, (0,)),)))
 def _result(ctx: Any, case: str) -> Any:
     """Writes, then returns (or aborts with) something that cannot travel."""
-
-    class Loud(Exception):
-        def __str__(self) -> str:
-            raise RuntimeError("no text for you")
-
     ctx.put(PLAIN, (0,), (case,))
     if case == "huge":
         return 2**64
@@ -358,3 +361,31 @@ def test_partition_ignores_reads_from_non_peers_and_bounds_early_reads(
     part.on_batch(make_batch(1, 0, 1, 1, [("pp.put_raw", (b, (1,)))] * 20, 2))
     part.on_reads(1, ((25, (), ()),))
     assert sorted(part._early) == [25]
+
+
+def test_hostile_calls_leave_no_reference_cycles() -> None:
+    """Partitions freeze what outlives a loop turn (storage.settle_turn): the rejecting
+    paths must not leave cycles (an exception's traceback held by its frame, ...)."""
+    a, b = _split_accounts()
+    e = Everywhere()
+    with no_cycles():
+        e.run(("bank.open", (FIRST, 3, BIG)))
+        e.run(
+            ("bank.transfer", (FIRST, FIRST + 1, BIG)),
+            ("bank.transfer", (FIRST + 2, FIRST + 1, BIG)),
+        )
+        e.run(("pp.split", (a, b, False)), ("pp.split", (a, b, True)))
+        e.run(
+            ("pp.put_raw", (1, [1, 2])),
+            ("pp.put_raw", (1, 5)),
+            ("pp.put_set", (1,)),
+            ("pp.put_big", (1,)),
+        )
+        e.run(*[("pp.bad_keys", (5, case)) for case in ("long", "bool", "float", "huge")])
+        e.run(
+            *[
+                ("pp.result", (case,))
+                for case in ("huge", "big", "set", "abort_reason", "loud", "fine")
+            ]
+        )
+        e.run(("pp.ordered_put", (1, 2)), ("pp.ordered_put", (1, "x")))
