@@ -18,16 +18,22 @@ from contextlib import contextmanager
 
 @contextmanager
 def no_cycles() -> Iterator[None]:
+    """The block leaves no cyclic garbage. Inside it the collector is off, a collection
+    the code under test runs keeps what it finds (DEBUG_SAVEALL), and ``gc.freeze`` does
+    nothing: a freeze (settle_turn, settle_heap) would hide cycles from the check."""
     gc.collect()
     was_enabled = gc.isenabled()
+    real_freeze = gc.freeze
     gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what any collection finds stays in gc.garbage
+    gc.freeze = lambda: None
     found: list[object] = []
     try:
         yield
-        gc.set_debug(gc.DEBUG_SAVEALL)  # what the collection finds stays in gc.garbage
         gc.collect()
         found = list(gc.garbage)
     finally:
+        gc.freeze = real_freeze
         gc.set_debug(0)
         gc.garbage.clear()
         if was_enabled:

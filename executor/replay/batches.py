@@ -17,6 +17,8 @@ Invariants
 - Every ``ReplayFailure`` names its epoch and the interval verdict it implies
   (executor.replay.verdicts), and survives pickling (Spark ships task exceptions).
 - Nothing here writes to the log.
+- What outlives a batch is frozen (``storage.settle_turn``, as a partition's loop does
+  each turn): replay makes no reference cycles (tests/unit/test_replay.py checks).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from executor.core.storage import settle_turn
 from executor.deterministic.replica import LocalReplica
 from executor.replay.verdicts import (
     BATCH_INVALID,
@@ -236,6 +239,7 @@ class Replayer:
         self.last_epoch = epoch
         if self.hashes is not None:
             self.hashes.append((epoch, replica.state_hash))
+        settle_turn()  # what outlived the batch is never scanned, as in a partition's loop
 
     def _count(self, batch: wire.Batch, txns: tuple[wire.Txn, ...], frame_bytes: int) -> None:
         s = self.stats
