@@ -19,9 +19,9 @@ prefix orders all of its keys against every other group's.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
-from itertools import groupby
+from operator import itemgetter
 from typing import TypeAlias
 
 from sortedcontainers import SortedList
@@ -43,9 +43,18 @@ class OrderedIndex:
         invariant(group_len >= 0, "a group prefix has a length")
         self.group_len = group_len
         self.groups: dict[tuple, Group] = {}
-        ordered = sorted(keys)
-        for prefix, members in groupby(ordered, key=lambda k: k[:group_len]):
-            self.groups[prefix] = list(members)
+        ordered = sorted(keys)  # ~linear: a loaded table's keys are mostly in order
+        if group_len == 0:
+            if ordered:
+                self.groups[()] = ordered
+        else:  # cut the sorted keys where the prefix changes: a bisection per group
+            part = itemgetter(*range(group_len))
+            i, n = 0, len(ordered)
+            while i < n:
+                prefix = ordered[i][:group_len]
+                j = bisect_right(ordered, part(ordered[i]), i, n, key=part)
+                self.groups[prefix] = ordered[i:j]
+                i = j
         self.prefixes = SortedList(self.groups)
         self._len = len(ordered)
         invariant(self._len == sum(map(len, self.groups.values())), "a key appears twice")

@@ -52,7 +52,19 @@ def test_index_matches_a_sorted_list(group_len: int, seed: int) -> None:
     dup = index.copy()
     dup.add((5, 5, 5, 5))
     assert list(index) == ref  # the copy is independent
-    assert list(OrderedIndex(group_len, ref)) == ref
+    built = OrderedIndex(group_len, reversed(ref))
+    built.check()
+    assert list(built) == ref and len(built) == len(ref)
+
+
+@pytest.mark.parametrize("group_len", [0, 1, 2])
+def test_an_index_built_from_keys_of_str_and_bytes_parts_is_grouped_right(group_len: int) -> None:
+    keys = [(w, d, n) for w in ("a", "b", "bb") for d in (b"", b"x", b"y") for n in range(5)]
+    index = OrderedIndex(group_len, random.Random(1).sample(keys, len(keys)))
+    index.check()
+    assert list(index) == sorted(keys)
+    assert len(index.groups) == {0: 1, 1: 3, 2: 9}[group_len]
+    assert list(index.starting_with(("b", b"x"))) == [("b", b"x", n) for n in range(5)]
 
 
 def test_group_len_is_the_lock_prefix_unless_rows_are_locked_one_by_one() -> None:
