@@ -48,6 +48,7 @@ from cluster.config import HOST, ClusterConfig
 from cluster.launcher import ProcessGroup
 from cluster.sockets import replica_mesh
 from executor.core.genesis import genesis_storage
+from executor.core.storage import settle_turn
 from executor.traditional.messages import (
     DECODE_ERRORS,
     LogRecord,
@@ -268,6 +269,7 @@ class TraditionalServer:
                         self._on_client(frames)
             self.part.tick()
             self._flush()
+            settle_turn()  # what outlived this turn is never scanned (see settle_turn)
         self.close()
 
     def close(self) -> None:

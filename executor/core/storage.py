@@ -602,7 +602,8 @@ def settle_heap() -> None:
 
 
 def settle_turn() -> None:
-    """Freeze what survived a turn of a partition's loop (O(1): gc.freeze splices lists).
+    """Freeze what survived a turn of a partition's loop (O(1): gc.freeze splices lists);
+    deterministic and traditional partitions, and replay after each batch.
 
     What outlives a turn is rows just written (live until overwritten, then freed by
     reference counting) or a transaction still in flight (freed by reference counting
@@ -613,9 +614,10 @@ def settle_turn() -> None:
     turn (GC_THRESHOLDS; freezing resets the allocation count), over that turn's objects.
 
     The price: a reference cycle that outlives a turn is never collected. The engine
-    makes none: tests/unit/test_heap.py runs its paths (every TPC-C and bank procedure,
-    aborts, failing and hostile calls, remote reads, checkpoints) with the collector off
-    and asserts that a collection then finds nothing. A periodic full collection is no
-    safety net here: over a busy partition's heap it takes about 1 s per 10 s of New
-    Order (measured), a pause no client should see."""
+    makes none: tests wrap its paths in ``tests/heap_checks.no_cycles`` (TPC-C's mix
+    with a restart, bank transfers, aborts, failing and hostile calls, remote reads,
+    checkpoints written, failed and loaded, replay, the traditional engine's wait-die),
+    which runs them with the collector off and asserts a collection then finds nothing.
+    A periodic full collection is no safety net here: over a busy partition's heap it
+    takes about 1 s per 10 s of New Order (measured), a pause no client should see."""
     gc.freeze()
