@@ -172,7 +172,9 @@ def _check_column_constants() -> None:
 _check_column_constants()
 
 
-def _warehouse_table(name: str, key_len: int, lock_len: int, *, ordered: bool = False) -> Table:
+def _warehouse_table(
+    name: str, key_len: int, lock_len: int, *, ordered: bool = False, index_len: int | None = None
+) -> Table:
     return register_table(
         Table(
             name=name,
@@ -181,6 +183,7 @@ def _warehouse_table(name: str, key_len: int, lock_len: int, *, ordered: bool = 
             place_len=1,
             placement=place_by_first_int,
             ordered=ordered,
+            index_len=index_len,
             columns=COLUMNS[name],
             key_columns=KEY_COLUMNS[name],
             key_types=KEY_TYPES.get(name, (int,) * key_len),
@@ -196,7 +199,9 @@ TABLES: dict[str, Table] = {
     HISTORY: _warehouse_table(HISTORY, 3, 2),
     NEW_ORDER: _warehouse_table(NEW_ORDER, 3, 2, ordered=True),
     ORDERS: _warehouse_table(ORDERS, 3, 2, ordered=True),
-    ORDER_BY_CUSTOMER: _warehouse_table(ORDER_BY_CUSTOMER, 4, 2, ordered=True),
+    # Indexed per customer: a customer's order ids only grow (appends), while per
+    # district they arrive in random customer order (a SortedList insert each).
+    ORDER_BY_CUSTOMER: _warehouse_table(ORDER_BY_CUSTOMER, 4, 2, ordered=True, index_len=3),
     ORDER_LINE: _warehouse_table(ORDER_LINE, 4, 2, ordered=True),
     ITEM: register_table(
         Table(

@@ -55,9 +55,15 @@ class Table:
     key_columns: tuple[str, ...] = ()  # names of the key's parts (default key_0, key_1, ...)
     # Type of each key part (from KEY_PART_TYPES); () = any of them. Required if ordered.
     key_types: tuple[type, ...] = ()
+    # Ordered: key parts that group the index (executor.core.ordered_index); None: the
+    # lock prefix, or one part fewer than the key if rows are locked one by one. Pick
+    # the prefix under which new keys arrive in increasing order: a group is then a
+    # plain list that new keys are appended to.
+    index_len: int | None = None
     # Derived in __post_init__ (plain attributes: read on every access of every txn).
     lock_prefix: int = field(init=False, repr=False, compare=False)
     place_prefix: int = field(init=False, repr=False, compare=False)
+    index_prefix: int = field(init=False, repr=False, compare=False)
 
     def output_columns(self) -> tuple[list[str], list[int], int]:
         """(column names, key positions to emit, row width) for exports.
@@ -81,6 +87,13 @@ class Table:
             raise ValueError(f"table {self.name}: key_types must be key_len of {KEY_PART_TYPES}")
         if self.ordered and not self.key_types:
             raise ValueError(f"table {self.name}: an ordered table must declare key_types")
+        if self.index_len is None:
+            index = lock if lock < self.key_len else self.key_len - 1
+        elif self.ordered and 0 <= self.index_len < self.key_len:
+            index = self.index_len
+        else:
+            raise ValueError(f"table {self.name}: index_len needs ordered and < key_len")
+        object.__setattr__(self, "index_prefix", index)
 
 
 _TABLES: dict[str, Table] = {}

@@ -1,7 +1,8 @@
 """The sorted key index of one ordered table: prefix scans in key order.
 
-Keys are grouped by their first ``group_len`` parts (the table's lock prefix, TPC-C's
-district, or one part fewer than the key when rows are locked one by one). A group is
+Keys are grouped by their first ``group_len`` parts (``catalog.Table.index_prefix``: by
+default the table's lock prefix, TPC-C's district, or one part fewer than the key when
+rows are locked one by one; ORDER_BY_CUSTOMER groups by customer). A group is
 a plain sorted list while its keys arrive in increasing order, which is how TPC-C's
 keys grow (order ids per district), so an insert is one dict lookup, one comparison
 and an append; the first key that arrives out of order turns that group into a
@@ -29,11 +30,6 @@ from sortedcontainers import SortedList
 from txn_library.errors import invariant
 
 Group: TypeAlias = "list[tuple] | SortedList"  # a list while keys came in order
-
-
-def group_len_of(key_len: int, lock_prefix: int) -> int:
-    """Parts that name a key's group: the lock prefix, unless that is the whole key."""
-    return lock_prefix if lock_prefix < key_len else key_len - 1
 
 
 class OrderedIndex:

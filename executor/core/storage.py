@@ -55,7 +55,7 @@ from typing import Any
 import msgpack
 import xxhash
 
-from executor.core.ordered_index import OrderedIndex, group_len_of
+from executor.core.ordered_index import OrderedIndex
 from txn_library import catalog, limits
 from txn_library.errors import invariant
 
@@ -178,7 +178,7 @@ class Storage:
             self.encoded[name] = {}
             self._replicated[name] = spec.replicated
             if spec.ordered:
-                self.indexes[name] = OrderedIndex(group_len_of(spec.key_len, spec.lock_prefix))
+                self.indexes[name] = OrderedIndex(spec.index_prefix)
         return t
 
     def get(self, table: str, key: tuple) -> tuple | None:

@@ -6,9 +6,11 @@ import random
 
 import pytest
 
-from executor.core.ordered_index import OrderedIndex, group_len_of
+import tpcc.schema as s
+from executor.core.ordered_index import OrderedIndex
 from executor.core.storage import Storage
 from executor.deterministic.workloads import clone_storage
+from txn_library import catalog
 
 
 def _prefixes(key: tuple) -> list[tuple]:
@@ -68,9 +70,22 @@ def test_an_index_built_from_keys_of_str_and_bytes_parts_is_grouped_right(group_
 
 
 def test_group_len_is_the_lock_prefix_unless_rows_are_locked_one_by_one() -> None:
-    assert group_len_of(4, 2) == 2  # TPC-C ORDER_LINE: (w, d) groups
-    assert group_len_of(3, 3) == 2
-    assert group_len_of(1, 1) == 0  # one group: the whole table
+    def table(key_len: int, lock_len: int, index_len: int | None = None) -> catalog.Table:
+        types = (int,) * key_len
+        return catalog.Table(
+            "t", key_len, lock_len, ordered=True, key_types=types, index_len=index_len
+        )
+
+    assert table(4, 2).index_prefix == 2  # TPC-C ORDER_LINE: (w, d) groups
+    assert table(3, 3).index_prefix == 2
+    assert table(1, 1).index_prefix == 0  # one group: the whole table
+    assert table(4, 2, index_len=3).index_prefix == 3
+    assert catalog.table(s.ORDER_BY_CUSTOMER).index_prefix == 3  # per customer: appends
+    for bad in (4, -1):
+        with pytest.raises(ValueError, match="index_len"):
+            table(4, 2, index_len=bad)
+    with pytest.raises(ValueError, match="index_len"):
+        catalog.Table("t", 2, 1, key_types=(int, int), index_len=1)  # not ordered
 
 
 def test_storage_scans_and_clones_keep_the_index_exact() -> None:
