@@ -43,13 +43,19 @@ class OrderedIndex:
         if group_len == 0:
             if ordered:
                 self.groups[()] = ordered
-        else:  # cut the sorted keys where the prefix changes: a bisection per group
+        else:  # cut the sorted keys where the prefix changes: gallop, then bisect
             part = itemgetter(*range(group_len))
+            groups = self.groups
             i, n = 0, len(ordered)
             while i < n:
-                prefix = ordered[i][:group_len]
-                j = bisect_right(ordered, part(ordered[i]), i, n, key=part)
-                self.groups[prefix] = ordered[i:j]
+                first = ordered[i]
+                want = part(first)
+                lo = hi = i + 1  # ordered[i:lo] share the prefix; ordered[hi] may not
+                while hi < n and part(ordered[hi]) == want:
+                    lo = hi + 1
+                    hi = i + 2 * (hi - i)
+                j = bisect_right(ordered, want, lo, min(hi, n), key=part)
+                groups[first[:group_len]] = ordered[i:j]
                 i = j
         self.prefixes = SortedList(self.groups)
         self._len = len(ordered)
