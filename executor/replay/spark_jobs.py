@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from executor.core.storage import release_heap
 from executor.replay.boundaries import Boundary, peer_checkpoint_dirs, scan_checkpoints
 from executor.replay.intervals import VERIFY_COLUMNS, IntervalTask
 from executor.replay.reconstruct import reconstruct
@@ -417,6 +418,8 @@ def build_state(task: StateTask) -> dict[str, Any]:
         notes=rc.notes,
         out=str(out),
     )
+    del rc, storages
+    release_heap()  # the task's state is gone; the worker runs other tasks next
     return report.summary()
 
 

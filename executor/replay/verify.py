@@ -38,6 +38,7 @@ from typing import Any
 
 from executor.core import checkpoint
 from executor.core.checkpoint import CheckpointInvalid
+from executor.core.storage import release_heap
 from executor.deterministic.replica import LocalReplica
 from executor.replay.batches import Replayer, ReplayFailure, ReplayStats
 from executor.replay.boundaries import (
@@ -88,6 +89,8 @@ def verify_run(tasks: Iterable[IntervalTask]) -> list[dict[str, Any]]:
     for task in tasks:
         row, carried = _verify(task, carried)
         rows.append(row)
+    del carried
+    release_heap()  # the run's states are gone; the worker runs other tasks next
     return rows
 
 
