@@ -63,8 +63,9 @@ MASK64 = (1 << 64) - 1
 # Gen0 allocations, gen1 and gen2 collection ratios (see settle_heap). A young
 # collection walks every object it finds (~0.5 us each: rows survive until it untracks
 # them), so its pause grows with the gen0 threshold: 50,000 paused a partition 20-30 ms
-# every ~0.5 s under New Order (p99 at 50 terminals 44-46 ms); 5,000 pauses it < 1 ms
-# for the same total work (p99 23-29 ms).
+# every ~0.5 s under New Order (p99 at 50 terminals 44-46 ms); 5,000 gave pauses of
+# ~2.5 ms for the same total work (p99 23-29 ms). Since settle_turn a young collection
+# sees only objects made in the current turn of the loop.
 GC_THRESHOLDS = (5_000, 20, 100)
 KEY_INT_MIN, KEY_INT_MAX = -(1 << 63), (1 << 64) - 1  # what msgpack can encode
 _packb = msgpack.packb
