@@ -45,9 +45,10 @@ Each file is a sequence of frames in the command log's frame encoding (``<II`` l
 When a partition writes a base (chain policy, one home: ``CheckpointChain``): its first
 checkpoint (a partition started from genesis with periodic checkpoints writes its
 genesis state as a base at epoch 0, before it serves), after a failed writer, and once
-the chain since the base holds ``limits.checkpoint_chain_depth_max`` deltas or more
-delta rows than ``limits.checkpoint_chain_delta_share_max`` times the base's. So
-writing a checkpoint costs the rows written since the last one, and loading one costs
+the chain since the base holds ``limits.checkpoint_chain_depth_max`` deltas or
+supersedes more rows (rows a later file overwrites or deletes) than
+``limits.checkpoint_chain_superseded_share_max`` times the state's (``ChainTip.wants_base``).
+So writing a checkpoint costs the rows written since the last one, and loading one costs
 at most a bounded multiple of the partition's own data; the static tables cost one
 file per content. Files are written in process while the partition keeps working
 (``CheckpointWriter``); ``write_checkpoint`` writes one at once (tests, simulator).
@@ -137,12 +138,23 @@ class ChainTip:
     base_rows: int
     chain_rows: int  # rows in the base and every delta up to this one
 
-    def wants_base(self, delta_rows: int) -> bool:
-        """Whether the next checkpoint, ``delta_rows`` rows as a delta, should be a base."""
+    def wants_base(self, delta_rows: int, state_rows: int) -> bool:
+        """Whether the next checkpoint, ``delta_rows`` rows as a delta of a state of
+        ``state_rows`` partitioned rows, should be a base.
+
+        What a chain costs to load beyond a base of the same state is its *superseded*
+        rows: rows a later file of the chain overwrites or deletes (and the deletions'
+        own rows), ``chain_rows - state_rows`` since every live key is in the chain
+        once more than it is superseded. A delta of new keys (TPC-C's orders and order
+        lines) supersedes nothing, and a load reads it anyway as part of the state.
+        So a base follows once the superseded rows would pass
+        ``limits.checkpoint_chain_superseded_share_max`` of the state's rows (a load reads
+        at most that much more than the partition's own rows), or the chain would pass
+        ``limits.checkpoint_chain_depth_max`` deltas."""
         if self.depth + 1 > limits.checkpoint_chain_depth_max:
             return True
-        since_base = self.chain_rows - self.base_rows + delta_rows
-        return since_base > limits.checkpoint_chain_delta_share_max * max(self.base_rows, 1)
+        superseded = self.chain_rows + delta_rows - state_rows
+        return superseded > limits.checkpoint_chain_superseded_share_max * max(state_rows, 1)
 
 
 def next_tip(
@@ -678,7 +690,11 @@ class CheckpointChain:
         base. Recording goes on (it holds a key at most once, so it never outgrows the
         partition): the base's encoded rows are the storage's updated with it."""
         tip, storage = self.tip, self.storage
-        if tip is not None and storage.tracking and tip.wants_base(storage.changed_count()):
+        if (
+            tip is not None
+            and storage.tracking
+            and tip.wants_base(storage.changed_count(), storage.partitioned_row_count())
+        ):
             self.tip = None
 
     def plan(self, epoch: int) -> PlannedCheckpoint:
@@ -687,7 +703,11 @@ class CheckpointChain:
         parent = self.tip
         changes = storage.take_changes() if parent is not None and storage.tracking else None
         rows = 0 if changes is None else sum(map(len, changes.values()))
-        if parent is None or changes is None or parent.wants_base(rows):
+        if (
+            parent is None
+            or changes is None
+            or parent.wants_base(rows, storage.partitioned_row_count())
+        ):
             parent, changes = None, None
             rows = storage.partitioned_row_count()
             storage.track_changes()  # the next delta records from this base on
