@@ -824,12 +824,14 @@ def _decode_rows(
     return rows, encodings, list(map(_digest, encodings))
 
 
-def _frames(path: Path, expect: CheckpointInfo | None, digest_only: bool = False) -> Iterator[Any]:
+def _frames(
+    path: Path, expect: CheckpointInfo | None, digest_only: bool = False, raw: bool = False
+) -> Iterator[Any]:
     """Every rows frame of one file as (rows, encodings, digests), or with
-    ``digest_only`` as (rows, sum of their digests) without decoding them, after
-    checking its header (equal to ``expect``'s if given); checks CRCs, the footer and
-    the row count, and raises CheckpointInvalid after the last frame if anything is
-    wrong."""
+    ``digest_only`` as (rows, sum of their digests), or with ``raw`` as its rows' bytes
+    (both without decoding them), after checking its header (equal to ``expect``'s if
+    given); checks CRCs, the footer and the row count, and raises CheckpointInvalid
+    after the last frame if anything is wrong."""
     epoch = _epoch_of(path) if expect is None else expect.epoch
     try:
         with open(path, "rb") as f:
@@ -843,6 +845,11 @@ def _frames(path: Path, expect: CheckpointInfo | None, digest_only: bool = False
             count = 0
             for payload in frames:
                 if payload[:1] == _ROWS_TAG:
+                    if raw:
+                        encodings = _frame_rows(payload, path, epoch)[1]
+                        count += len(encodings)
+                        yield encodings
+                        continue
                     if digest_only:
                         summed = _frame_digests(payload, path, epoch)
                         count += summed[0]
@@ -1115,6 +1122,8 @@ def check(
             f"{since[0]} hashes to {since[1]:016x}",
             info.epoch,
         )
+    if _delta_is_record(path, info, storage.changes()):
+        return info
     keys: dict[str, set[tuple]] = {}
     total = 0
     for rows, _encodings, digests in _frames(path, info):
@@ -1143,6 +1152,36 @@ def check(
             info.epoch,
         )
     return info
+
+
+def _delta_is_record(path: Path, info: CheckpointInfo, record: Changes) -> bool:
+    """Whether a delta's rows are exactly the bytes its writer writes for ``record``
+    (each written key's row as packed, a deleted key packed as a row of None), each
+    once, one table per frame: then it holds the rows written since its parent and
+    loads. Checked by the rows' bytes, decoding one row per frame (its table); the
+    order within a table is not compared (a live partition records keys in the order
+    its transactions finished, which concurrency may change; a replay in serial
+    order). False (a row not in the record or twice, one missing, a file that does not
+    read to its footer) leaves the judgement to ``check``'s decoding path, which
+    names what is wrong."""
+    pack = msgpack.Packer(autoreset=True).pack
+    pools = {
+        table: {pack((table, key, None)) if row is None else row for key, row in rows.items()}
+        for table, rows in record.items()
+        if rows
+    }
+    try:
+        for encodings in _frames(path, info, raw=True):
+            pool = pools.get(msgpack.unpackb(encodings[0])[0]) if encodings else None
+            if pool is None:
+                return False
+            left = len(pool)
+            pool.difference_update(encodings)
+            if left - len(pool) != len(encodings):
+                return False  # a row not written since the parent, or one row twice
+    except Exception:  # any reading or decoding problem: the decoding path says what
+        return False
+    return not any(pools.values())
 
 
 def iter_rows(path: Path) -> Iterator[tuple[str, tuple, tuple]]:

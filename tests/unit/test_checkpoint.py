@@ -548,6 +548,48 @@ def test_check_validates_a_delta_against_a_replayed_state(tmp_path: Path) -> Non
         checkpoint.check(p2, replayed, since)
 
 
+def test_check_reads_a_delta_by_its_bytes_in_any_order_and_decodes_what_differs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delta whose rows are the record's bytes passes without decoding its rows, in
+    whatever order within a table (a live partition records keys in the order its
+    transactions finished). Frames that mix tables, a row twice or one missing fall
+    to the decoding path, which names the fault."""
+    s = _mixed_storage()
+    chain = checkpoint.CheckpointChain(s)
+    p1 = _checkpoint(tmp_path, chain, 1)
+    writes = {("account", (7,)): (1,), ("new_order", (1, 1, 1)): None}
+    writes |= {("new_order", (1, 1, o)): (o, 1, 1) for o in range(400, 410)}
+    _txn(s, writes)
+    p2 = _checkpoint(tmp_path, chain, 2)
+    info1, replayed = checkpoint.load(p1)
+    replayed.track_changes()
+    _txn(replayed, dict(reversed(writes.items())))  # the same writes, another order
+    since = (1, info1.state_hash)
+    fast: list[bool] = []
+    real = checkpoint._delta_is_record
+    monkeypatch.setattr(
+        checkpoint, "_delta_is_record", lambda *a: fast.append(real(*a)) or fast[-1]
+    )
+    assert checkpoint.check(p2, replayed, since).epoch == 2
+    head, accounts, orders, footer = _frames_of(p2)
+    body = checkpoint._frame_rows(orders, p2, None)[1]
+    packer = msgpack.Packer(autoreset=True)
+    shuffled = checkpoint._rows_frame(packer, body[::-1])[8:]
+    _rewrite(p2, [head, accounts, shuffled, footer])
+    assert checkpoint.check(p2, replayed, since).epoch == 2
+    assert fast == [True, True]
+    mixed = checkpoint._frame_rows(accounts, p2, None)[1] + body
+    _rewrite(p2, [head, checkpoint._rows_frame(packer, mixed)[8:], footer])
+    with pytest.raises(checkpoint.CheckpointInvalid, match="mixes tables"):
+        checkpoint.check(p2, replayed, since)
+    twice = checkpoint._rows_frame(packer, [*body[:-1], body[0]])[8:]
+    _rewrite(p2, [head, accounts, twice, footer])
+    with pytest.raises(checkpoint.CheckpointInvalid, match="appears twice"):
+        checkpoint.check(p2, replayed, since)
+    assert fast == [True, True, False, False]
+
+
 def test_prune_keeps_every_file_a_kept_checkpoint_needs(tmp_path: Path) -> None:
     s = _mixed_storage()
     chain = checkpoint.CheckpointChain(s)
