@@ -49,7 +49,7 @@ from executor.core import checkpoint  # noqa: E402
 from executor.replay.boundaries import scan_checkpoints  # noqa: E402
 from executor.replay.reconstruct import reconstruct  # noqa: E402
 from executor.replay.spark_jobs import split_runs  # noqa: E402
-from executor.replay.spec import ReplaySpec, log_first_epoch  # noqa: E402
+from executor.replay.spec import ReplaySpec, log_first_epoch, planned_last_epoch  # noqa: E402
 from executor.replay.verdicts import (  # noqa: E402
     BAD_CHECKPOINT,
     BATCH_INVALID,
@@ -188,7 +188,10 @@ def in_process(spec: ReplaySpec, ckpt: Path, last_epoch: int) -> dict[str, Any]:
     # The same runs local[2] gets, in two plain processes at once (no Spark): what two
     # cores give this job without Spark's own costs (the bound for local[2]/local[1]).
     tasks = plan_verify(
-        spec, scan_checkpoints(ckpt, spec.partitions), log_first_epoch=log_first_epoch(spec.log_dir)
+        spec,
+        scan_checkpoints(ckpt, spec.partitions),
+        log_first_epoch=log_first_epoch(spec.log_dir),
+        log_last_epoch=planned_last_epoch(spec.log_dir),
     )
     runs = split_runs(tasks, 2)
     t2 = time.perf_counter()

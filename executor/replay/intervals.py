@@ -31,12 +31,16 @@ class IntervalTask:
     fallbacks: tuple[Boundary, ...] = ()  # earlier boundaries to start from, newest first
     log_first_epoch: int = 1
     locate: bool = True
+    log_last_epoch: int | None = None  # the log's last epoch when planned (the tail's size)
 
     @property
     def cost(self) -> int:
-        """Rough size, for scheduling the longest intervals first."""
+        """Rough size in epochs, for balancing runs (the tail: up to the log's last
+        epoch when planned, if known)."""
         if self.end is None:
-            return 1
+            if self.log_last_epoch is None:
+                return 1
+            return max(1, self.log_last_epoch - self.start.epoch)
         return self.end.epoch - self.start.epoch
 
 

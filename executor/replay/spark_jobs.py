@@ -54,7 +54,13 @@ from executor.core.storage import release_heap
 from executor.replay.boundaries import Boundary, peer_checkpoint_dirs, scan_checkpoints
 from executor.replay.intervals import VERIFY_COLUMNS, IntervalTask
 from executor.replay.reconstruct import reconstruct
-from executor.replay.spec import ReplaySpec, log_first_epoch, log_last_epoch, log_segments
+from executor.replay.spec import (
+    ReplaySpec,
+    log_first_epoch,
+    log_last_epoch,
+    log_segments,
+    planned_last_epoch,
+)
 from executor.replay.tables import (
     HistoryLayout,
     TableLayout,
@@ -254,6 +260,7 @@ def run_verify(
         log_first_epoch=log_first_epoch(spec.log_dir),
         tail=tail,
         locate=locate,
+        log_last_epoch=planned_last_epoch(spec.log_dir),
     )
     sc = spark.sparkContext
     cut = split_runs(tasks, runs if runs is not None else parallelism(spark))

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sequencer.log import iter_frames
+from sequencer.log import LogCorruption, iter_frames
 from txn_library.procedure import load_modules
 
 _SEGMENT_NAME = re.compile(r"segment-(\d{12,})\.log")
@@ -71,3 +71,12 @@ def log_last_epoch(log_dir: str | Path) -> int:
     for epoch, _payload in iter_frames(log_dir, firsts[-1]):
         last = epoch
     return last
+
+
+def planned_last_epoch(log_dir: str | Path) -> int | None:
+    """The log's last epoch for planning only (sizing the tail): None if the log does
+    not read to its end (a corrupt frame); the verification itself reports that."""
+    try:
+        return log_last_epoch(log_dir)
+    except (LogCorruption, OSError):
+        return None

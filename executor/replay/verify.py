@@ -50,7 +50,7 @@ from executor.replay.boundaries import (
 )
 from executor.replay.diagnosis import diagnose
 from executor.replay.intervals import IntervalResult, IntervalTask, join_detail
-from executor.replay.spec import ReplaySpec, log_first_epoch
+from executor.replay.spec import ReplaySpec, log_first_epoch, planned_last_epoch
 from executor.replay.verdicts import (
     BAD_CHECKPOINT,
     BY_BATCH,
@@ -345,11 +345,14 @@ def plan_verify(
     log_first_epoch: int = 1,
     tail: bool = True,
     locate: bool = True,
+    log_last_epoch: int | None = None,
 ) -> list[IntervalTask]:
     """One task per interval between consecutive boundaries (genesis first), plus the tail.
 
     Boundaries past the end of the log are kept: their intervals report the missing
     epochs. Each task may fall back to earlier usable boundaries if its start is bad.
+    ``log_last_epoch`` (optional) sizes the tail for balancing runs; the tail replays
+    to the end of the log whatever it says.
     """
     # Genesis first: the partitions' epoch-0 base files if they wrote them (loading them
     # is cheaper than running the genesis function; a wrong one cannot reproduce the
@@ -369,7 +372,9 @@ def plan_verify(
         i = len(points) - 1
         fallbacks = (*(b for b in reversed(points[:i]) if b.usable), *last_resort)
         tasks.append(
-            IntervalTask(i, spec, points[i], None, fallbacks, max(1, log_first_epoch), locate)
+            IntervalTask(
+                i, spec, points[i], None, fallbacks, max(1, log_first_epoch), locate, log_last_epoch
+            )
         )
     return tasks
 
@@ -432,7 +437,12 @@ def verify_local(
     spec.prepare()
     boundaries = scan_checkpoints(checkpoint_dir, spec.partitions)
     tasks = plan_verify(
-        spec, boundaries, log_first_epoch=log_first_epoch(spec.log_dir), tail=tail, locate=locate
+        spec,
+        boundaries,
+        log_first_epoch=log_first_epoch(spec.log_dir),
+        tail=tail,
+        locate=locate,
+        log_last_epoch=planned_last_epoch(spec.log_dir),
     )
     rows = run(tasks) if run is not None else verify_run(tasks)
     peers = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import random
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import msgpack
@@ -656,3 +656,8 @@ def test_runs_are_cut_where_the_longest_run_is_shortest_counting_each_runs_load(
     assert [len(r) for r in cut] == [4, 2] and cut[1][0].start.epoch == 400
     assert [t.index for r in split_runs(costly, 8) for t in r] == list(range(6))
     assert split_runs(costly[:1], 2) == [costly[:1]]
+    # The tail counts its epochs up to the log's end when the plan knows it.
+    tail = [*even[:4], replace(task(4, 400, None, 0), log_last_epoch=800)]
+    assert tail[-1].cost == 400
+    assert [len(r) for r in split_runs(tail, 2)] == [4, 1]
+    assert [len(r) for r in split_runs([*tail[:-1], task(4, 400, None, 0)], 2)] == [2, 3]
