@@ -56,12 +56,17 @@ file per content. Files are written in process while the partition keeps working
 Invariants:
 - Written to a temp file, fsynced, renamed, then the directory fsynced: a reader sees a
   whole file or none.
-- A checkpoint is valid only if every file of its chain (and its static file) is: every
-  frame's CRC holds, the footer is present, row counts match, each delta's parent link
-  (epoch, state hash, depth, base, static hash) matches its parent's header, and the
-  state hash after each file, recomputed from the bytes of its rows, equals that file's
-  header. An invalid one is skipped with a warning, never half-loaded;
-  ``CheckpointInvalid.epoch`` names the file at fault.
+- A checkpoint is valid only if every file of its chain (and its static file) reads
+  whole: every frame's CRC holds, the footer is present, row counts match, each
+  delta's parent link (epoch, state hash, depth, base, static hash) matches its
+  parent's header; the base's and static file's rows hash to their headers; and the
+  state the chain builds, hashed from the bytes of its rows, equals the checkpoint's
+  header. (A load hashes a chain's deltas once, at its end; if the state differs it
+  loads again file by file, each file's state against its header, to name the file
+  at fault. A delta whose wrong row a later delta overwrites yields a right state: it
+  fails only its own epoch's load, and verify's check of it.) An invalid one is
+  skipped with a warning, never half-loaded; ``CheckpointInvalid.epoch`` names the
+  file at fault.
 - ``prune`` never removes a file that a kept checkpoint's chain needs.
 """
 
@@ -811,9 +816,10 @@ def _frame_rows(payload: bytes, path: Path, epoch: int | None) -> tuple[bytes, l
 
 
 def _decode_rows(
-    payload: bytes, path: Path, epoch: int | None
-) -> tuple[tuple, list[bytes], list[int]]:
-    """(rows, each row's bytes, their digests) of one rows frame."""
+    payload: bytes, path: Path, epoch: int | None, digests: bool = True
+) -> tuple[tuple, list[bytes], list[int] | None]:
+    """(rows, each row's bytes, their digests or None if not ``digests``) of one rows
+    frame."""
     body, encodings = _frame_rows(payload, path, epoch)
     try:
         rows = msgpack.unpackb(body, use_list=False)
@@ -821,17 +827,21 @@ def _decode_rows(
         raise CheckpointInvalid(f"{path}: undecodable rows frame: {e}", epoch) from None
     if not isinstance(rows, tuple) or len(rows) != len(encodings):
         raise CheckpointInvalid(f"{path}: rows frame does not match its lengths", epoch)
-    return rows, encodings, list(map(_digest, encodings))
+    return rows, encodings, list(map(_digest, encodings)) if digests else None
 
 
 def _frames(
-    path: Path, expect: CheckpointInfo | None, digest_only: bool = False, raw: bool = False
+    path: Path,
+    expect: CheckpointInfo | None,
+    digest_only: bool = False,
+    raw: bool = False,
+    digests: bool = True,
 ) -> Iterator[Any]:
-    """Every rows frame of one file as (rows, encodings, digests), or with
-    ``digest_only`` as (rows, sum of their digests), or with ``raw`` as its rows' bytes
-    (both without decoding them), after checking its header (equal to ``expect``'s if
-    given); checks CRCs, the footer and the row count, and raises CheckpointInvalid
-    after the last frame if anything is wrong."""
+    """Every rows frame of one file as (rows, encodings, digests) (digests None if not
+    ``digests``), or with ``digest_only`` as (rows, sum of their digests), or with
+    ``raw`` as its rows' bytes (both without decoding them), after checking its header
+    (equal to ``expect``'s if given); checks CRCs, the footer and the row count, and
+    raises CheckpointInvalid after the last frame if anything is wrong."""
     epoch = _epoch_of(path) if expect is None else expect.epoch
     try:
         with open(path, "rb") as f:
@@ -855,7 +865,7 @@ def _frames(
                         count += summed[0]
                         yield summed
                         continue
-                    decoded = _decode_rows(payload, path, epoch)
+                    decoded = _decode_rows(payload, path, epoch, digests)
                     count += len(decoded[0])
                     yield decoded
                     continue
@@ -987,22 +997,27 @@ def chain_epochs(path: Path) -> list[int]:
     return out
 
 
-def _load_file(info: CheckpointInfo, storage: Storage, charged_to: int | None) -> None:
+def _load_file(
+    info: CheckpointInfo, storage: Storage, charged_to: int | None, hashed: bool = True
+) -> None:
     """Apply one file to ``storage``, validating it; its hash must then equal its
-    header's. The rows' encodings are the bytes read (the writer wrote
+    header's (unless not ``hashed``, a delta of a chain whose caller hashes the state
+    at its end: ``load``). The rows' encodings are the bytes read (the writer wrote
     ``msgpack([table, key, row])`` and the CRC vouches for the bytes, so they are what
     packing would give); they become the Storage's encoded rows. Indexes are left to
     the caller (``Storage.rebuild_indexes``)."""
     path = info.path
     epoch = info.epoch if charged_to is None else charged_to
     try:
-        for rows, encodings, digests in _frames(path, info):
+        for rows, encodings, digests in _frames(path, info, digests=hashed):
             if info.kind == DELTA:
                 _apply_delta_rows(storage, rows, encodings, digests, path, epoch)
             else:
                 _insert_rows(storage, info.kind, rows, encodings, digests, path, epoch)
     except CheckpointInvalid as e:
         raise CheckpointInvalid(str(e), epoch) from None
+    if not hashed:
+        return
     if info.kind == STATIC:
         ok = storage.static_hash == info.static_hash
         have, want = storage.static_hash, info.static_hash
@@ -1040,7 +1055,7 @@ def _apply_delta_rows(
     storage: Storage,
     rows: tuple,
     encodings: list[bytes],
-    digests: list[int],
+    digests: list[int] | None,
     path: Path,
     epoch: int,
 ) -> None:
@@ -1051,6 +1066,9 @@ def _apply_delta_rows(
         (table,) = tables
         if storage.is_replicated(table):
             raise CheckpointInvalid(f"{path}: a delta writes a replicated table", epoch)
+        if digests is None:  # a chain's delta, hashed with the whole state after it
+            storage.install_unhashed(table, rows, encodings)
+            return
         if None in list(map(_third, rows)):
             digests = [0 if r[2] is None else d for r, d in zip(rows, digests, strict=True)]
         storage.install_known(table, rows, encodings, digests)
@@ -1060,8 +1078,27 @@ def _apply_delta_rows(
 
 def load(path: Path) -> tuple[CheckpointInfo, Storage]:
     """Load and fully validate one checkpoint (its chain and static file) into a fresh
-    Storage. Raises CheckpointInvalid naming the file at fault (``.epoch``)."""
+    Storage. Raises CheckpointInvalid naming the file at fault (``.epoch``).
+
+    A chain's deltas are installed without hashing each overwritten row out; the
+    state's hash is then computed once from every row's bytes and must equal the last
+    file's header (the base, the static file and every file's CRCs, counts and links
+    are validated as they are read). If it does not, the chain is loaded again file by
+    file, each file's hash checked, to name the file at fault."""
     chain = chain_of(path)
+    if len(chain) > 1:
+        storage = _load_chain(path, chain, per_file=False)
+        if storage.state_hash == chain[-1].state_hash:
+            return chain[-1], storage
+        del storage
+    return chain[-1], _load_chain(path, chain, per_file=True)
+
+
+def _load_chain(path: Path, chain: list[CheckpointInfo], per_file: bool) -> Storage:
+    """The state of ``chain`` in a fresh Storage. ``per_file``: each delta's hash checked
+    against its header as it is applied (CheckpointInvalid naming it); else the deltas
+    are installed unhashed and the Storage's hash recomputed from its rows at the end,
+    for the caller to compare."""
     storage = Storage()
     with gc_paused(freeze=True):  # the loaded state is long-lived: see settle_heap
         static_hash = chain[0].static_hash
@@ -1075,9 +1112,11 @@ def load(path: Path) -> tuple[CheckpointInfo, Storage]:
                 raise CheckpointInvalid(str(e), chain[0].epoch) from None
             _load_file(info, storage, chain[0].epoch)
         for info in chain:
-            _load_file(info, storage, None)
+            _load_file(info, storage, None, hashed=per_file or info.kind != DELTA)
+        if not per_file:
+            storage.rehash_from_encoded()
         storage.rebuild_indexes()  # loading leaves them to the end: one sort per table
-    return chain[-1], storage
+    return storage
 
 
 def check(

@@ -521,6 +521,33 @@ def test_a_doctored_row_with_valid_crcs_is_found(tmp_path: Path, which: int) -> 
     assert bad.value.epoch == which + 1
 
 
+def test_a_chain_loads_its_deltas_unhashed_and_checks_the_state_it_returns(
+    tmp_path: Path,
+) -> None:
+    """A chain's deltas are installed without hashing each overwritten row out; the
+    state's hash, computed once from its rows, must equal the last header. A doctored
+    delta whose row a later delta overwrites still loads the later state, which is
+    right; loading its own epoch fails and names it (so does verify's check)."""
+    s = _mixed_storage()
+    chain = checkpoint.CheckpointChain(s)
+    _checkpoint(tmp_path, chain, 1)
+    _txn(s, {("account", (7,)): (1,)})
+    p2 = _checkpoint(tmp_path, chain, 2)
+    _txn(s, {("account", (7,)): (2,), ("new_order", (1, 1, 5)): None})
+    p3 = _checkpoint(tmp_path, chain, 3)
+    info, loaded = checkpoint.load(p3)
+    assert _state(loaded) == _state(s) and loaded.state_hash == s.state_hash == info.state_hash
+    _doctor_first_row(p2)  # account 7 holds (2,) in the file, valid CRCs
+    assert _state(checkpoint.load(p3)[1]) == _state(s)
+    with pytest.raises(checkpoint.CheckpointInvalid, match="hash to") as bad:
+        checkpoint.load(p2)
+    assert bad.value.epoch == 2
+    _doctor_first_row(p3)  # the last state is wrong: the file-by-file load names it
+    with pytest.raises(checkpoint.CheckpointInvalid, match="hash to") as bad:
+        checkpoint.load(p3)
+    assert bad.value.epoch == 2  # the first file whose state is wrong
+
+
 def test_check_validates_a_delta_against_a_replayed_state(tmp_path: Path) -> None:
     """Replay's way: the state at the parent plus the changes recorded while replaying
     the interval validate the delta without loading its chain."""
