@@ -47,6 +47,7 @@ class Boundary:
     next_txn_id: int = 0
     problems: tuple[str, ...] = ()
     rows: int = 0  # rows a load of it reads (its chains' rows, all partitions; 0: unknown)
+    delta_rows: int = 0  # of which in deltas (each costs a load more than a base's row)
 
     @property
     def usable(self) -> bool:
@@ -122,7 +123,7 @@ def _boundary(
     hashes: list[int | None] = []
     next_ids: set[int] = set()
     problems: list[str] = []
-    rows = 0
+    rows = delta_rows = 0
     for p in sorted(set(by_part) - set(range(partitions))):
         problems.append(f"p{p}: checkpoint of a partition the cluster does not have")
     for p in range(partitions):
@@ -145,6 +146,7 @@ def _boundary(
         hashes.append(info.state_hash)
         next_ids.add(info.next_txn_id)
         rows += info.chain_rows
+        delta_rows += info.chain_rows - info.base_rows
     if len(next_ids) > 1:
         problems.append(f"partitions disagree on the next txn id: {sorted(next_ids)}")
     return Boundary(
@@ -154,6 +156,7 @@ def _boundary(
         next_ids.pop() if len(next_ids) == 1 else -1,
         tuple(problems),
         rows,
+        delta_rows,
     )
 
 

@@ -30,7 +30,7 @@ from executor.replay.boundaries import Boundary, scan_checkpoints
 from executor.replay.diagnosis import dependency_suspects
 from executor.replay.intervals import IntervalTask
 from executor.replay.reconstruct import reconstruct
-from executor.replay.spark_jobs import split_runs
+from executor.replay.spark_jobs import load_epochs, split_runs
 from executor.replay.spec import ReplaySpec, log_first_epoch, log_last_epoch
 from executor.replay.tables import history_layout, history_rows, split_epochs
 from executor.replay.verdicts import (
@@ -656,6 +656,16 @@ def test_runs_are_cut_where_the_longest_run_is_shortest_counting_each_runs_load(
     assert [len(r) for r in cut] == [4, 2] and cut[1][0].start.epoch == 400
     assert [t.index for r in split_runs(costly, 8) for t in r] == list(range(6))
     assert split_runs(costly[:1], 2) == [costly[:1]]
+    # A chain's delta rows weigh more than a base's: the same rows, cut at the base.
+    # At 200: 600,000 rows, all in deltas (200 epochs' worth, not 100); at 300: a base of
+    # 1,500,000 (250 epochs); elsewhere too costly to start.
+    loads = [0, 6_000_000, 600_000, 1_500_000, 6_000_000, 6_000_000]
+    weighed = [task(i, 100 * i, 100 * (i + 1), rows) for i, rows in enumerate(loads)]
+    weighed[2] = replace(weighed[2], start=replace(weighed[2].start, delta_rows=600_000))
+    assert load_epochs(weighed[2].start) == 200 and load_epochs(weighed[3].start) == 250
+    assert [len(r) for r in split_runs(weighed, 2)] == [3, 3]
+    weighed[2] = replace(weighed[2], start=replace(weighed[2].start, delta_rows=0))
+    assert [len(r) for r in split_runs(weighed, 2)] == [2, 4]
     # The tail counts its epochs up to the log's end when the plan knows it.
     tail = [*even[:4], replace(task(4, 400, None, 0), log_last_epoch=800)]
     assert tail[-1].cost == 400
