@@ -657,11 +657,11 @@ def test_runs_are_cut_where_the_longest_run_is_shortest_counting_each_runs_load(
     assert [t.index for r in split_runs(costly, 8) for t in r] == list(range(6))
     assert split_runs(costly[:1], 2) == [costly[:1]]
     # A chain's delta rows weigh more than a base's: the same rows, cut at the base.
-    # At 200: 600,000 rows, all in deltas (200 epochs' worth, not 100); at 300: a base of
-    # 1,500,000 (250 epochs); elsewhere too costly to start.
-    loads = [0, 6_000_000, 600_000, 1_500_000, 6_000_000, 6_000_000]
+    # At 200: 1,000,000 rows, all in deltas (200 epochs' worth, not 133); at 300: a base
+    # of 1,875,000 (250 epochs); elsewhere too costly to start.
+    loads = [0, 9_000_000, 1_000_000, 1_875_000, 9_000_000, 9_000_000]
     weighed = [task(i, 100 * i, 100 * (i + 1), rows) for i, rows in enumerate(loads)]
-    weighed[2] = replace(weighed[2], start=replace(weighed[2].start, delta_rows=600_000))
+    weighed[2] = replace(weighed[2], start=replace(weighed[2].start, delta_rows=1_000_000))
     assert load_epochs(weighed[2].start) == 200 and load_epochs(weighed[3].start) == 250
     assert [len(r) for r in split_runs(weighed, 2)] == [3, 3]
     weighed[2] = replace(weighed[2], start=replace(weighed[2].start, delta_rows=0))
