@@ -134,7 +134,7 @@ early_reads_txns_max = sent_reads_txns_max  # txns whose peer reads arrived befo
 queries_pending_max = pending_calls_max  # unsequenced queries waiting at one partition
 checkpoint_frame_bytes_max = 4 << 20  # rows per checkpoint frame are cut at this size
 checkpoint_chain_depth_max = 16  # deltas after a base before the next checkpoint is a base
-checkpoint_chain_superseded_share_max = 0.25  # rows a chain supersedes, per state row: a base
+checkpoint_chain_load_excess_max = 0.25  # a chain may cost a load this much more than a base
 checkpoint_sync_bytes = 8 << 20  # a checkpoint writer fdatasyncs after each this many
 # bytes, so a base's write-back does not land at once on the command log's fsyncs
 checkpoint_write_bytes_per_s = 64 << 20  # a checkpoint file's pace after its first
@@ -151,7 +151,7 @@ _check(queries_pending_max <= pending_calls_max, "queries are drawn from pending
 _check(checkpoint_sync_bytes >= checkpoint_frame_bytes_max, "a checkpoint syncs whole frames")
 _check(checkpoint_write_bytes_per_s >= 1 << 20, "a checkpoint writer writes at least 1 MiB/s")
 _check(checkpoint_chain_depth_max >= 1, "a chain holds at least one delta")
-_check(checkpoint_chain_superseded_share_max > 0, "a delta may overwrite rows")
+_check(checkpoint_chain_load_excess_max > 0, "a chain may hold a delta")
 
 # ZooKeeper ensemble (cluster/zookeeper.py): what one local server may hold
 zk_server_heap_mb_max = 256  # JVM -Xmx of one server

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from executor.core.checkpoint import DELTA_ROW_LOAD_WEIGHT
 from executor.core.storage import release_heap
 from executor.replay.boundaries import Boundary, peer_checkpoint_dirs, scan_checkpoints
 from executor.replay.intervals import VERIFY_COLUMNS, IntervalTask
@@ -289,7 +290,6 @@ def run_verify(
 
 
 LOAD_ROWS_PER_EPOCH = 7_500  # checkpoint rows a task loads in the time it replays an epoch
-DELTA_ROW_LOAD_WEIGHT = 1.5  # a delta's row lands in a full table: ~1.5x a base row's load
 SPLIT_EXACT_MAX = 400  # intervals up to which split_runs finds the best cut exactly
 
 

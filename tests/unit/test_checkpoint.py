@@ -664,7 +664,7 @@ def test_the_chain_writes_a_base_when_its_deltas_grow_deep_or_large(
         _txn(s, {("account", (e,)): (e,)})
         kinds.append(checkpoint.read_info(_checkpoint(tmp_path, chain, e)).kind)
     assert kinds == ["base", "delta", "delta", "base", "delta"]
-    monkeypatch.setattr(limits, "checkpoint_chain_superseded_share_max", 0.1)  # of 2,300 rows
+    monkeypatch.setattr(limits, "checkpoint_chain_load_excess_max", 0.1)  # of 2,300 rows
     _txn(s, {("account", (a,)): (a,) for a in range(300)})
     assert s.tracking
     chain.bound_record()  # the next one is a base; recording goes on (its encoded rows)
@@ -673,25 +673,30 @@ def test_the_chain_writes_a_base_when_its_deltas_grow_deep_or_large(
     assert s.tracking  # a delta may follow a base
 
 
-def test_the_chain_counts_superseded_rows_not_new_ones(
+def test_the_chain_bounds_what_a_load_costs_against_a_base_of_the_state(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """New keys (TPC-C's orders) are part of the state a load reads anyway: however many,
-    they keep the chain going. Overwritten rows, and deleted ones (the old row and its
-    deletion), are what a load reads beyond the state: past the share, a base."""
-    monkeypatch.setattr(limits, "checkpoint_chain_superseded_share_max", 0.1)
+    """A chain may cost a load (its base's rows, each delta row at
+    DELTA_ROW_LOAD_WEIGHT) at most 1 + checkpoint_chain_load_excess_max times a base of
+    the state: new keys count (a delta row lands in a full table), overwrites too."""
+    monkeypatch.setattr(limits, "checkpoint_chain_load_excess_max", 0.25)
+    assert checkpoint.DELTA_ROW_LOAD_WEIGHT == 1.5
     s = _mixed_storage()  # 2,300 partitioned rows
     chain = checkpoint.CheckpointChain(s)
-    assert checkpoint.read_info(_checkpoint(tmp_path, chain, 1)).kind == "base"
-    _txn(s, {("account", (a,)): (a,) for a in range(10_000, 20_000)})  # 4x the state, new
-    info = checkpoint.read_info(_checkpoint(tmp_path, chain, 2))
-    assert (info.kind, info.chain_rows) == ("delta", 12_300)
-    _txn(s, {("account", (a,)): (1,) for a in range(1_000)})  # supersedes 1,000 of 12,300
-    assert checkpoint.read_info(_checkpoint(tmp_path, chain, 3)).kind == "delta"
-    _txn(s, {("account", (a,)): None for a in range(1_000, 1_130)})  # 260 more
-    assert checkpoint.read_info(_checkpoint(tmp_path, chain, 4)).kind == "base"
-    _, loaded = checkpoint.load(tmp_path / checkpoint.checkpoint_name(4, 0))
-    assert _state(loaded) == _state(s)
+    kinds = [checkpoint.read_info(_checkpoint(tmp_path, chain, 1)).kind]
+    _txn(s, {("account", (a,)): (a,) for a in range(10_000, 10_100)})  # 2,450 <= 3,000
+    kinds.append(checkpoint.read_info(_checkpoint(tmp_path, chain, 2)).kind)
+    _txn(s, {("account", (a,)): (a,) for a in range(20_000, 30_000)})  # 17,450 > 15,500
+    kinds.append(checkpoint.read_info(_checkpoint(tmp_path, chain, 3)).kind)
+    for e, overwritten in ((4, range(1_000)), (5, range(1_000, 2_000)), (6, range(100))):
+        _txn(s, {("account", (a,)): (e,) for a in overwritten})  # 13,900; 15,400; 15,550
+        kinds.append(checkpoint.read_info(_checkpoint(tmp_path, chain, e)).kind)
+    assert kinds == ["base", "delta", "base", "delta", "delta", "base"]
+    _, loaded = checkpoint.load(tmp_path / checkpoint.checkpoint_name(5, 0))
+    assert (
+        loaded.state_hash
+        == checkpoint.read_info(tmp_path / checkpoint.checkpoint_name(5, 0)).state_hash
+    )
 
 
 def test_bases_are_the_held_encodings_with_the_record_folded_in(

@@ -75,7 +75,7 @@ def long_chains(monkeypatch: pytest.MonkeyPatch) -> None:
     """Checkpoint chains as long as these small histories allow: a transfer history
     rewrites most of the 200 accounts between checkpoints, which would otherwise make
     every other checkpoint a base."""
-    monkeypatch.setattr(limits, "checkpoint_chain_superseded_share_max", 100.0)
+    monkeypatch.setattr(limits, "checkpoint_chain_load_excess_max", 100.0)
 
 
 def build_history(
