@@ -53,6 +53,7 @@ from pathlib import Path
 import zmq
 
 from cluster.config import ClusterConfig
+from cluster.processes import batch_scheduling
 from cluster.security import SocketSecurity, partition_role, sequencer_role
 from cluster.sockets import replica_mesh
 from executor.core import checkpoint
@@ -535,6 +536,7 @@ def main(config: ClusterConfig, replica: int, partition: int) -> None:
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s r{replica}p{partition} %(levelname)s %(message)s"
     )
+    batch_scheduling()  # before the sockets: zmq's I/O thread inherits it
     server = PartitionServer(config, replica, partition)
     signal.signal(signal.SIGTERM, server.stop)
     signal.signal(signal.SIGINT, server.stop)

@@ -46,6 +46,7 @@ import zmq
 
 from cluster.config import HOST, ClusterConfig
 from cluster.launcher import ProcessGroup
+from cluster.processes import batch_scheduling
 from cluster.sockets import replica_mesh
 from executor.core.genesis import genesis_storage
 from executor.core.storage import settle_turn
@@ -282,6 +283,7 @@ def serve(config: ClusterConfig, partition: int) -> None:
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s t-p{partition} %(levelname)s %(message)s"
     )
+    batch_scheduling()  # as Ordo's partitions (cluster.processes): a fair baseline
     server = TraditionalServer(config, partition)
     signal.signal(signal.SIGTERM, server.stop)
     signal.signal(signal.SIGINT, server.stop)

@@ -9,6 +9,8 @@ sequenced command log.
 
 from __future__ import annotations
 
+import os
+
 from cluster.bank_load import run_transfers
 from cluster.launcher import wait_quiescent
 from executor.deterministic.oracle import SerialExecutor
@@ -46,6 +48,14 @@ def test_transfers_on_live_cluster_match_serial_log_replay(make_cluster) -> None
     # Contention gauges: 8 clients over 1,000 accounts do queue; nothing waits when idle.
     assert sum(p["lock_waits"] for p in st["partitions"]) > 0
     assert all(p["blocked"] == 0 and p["txn_waits"] <= p["lock_waits"] for p in st["partitions"])
+
+    # Partitions run under SCHED_BATCH, zmq's I/O thread too (cluster.processes).
+    partitions = [p for name, p in lc.procs.items() if name.startswith("r")]
+    assert len(partitions) == REPLICAS * PARTITIONS, sorted(lc.procs)
+    for proc in partitions:
+        threads = os.listdir(f"/proc/{proc.pid}/task")
+        assert len(threads) > 1  # the main thread and zmq's
+        assert {os.sched_getscheduler(int(t)) for t in threads} == {os.SCHED_BATCH}
 
     serial = SerialExecutor()
     for _epoch, data in iter_frames(lc.config.log_dir):
