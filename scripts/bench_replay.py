@@ -49,14 +49,14 @@ from executor.core import checkpoint  # noqa: E402
 from executor.replay.boundaries import scan_checkpoints  # noqa: E402
 from executor.replay.reconstruct import reconstruct  # noqa: E402
 from executor.replay.spark_jobs import split_runs  # noqa: E402
-from executor.replay.spec import ReplaySpec, log_first_epoch, planned_last_epoch  # noqa: E402
+from executor.replay.spec import ReplaySpec  # noqa: E402
 from executor.replay.verdicts import (  # noqa: E402
     BAD_CHECKPOINT,
     BATCH_INVALID,
     DIVERGED,
     LOG_CORRUPT,
 )
-from executor.replay.verify import plan_verify, verify_local, verify_run  # noqa: E402
+from executor.replay.verify import plan_history, verify_local, verify_run  # noqa: E402
 from sequencer.log import rewrite_payloads  # noqa: E402
 from txn_library import wire  # noqa: E402
 from txn_library.client import Client  # noqa: E402
@@ -187,12 +187,7 @@ def in_process(spec: ReplaySpec, ckpt: Path, last_epoch: int) -> dict[str, Any]:
     whole_s = time.perf_counter() - t1
     # The same runs local[2] gets, in two plain processes at once (no Spark): what two
     # cores give this job without Spark's own costs (the bound for local[2]/local[1]).
-    tasks = plan_verify(
-        spec,
-        scan_checkpoints(ckpt, spec.partitions),
-        log_first_epoch=log_first_epoch(spec.log_dir),
-        log_last_epoch=planned_last_epoch(spec.log_dir),
-    )
+    tasks = plan_history(spec, ckpt)
     runs = split_runs(tasks, 2)
     t2 = time.perf_counter()
     with multiprocessing.get_context("fork").Pool(len(runs)) as pool:

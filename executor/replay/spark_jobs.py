@@ -57,10 +57,8 @@ from executor.replay.intervals import VERIFY_COLUMNS, IntervalTask
 from executor.replay.reconstruct import reconstruct
 from executor.replay.spec import (
     ReplaySpec,
-    log_first_epoch,
     log_last_epoch,
     log_segments,
-    planned_last_epoch,
 )
 from executor.replay.tables import (
     HistoryLayout,
@@ -73,7 +71,7 @@ from executor.replay.tables import (
     to_json,
 )
 from executor.replay.verdicts import PASSED, UNCHECKED
-from executor.replay.verify import annotate_results, plan_verify, verify_run
+from executor.replay.verify import annotate_results, plan_history, verify_run
 from txn_library.errors import invariant
 
 MARKER = "_ordo.json"
@@ -254,15 +252,7 @@ def run_verify(
     The intervals are cut into ``runs`` runs of consecutive intervals (default: one per
     slot of the session), one Spark task each (``split_runs``, ``verify_run``).
     """
-    boundaries = scan_checkpoints(checkpoint_dir, spec.partitions)
-    tasks = plan_verify(
-        spec,
-        boundaries,
-        log_first_epoch=log_first_epoch(spec.log_dir),
-        tail=tail,
-        locate=locate,
-        log_last_epoch=planned_last_epoch(spec.log_dir),
-    )
+    tasks = plan_history(spec, checkpoint_dir, tail=tail, locate=locate)
     sc = spark.sparkContext
     cut = split_runs(tasks, runs if runs is not None else parallelism(spark))
     t0 = time.perf_counter()

@@ -379,6 +379,21 @@ def plan_verify(
     return tasks
 
 
+def plan_history(
+    spec: ReplaySpec, checkpoint_dir: str | Path, *, tail: bool = True, locate: bool = True
+) -> list[IntervalTask]:
+    """``plan_verify`` over the replica's checkpoints and its log as they are now (the
+    log's extent read once: its first epoch, and its last to size the tail)."""
+    return plan_verify(
+        spec,
+        scan_checkpoints(checkpoint_dir, spec.partitions),
+        log_first_epoch=log_first_epoch(spec.log_dir),
+        tail=tail,
+        locate=locate,
+        log_last_epoch=planned_last_epoch(spec.log_dir),
+    )
+
+
 def annotate_results(
     rows: list[dict[str, Any]], peers: dict[int, list[Boundary]] | None = None
 ) -> list[dict[str, Any]]:
@@ -435,15 +450,7 @@ def verify_local(
     """Plan, run (default: one run of every interval in this process, ``verify_run``)
     and annotate a verification."""
     spec.prepare()
-    boundaries = scan_checkpoints(checkpoint_dir, spec.partitions)
-    tasks = plan_verify(
-        spec,
-        boundaries,
-        log_first_epoch=log_first_epoch(spec.log_dir),
-        tail=tail,
-        locate=locate,
-        log_last_epoch=planned_last_epoch(spec.log_dir),
-    )
+    tasks = plan_history(spec, checkpoint_dir, tail=tail, locate=locate)
     rows = run(tasks) if run is not None else verify_run(tasks)
     peers = {
         r: scan_checkpoints(d, spec.partitions)
