@@ -48,9 +48,9 @@ genesis state as a base at epoch 0, before it serves), after a failed writer, an
 the chain since the base holds ``limits.checkpoint_chain_depth_max`` deltas or would
 cost a load more than ``limits.checkpoint_chain_load_excess_max`` beyond a base of the
 same state (``ChainTip.wants_base``; a delta's row costs ``DELTA_ROW_LOAD_WEIGHT`` of
-a base's). So writing a checkpoint costs the rows written since the last one, and loading one costs
-at most a bounded multiple of the partition's own data; the static tables cost one
-file per content. Files are written in process while the partition keeps working
+a base's). So writing a checkpoint costs the rows written since the last one, and
+loading one costs at most a bounded multiple of the partition's own data; the static
+tables cost one file per content. Files are written in process while the partition keeps working
 (``CheckpointWriter``); ``write_checkpoint`` writes one at once (tests, simulator).
 
 Invariants:

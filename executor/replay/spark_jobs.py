@@ -55,11 +55,7 @@ from executor.core.storage import release_heap
 from executor.replay.boundaries import Boundary, peer_checkpoint_dirs, scan_checkpoints
 from executor.replay.intervals import VERIFY_COLUMNS, IntervalTask
 from executor.replay.reconstruct import reconstruct
-from executor.replay.spec import (
-    ReplaySpec,
-    log_last_epoch,
-    log_segments,
-)
+from executor.replay.spec import ReplaySpec, log_last_epoch, log_segments
 from executor.replay.tables import (
     HistoryLayout,
     TableLayout,
