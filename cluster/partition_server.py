@@ -218,6 +218,12 @@ class PartitionServer:
         assert epoch is not None
         if self._writer is not None:
             self.checkpoints_skipped += 1
+            try:
+                checkpoint.mark_skipped(
+                    self.checkpoint_dir, epoch, self.partition_id, self._writer.planned.epoch
+                )
+            except OSError as e:  # the next checkpoint's header still tells
+                log.warning("could not mark the skipped checkpoint %d: %s", epoch, e)
             log.warning(
                 "checkpoint at epoch %d not written: the one of epoch %d is still being "
                 "written (its changes go into the next checkpoint; %d skipped so far)",

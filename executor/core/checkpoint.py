@@ -112,6 +112,7 @@ _ROWS_TAG = b"R"
 _U32 = struct.Struct("<I")
 _NAME = re.compile(r"(\d{12})-p(\d+)\.ckpt")
 _STATIC_NAME = re.compile(r"static-p(\d+)-([0-9a-f]{16})\.ckpt")
+_SKIP_NAME = re.compile(r"(\d{12})-p(\d+)\.skipped")
 _digest = xxhash.xxh3_64_intdigest
 _ARRAY_HEADER = msgpack.Packer().pack_array_header
 _MASK64 = (1 << 64) - 1
@@ -224,6 +225,25 @@ def checkpoint_name(epoch: int, partition: int) -> str:
 
 def static_name(partition: int, static_hash: int) -> str:
     return f"static-p{partition}-{static_hash:016x}.ckpt"
+
+
+def skip_name(epoch: int, partition: int) -> str:
+    return f"{epoch:012d}-p{partition}.skipped"
+
+
+def mark_skipped(directory: Path, epoch: int, partition: int, previous_epoch: int) -> Path:
+    """Record that ``partition`` left the boundary ``epoch`` unwritten on purpose (its
+    writer of ``previous_epoch`` was still busy): an empty-bodied marker file, written
+    to a temp name and renamed, not fsynced. Its next checkpoint's header says the same
+    (``previous_epoch``), but at the end of a history there is no next checkpoint, and
+    without the marker replay tooling could not tell the skip from a lost file. A
+    marker lost in a crash only brings that ambiguity back."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / skip_name(epoch, partition)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(msgpack.packb([epoch, partition, previous_epoch]))
+    os.replace(tmp, path)
+    return path
 
 
 def _fsync_dir(d: Path) -> None:
@@ -1303,9 +1323,15 @@ def prune(directory: Path, partition: int, keep: int) -> list[Path]:
     for entry in directory.glob(f"static-p{partition}-*.ckpt"):
         if entry.name not in needed and _STATIC_NAME.fullmatch(entry.name):
             doomed.append(entry)
+    oldest_kept = kept[0].epoch if kept else None
+    for entry in directory.glob(f"*-p{partition}.skipped"):
+        m = _SKIP_NAME.fullmatch(entry.name)
+        if m is not None and (oldest_kept is None or int(m.group(1)) < oldest_kept):
+            doomed.append(entry)  # a skip before every kept checkpoint: no boundary left
     for path in doomed:
         path.unlink(missing_ok=True)
     for pattern in (
+        f"*-p{partition}.skipped.tmp",
         f"*-p{partition}.ckpt.tmp",
         f"*-p{partition}.tmp",
         f"static-p{partition}-*.tmp",

@@ -30,6 +30,7 @@ from executor.deterministic.replica import LocalReplica
 from executor.replay.spec import ReplaySpec
 
 _CKPT_NAME = re.compile(r"(\d{12})-p(\d+)\.ckpt")
+_SKIP_NAME = re.compile(r"(\d{12})-p(\d+)\.skipped")  # checkpoint.mark_skipped
 
 
 @dataclass(frozen=True)
@@ -70,17 +71,24 @@ def scan_checkpoints(checkpoint_dir: str | Path, partitions: int) -> list[Bounda
     makes the boundary unusable and reported, never silently skipped. The one gap that
     is no fault: a partition that did not write a boundary because its previous writer
     was busy (or failed) says so in its next checkpoint's header (``previous_epoch``
-    before the boundary); a boundary that only such partitions miss is not a boundary
-    of this history (its files stay members of their partitions' chains).
+    before the boundary) and in a skip marker (``checkpoint.mark_skipped``: the only
+    word at the end of a history, where no next checkpoint exists); a boundary that
+    only such partitions miss is not a boundary of this history (its files stay
+    members of their partitions' chains).
     """
     directory = Path(checkpoint_dir)
     if not directory.is_dir():
         raise FileNotFoundError(f"no checkpoint directory {directory}")
     files: dict[int, dict[int, Path]] = {}
+    marked: set[tuple[int, int]] = set()  # (partition, epoch) skip markers
     for entry in sorted(directory.iterdir()):
         m = _CKPT_NAME.fullmatch(entry.name)
         if m is not None:
             files.setdefault(int(m.group(1)), {})[int(m.group(2))] = entry
+            continue
+        m = _SKIP_NAME.fullmatch(entry.name)
+        if m is not None:
+            marked.add((int(m.group(2)), int(m.group(1))))
     headers: dict[tuple[int, int], CheckpointInfo | CheckpointInvalid] = {}
     for epoch, by_part in files.items():
         for p, path in by_part.items():
@@ -92,7 +100,9 @@ def scan_checkpoints(checkpoint_dir: str | Path, partitions: int) -> list[Bounda
     for epoch in sorted(files):
         by_part = files[epoch]
         missing = [p for p in range(partitions) if p not in by_part]
-        if missing and all(_skipped(headers, files, p, epoch) for p in missing):
+        if missing and all(
+            (p, epoch) in marked or _skipped(headers, files, p, epoch) for p in missing
+        ):
             continue
         out.append(_boundary(epoch, by_part, headers, partitions))
     return out

@@ -242,6 +242,7 @@ def test_a_partition_never_waits_for_a_busy_writer(tmp_path: Path, gate: threadi
         server._maybe_checkpoint()
         assert part.checkpoint_due is None and part.boundary == (2, part.storage.state_hash)
         assert server.checkpoints_skipped == 1
+        assert (server.checkpoint_dir / checkpoint.skip_name(2, 0)).exists()  # for replay
         _offer(server, 3, 2, [("bank.transfer", (3, 4, 7))], flag=False)
         gate.set()
         _reap_until(server, lambda: part.newest_checkpoint_epoch == 1)
@@ -626,9 +627,14 @@ def test_prune_keeps_every_file_a_kept_checkpoint_needs(tmp_path: Path) -> None:
         _txn(s, {("account", (e,)): (e,)})
         _checkpoint(tmp_path, chain, e)
     (static,) = tmp_path.glob("static-p0-*.ckpt")
+    markers = [checkpoint.mark_skipped(tmp_path, e, p, 0) for e, p in ((3, 0), (6, 0), (3, 1))]
     assert checkpoint.prune(tmp_path, 0, keep=3) == []  # 3 needs 2 and 1
     removed = checkpoint.prune(tmp_path, 0, keep=2)
-    assert sorted(p.name for p in removed) == [checkpoint.checkpoint_name(e, 0) for e in (1, 2, 3)]
+    assert sorted(p.name for p in removed) == [
+        *(checkpoint.checkpoint_name(e, 0) for e in (1, 2, 3)),
+        checkpoint.skip_name(3, 0),  # before every kept checkpoint
+    ]
+    assert [m.exists() for m in markers] == [False, True, True]  # p1's is p1's to prune
     assert checkpoint.prune(tmp_path, 0, keep=1) == []  # 5 needs 4
     assert static.exists()
     _, loaded = checkpoint.load(tmp_path / checkpoint.checkpoint_name(5, 0))

@@ -156,8 +156,9 @@ def _writer(  # type: ignore[no-untyped-def]
 
     def on_checkpoint(epoch: int, parts: list[Partition]) -> None:
         for p, chain in zip(parts, chains, strict=True):
-            if (p.partition, epoch) in skip:
-                continue  # its changes go into its next checkpoint
+            if (p.partition, epoch) in skip:  # its changes go into its next checkpoint
+                checkpoint.mark_skipped(cfg.checkpoint_dir(r), epoch, p.partition, 0)
+                continue
             if not deltas:
                 chain.failed()  # no tip: a base
             planned = chain.plan(epoch)
@@ -572,11 +573,29 @@ def test_a_boundary_a_busy_partition_skipped_is_merged_but_a_lost_file_is_report
     rows = verify_local(b.spec, b.ckpt)
     assert [r["end_epoch"] for r in rows] == [10, 30, 40, 50, 60, None]
     assert verdicts(rows) == ["ok"] * 5 + [TAIL]
+    (b.ckpt / checkpoint.skip_name(20, 1)).unlink()  # the next header tells it alone
+    again = verify_local(b.spec, b.ckpt)
+    assert [r["end_epoch"] for r in again] == [10, 30, 40, 50, 60, None]
+    assert verdicts(again) == ["ok"] * 5 + [TAIL]
     (b.ckpt / checkpoint.checkpoint_name(40, 1)).unlink()  # p1's 50 says it wrote 40
     rows = verify_local(b.spec, b.ckpt)
     assert [r["end_epoch"] for r in rows] == [10, 30, 40, 50, 60, None]
     assert by_end(rows, 40)["verdict"] == BAD_CHECKPOINT
     assert "p1: missing" in by_end(rows, 40)["detail"]
+
+
+def test_a_skip_at_the_end_of_a_history_is_told_by_its_marker(tmp_path: Path) -> None:
+    """At the last boundary no later checkpoint says the partition skipped it (its
+    writer was busy when the history ended): the skip marker does. Without it the
+    missing file is reported, as a lost one must be."""
+    b = build_history(tmp_path, skip=frozenset({(1, 60)}))
+    rows = verify_local(b.spec, b.ckpt)
+    assert [r["end_epoch"] for r in rows] == [10, 20, 30, 40, 50, None]
+    assert verdicts(rows) == ["ok"] * 5 + [TAIL]
+    (b.ckpt / checkpoint.skip_name(60, 1)).unlink()
+    rows = verify_local(b.spec, b.ckpt)
+    assert by_end(rows, 60)["verdict"] == BAD_CHECKPOINT
+    assert "p1: missing" in by_end(rows, 60)["detail"]
 
 
 def test_a_run_of_intervals_loads_one_state_and_reports_what_single_intervals_do(
