@@ -110,9 +110,9 @@ DELTA_ROW_LOAD_WEIGHT = 1.5
 _HEADER_FIELDS = 20
 _ROWS_TAG = b"R"
 _U32 = struct.Struct("<I")
-_NAME = re.compile(r"(\d{12})-p(\d+)\.ckpt")
+NAME_RE = re.compile(r"(\d{12})-p(\d+)\.ckpt")  # a checkpoint file: (epoch, partition)
 _STATIC_NAME = re.compile(r"static-p(\d+)-([0-9a-f]{16})\.ckpt")
-_SKIP_NAME = re.compile(r"(\d{12})-p(\d+)\.skipped")
+SKIP_NAME_RE = re.compile(r"(\d{12})-p(\d+)\.skipped")  # a skip marker: (epoch, partition)
 _digest = xxhash.xxh3_64_intdigest
 _ARRAY_HEADER = msgpack.Packer().pack_array_header
 _MASK64 = (1 << 64) - 1
@@ -233,11 +233,12 @@ def skip_name(epoch: int, partition: int) -> str:
 
 def mark_skipped(directory: Path, epoch: int, partition: int, previous_epoch: int) -> Path:
     """Record that ``partition`` left the boundary ``epoch`` unwritten on purpose (its
-    writer of ``previous_epoch`` was still busy): an empty-bodied marker file, written
-    to a temp name and renamed, not fsynced. Its next checkpoint's header says the same
-    (``previous_epoch``), but at the end of a history there is no next checkpoint, and
-    without the marker replay tooling could not tell the skip from a lost file. A
-    marker lost in a crash only brings that ambiguity back."""
+    writer of ``previous_epoch`` was still busy): a small marker file ([epoch,
+    partition, previous_epoch]), written to a temp name and renamed, not fsynced. Its
+    next checkpoint's header says the same (``previous_epoch``), but at the end of a
+    history there is no next checkpoint, and without the marker replay tooling could
+    not tell the skip from a lost file. A marker lost in a crash only brings that
+    ambiguity back."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / skip_name(epoch, partition)
     tmp = path.with_name(path.name + ".tmp")
@@ -785,7 +786,7 @@ class CheckpointChain:
 
 # Reading ---------------------------------------------------------------------------------
 def _epoch_of(path: Path) -> int | None:
-    m = _NAME.fullmatch(path.name)
+    m = NAME_RE.fullmatch(path.name)
     return int(m.group(1)) if m is not None else None
 
 
@@ -1260,7 +1261,7 @@ def list_checkpoints(directory: Path, partition: int | None = None) -> list[Chec
         return []
     out = []
     for entry in sorted(directory.iterdir()):
-        m = _NAME.fullmatch(entry.name)
+        m = NAME_RE.fullmatch(entry.name)
         if m is None or (partition is not None and int(m.group(2)) != partition):
             continue
         try:
@@ -1325,7 +1326,7 @@ def prune(directory: Path, partition: int, keep: int) -> list[Path]:
             doomed.append(entry)
     oldest_kept = kept[0].epoch if kept else None
     for entry in directory.glob(f"*-p{partition}.skipped"):
-        m = _SKIP_NAME.fullmatch(entry.name)
+        m = SKIP_NAME_RE.fullmatch(entry.name)
         if m is not None and (oldest_kept is None or int(m.group(1)) < oldest_kept):
             doomed.append(entry)  # a skip before every kept checkpoint: no boundary left
     for path in doomed:

@@ -29,9 +29,6 @@ from executor.core.storage import MASK64, settle_heap
 from executor.deterministic.replica import LocalReplica
 from executor.replay.spec import ReplaySpec
 
-_CKPT_NAME = re.compile(r"(\d{12})-p(\d+)\.ckpt")
-_SKIP_NAME = re.compile(r"(\d{12})-p(\d+)\.skipped")  # checkpoint.mark_skipped
-
 
 @dataclass(frozen=True)
 class Boundary:
@@ -82,11 +79,11 @@ def scan_checkpoints(checkpoint_dir: str | Path, partitions: int) -> list[Bounda
     files: dict[int, dict[int, Path]] = {}
     marked: set[tuple[int, int]] = set()  # (partition, epoch) skip markers
     for entry in sorted(directory.iterdir()):
-        m = _CKPT_NAME.fullmatch(entry.name)
+        m = checkpoint.NAME_RE.fullmatch(entry.name)
         if m is not None:
             files.setdefault(int(m.group(1)), {})[int(m.group(2))] = entry
             continue
-        m = _SKIP_NAME.fullmatch(entry.name)
+        m = checkpoint.SKIP_NAME_RE.fullmatch(entry.name)
         if m is not None:
             marked.add((int(m.group(2)), int(m.group(1))))
     headers: dict[tuple[int, int], CheckpointInfo | CheckpointInvalid] = {}
