@@ -855,18 +855,16 @@ def _decode_rows(
     return rows, encodings, list(map(_digest, encodings)) if digests else None
 
 
-def _frames(
-    path: Path,
-    expect: CheckpointInfo | None,
-    digest_only: bool = False,
-    raw: bool = False,
-    digests: bool = True,
-) -> Iterator[Any]:
-    """Every rows frame of one file as (rows, encodings, digests) (digests None if not
-    ``digests``), or with ``digest_only`` as (rows, sum of their digests), or with
-    ``raw`` as its rows' bytes (both without decoding them), after checking its header
-    (equal to ``expect``'s if given); checks CRCs, the footer and the row count, and
-    raises CheckpointInvalid after the last frame if anything is wrong."""
+# What ``_frames`` yields per rows frame.
+_ROWS, _ROWS_UNHASHED, _DIGESTS, _BYTES = "rows", "rows-unhashed", "digests", "bytes"
+
+
+def _frames(path: Path, expect: CheckpointInfo | None, what: str = _ROWS) -> Iterator[Any]:
+    """Every rows frame of one file, after checking its header (equal to ``expect``'s if
+    given), as ``what`` says: _ROWS (rows, encodings, digests); _ROWS_UNHASHED (rows,
+    encodings, None); _DIGESTS (rows, sum of their digests) and _BYTES (its rows'
+    encodings), both without decoding them. Checks CRCs, the footer and the row count,
+    and raises CheckpointInvalid after the last frame if anything is wrong."""
     epoch = _epoch_of(path) if expect is None else expect.epoch
     try:
         with open(path, "rb") as f:
@@ -880,19 +878,18 @@ def _frames(
             count = 0
             for payload in frames:
                 if payload[:1] == _ROWS_TAG:
-                    if raw:
+                    if what == _BYTES:
                         encodings = _frame_rows(payload, path, epoch)[1]
                         count += len(encodings)
                         yield encodings
-                        continue
-                    if digest_only:
+                    elif what == _DIGESTS:
                         summed = _frame_digests(payload, path, epoch)
                         count += summed[0]
                         yield summed
-                        continue
-                    decoded = _decode_rows(payload, path, epoch, digests)
-                    count += len(decoded[0])
-                    yield decoded
+                    else:
+                        decoded = _decode_rows(payload, path, epoch, what == _ROWS)
+                        count += len(decoded[0])
+                        yield decoded
                     continue
                 _footer(payload, path, info, count)
                 if next(frames, None) is not None:
@@ -945,7 +942,7 @@ def _check_hash_only(
                 raise CheckpointInvalid(f"{path}: a deleted row in a {info.kind}", info.epoch)
             total += sum(digests)
     else:
-        for _n, digests_sum in _frames(path, info, digest_only=True):
+        for _n, digests_sum in _frames(path, info, _DIGESTS):
             total += digests_sum
     want = info.static_hash if info.kind == STATIC else info.state_hash
     if total & _MASK64 != want:
@@ -1034,7 +1031,7 @@ def _load_file(
     path = info.path
     epoch = info.epoch if charged_to is None else charged_to
     try:
-        for rows, encodings, digests in _frames(path, info, digests=hashed):
+        for rows, encodings, digests in _frames(path, info, _ROWS if hashed else _ROWS_UNHASHED):
             if info.kind == DELTA:
                 _apply_delta_rows(storage, rows, encodings, digests, path, epoch)
             else:
@@ -1235,7 +1232,7 @@ def _delta_is_record(path: Path, info: CheckpointInfo, record: Changes) -> bool:
         if rows
     }
     try:
-        for encodings in _frames(path, info, raw=True):
+        for encodings in _frames(path, info, _BYTES):
             pool = pools.get(msgpack.unpackb(encodings[0])[0]) if encodings else None
             if pool is None:
                 return False
