@@ -30,6 +30,12 @@ the file renamed into place and its directory fsynced. A partition started from
 genesis with periodic checkpoints writes the genesis state as its first base before
 it serves.
 
+Reads cross in the middle of a batch: between admissions, while reads are
+outstanding, the partition sends what it queued and takes what peers sent
+(``_interleave``, at most INTERLEAVE_MESSAGES_MAX inbox messages each time), so a
+multi-partition transaction does not hold its locks until both partitions finish the
+batch.
+
 Inbound messages (PULL) are checked whole against the wire contract before the role
 sees them (txn_library.partition_wire.decode_inbound); malformed ones are dropped and counted,
 and the count is logged at most once a second. No message can stop
@@ -71,6 +77,9 @@ log = logging.getLogger("ordo.replica")
 PROGRESS_EVERY_S = 1.0
 WRITER_STEP_S = 0.004  # checkpoint packing per loop turn while transactions run ...
 WRITER_STEP_IDLE_S = 0.03  # ... and while the partition is idle
+# Inbox messages taken between two admissions of a batch (Partition.on_batch's interleave): the
+# batch goes on after that many, whatever peers send.
+INTERLEAVE_MESSAGES_MAX = 16
 RESEND_EVERY_S = 1.0  # at most one resend of every retained read per peer per interval
 
 
@@ -171,7 +180,8 @@ class PartitionServer:
         self._fetch_from = 0  # the sequencer whose log service the next repair asks
         self._fetch_unanswered = False
         self.inbox, self.peers = replica_mesh(c, config, replica, partition, sec)
-        self.feed = BatchFeed(self.part, REPAIR_RETRY_S)  # ordered delivery, gap repair
+        # Ordered delivery, gap repair; reads cross mid-batch.
+        self.feed = BatchFeed(self.part, REPAIR_RETRY_S, interleave=self._interleave)
         self._received = 0
         self._stop = False
         self._gaps_reported: set[int] = set()  # peers that said they cannot resend
@@ -437,10 +447,22 @@ class PartitionServer:
             )
 
     # Loop ---------------------------------------------------------------------
-    def _flush(self, force_status: bool) -> None:
-        peer_out, results, queries = self.part.take_outputs()
+    def _interleave(self) -> None:
+        """Between admissions of a batch (Partition.on_batch's interleave): send the reads queued
+        so far and take the reads peers sent, so they cross while the batch runs."""
+        self._send_reads(self.part.take_peer_out())
+        for _ in range(INTERLEAVE_MESSAGES_MAX):
+            if not self.inbox.poll(0):
+                return
+            self._on_inbox()
+
+    def _send_reads(self, peer_out: dict[int, list]) -> None:
         for q, entries in peer_out.items():
             self.peers[q].send(ewire.encode(ewire.Reads(self.partition_id, entries)))
+
+    def _flush(self, force_status: bool) -> None:
+        peer_out, results, queries = self.part.take_outputs()
+        self._send_reads(peer_out)
         if results or queries or force_status:
             self.results_to[self.feed.leader].send(
                 ewire.encode(

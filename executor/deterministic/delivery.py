@@ -38,8 +38,10 @@ class BatchFeed:
         part: Partition,
         repair_retry: float,
         on_offer: Callable[[swire.Batch], swire.Batch] | None = None,
+        interleave: Callable[[], None] | None = None,
     ) -> None:
         self.part = part
+        self.interleave = interleave  # passed to Partition.on_batch
         self.repair_retry = repair_retry  # in the owner's clock units
         # The simulator's hook to plant a bug in what one partition receives.
         self.on_offer = on_offer
@@ -77,7 +79,7 @@ class BatchFeed:
     def apply_held(self) -> None:
         part, held = self.part, self.held
         while part.checkpoint_due is None and part.last_epoch + 1 in held:
-            part.on_batch(held.pop(part.last_epoch + 1))
+            part.on_batch(held.pop(part.last_epoch + 1), self.interleave)
 
     def heartbeat(self, last_epoch: int, term: int = 0, leader: int | None = None) -> bool:
         """A leader's heartbeat (or a log reply's last epoch: ``leader`` None); False if

@@ -12,9 +12,16 @@ Invariants:
   its local locks before the next one requests any (so grants follow global order).
 - A multi-partition transaction runs its body only at its *executors* (participants
   with local writes; the lowest participant if none writes), after every participant
-  with local reads has sent them. Each executor applies only its local writes. No
-  votes, no two-phase commit: every executor reaches the same outcome because it runs
-  the same deterministic body on the same reads.
+  with local reads has sent them. A participant sends its reads as soon as the txn
+  holds its local locks (at admission if they are free then), and runs whatever is
+  ready at once: a txn waits for nothing but its locks and its reads. The owner's
+  ``interleave`` hook (``on_batch``), called between admissions while reads are
+  outstanding, moves reads both ways in the middle of a batch, so fewer transactions
+  queue behind a multi-partition one (when is timing only: order and values are the
+  same). Each
+  executor applies only its local writes. No votes, no two-phase commit: every
+  executor reaches the same outcome because it runs the same deterministic body on
+  the same reads.
 - Exactly one partition per replica reports a transaction's result: the lowest
   executor.
 - A partition keeps the reads it sent for the last ``retain_checkpoints`` checkpoint
@@ -154,6 +161,7 @@ class Partition:
         self._boundary_txn_ids: deque[int] = deque(maxlen=max(1, retain_checkpoints))
         # Held transactions (ctx.hold_locks): heap of (due, txn id, txn, status, value).
         self.hold_clock: Callable[[], float] | None = None
+        self._multi_active = 0  # active multi-partition txns
         self._holds: list[tuple[float, int, _Txn, int, Any]] = []
 
     def restore(self, epoch: int, next_txn_id: int, txns_applied: int) -> None:
@@ -168,7 +176,13 @@ class Partition:
         self._boundary_txn_ids.append(next_txn_id)
 
     # Inputs -------------------------------------------------------------------
-    def on_batch(self, batch: Batch) -> None:
+    def on_batch(self, batch: Batch, interleave: Callable[[], None] | None = None) -> None:
+        """Admit a batch's transactions in order and run what is ready.
+
+        ``interleave``: the owner's hook, called between admissions while reads are
+        outstanding (queued in ``peer_out``, or awaited by an active multi-partition
+        txn); it sends ``peer_out`` and feeds arrived reads to ``on_reads``. None:
+        reads move when the owner next takes the outputs."""
         epoch, prev_epoch, first_txn_id, ts, seed, txns = batch[:6]  # one unpacking
         invariant(self.checkpoint_due is None, "batch applied before a due checkpoint")
         invariant(
@@ -182,6 +196,8 @@ class Partition:
         for txn in txns:
             if me in txn.participants:
                 self._admit(txn_id, txn.proc, txn.args, txn.participants, ts, seed)
+                if interleave is not None and (self.peer_out or self._multi_active):
+                    interleave()
             txn_id += 1
         self.last_epoch = epoch
         self.next_txn_id = txn_id
@@ -323,6 +339,7 @@ class Partition:
                 return
         else:
             st.single = False
+            self._multi_active += 1
             share = placement.LocalShare(
                 fp.reads, fp.writes, participants, self.partition, self.partitions
             )
@@ -336,6 +353,7 @@ class Partition:
                 self._merge(st, q, exact, prefixes)
         if self.locks.request(txn_id, shared, exclusive):
             self._ready.append(st)
+            self._run()  # now, not at the batch's end: its reads go out, it may run
 
     def _merge(self, st: _Txn, q: int, exact: tuple, prefixes: tuple) -> None:
         if q not in st.need:
@@ -465,6 +483,8 @@ class Partition:
         if st.bypass is not None:
             return  # ran on the fast path: never active, no locks to release
         del self._active[st.txn_id]
+        if not st.single:
+            self._multi_active -= 1
         for txn_id in self.locks.release(st.txn_id):
             self._ready.append(self._active[txn_id])
 
@@ -542,6 +562,10 @@ class Partition:
 
     def idle(self) -> bool:
         return not self._active and not self._ready
+
+    def take_peer_out(self) -> dict[int, list]:
+        out, self.peer_out = self.peer_out, {}
+        return out
 
     def take_outputs(self) -> tuple[dict[int, list], list, list]:
         out = (self.peer_out, self.results_out, self.query_out)

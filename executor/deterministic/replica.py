@@ -1,8 +1,9 @@
 """In-process execution of a whole replica (all partitions, no sockets).
 
 ``LocalReplica`` runs the very Partition code that runs live, moving peer reads in
-memory. It is what recovery replay, Spark replay and the whole-cluster simulation
-tests use, so they exercise the live code path.
+memory (mid-batch too, through each partition's ``interleave``, as live). It is what
+recovery replay, Spark replay and the whole-cluster simulation tests use, so they
+exercise the live code path.
 
 Its state hash after a log equals the serial oracle's (executor.deterministic.oracle).
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from executor.core.storage import MASK64, Storage
@@ -47,7 +49,7 @@ class LocalReplica:
         full pump) and ``on_checkpoint(epoch, partitions)`` may write or compare them.
         """
         for p in self.parts:
-            p.on_batch(batch)
+            p.on_batch(batch, partial(self._deliver_reads, p))
         self.pump()
         due = self.parts[0].checkpoint_due
         if due is not None:
@@ -61,6 +63,14 @@ class LocalReplica:
     def apply_all(self, batches: Iterable[Batch]) -> None:
         for b in batches:
             self.apply(b)
+
+    def _deliver_reads(self, sender: Partition) -> None:
+        """A partition's queued reads, delivered now (its ``interleave``, mid-batch): a
+        peer that has not reached their batch keeps them as early reads."""
+        if self._rng is not None and self._rng.random() < 0.5:
+            return  # shuffled delivery: held until a later call or the pump
+        for q, entries in sender.take_peer_out().items():
+            self.parts[q].on_reads(sender.partition, tuple(entries))
 
     def pump(self) -> None:
         """Deliver peer messages until nothing moves."""

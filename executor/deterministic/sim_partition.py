@@ -225,7 +225,12 @@ class PartitionNode:
         if restored is not None:
             part.restore(*restored[0])
         self.part = part
-        self.feed = BatchFeed(part, REPAIR_RETRY_US, lambda b: self.sim.planted_batch(self, b))
+        self.feed = BatchFeed(
+            part,
+            REPAIR_RETRY_US,
+            lambda b: self.sim.planted_batch(self, b),
+            interleave=self._interleave,
+        )
         self._reset_glue()
         self.node.up = True
         sim.net.reconnect(self.node)
@@ -372,10 +377,7 @@ class PartitionNode:
         part = self.part
         assert part is not None
         peer_out, results, queries = part.take_outputs()
-        for q, entries in peer_out.items():
-            entries = self.sim.planted_reads(self, entries)
-            if entries:
-                self._send_peer(q, ewire.encode(ewire.Reads(self.partition, entries)))
+        self._send_reads(peer_out)
         if results or queries or force_status:
             status = part.status(catching_up=not self.live)._replace(
                 pid=self.sim.pid_of(self)  # a simulated pid
@@ -389,6 +391,18 @@ class PartitionNode:
             self.sim.net.send(self.node, seq.node, "results", data, seq.on_results, park=True)
 
     # Sending -----------------------------------------------------------------------
+    def _interleave(self) -> None:
+        """Partition.on_batch's interleave hook, as live: reads queued mid-batch go out
+        at once (the simulated network delivers peers' reads as events, between turns)."""
+        assert self.part is not None
+        self._send_reads(self.part.take_peer_out())
+
+    def _send_reads(self, peer_out: dict[int, list]) -> None:
+        for q, entries in peer_out.items():
+            entries = self.sim.planted_reads(self, entries)
+            if entries:
+                self._send_peer(q, ewire.encode(ewire.Reads(self.partition, entries)))
+
     def _send_peer(self, q: int, data: bytes) -> None:
         peer = self.sim.parts[self.replica][q]
         self.sim.net.send(self.node, peer.node, "peer", data, peer.on_inbox, park=True)

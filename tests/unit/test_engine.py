@@ -4,15 +4,17 @@ oracle, with shuffled peer-message delivery, plus footprint enforcement and abor
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 
 import txn_library.builtin  # noqa: F401  (registers tables and procedures)
 from executor.deterministic.oracle import SerialExecutor
+from executor.deterministic.partition import Partition
 from executor.deterministic.replica import LocalReplica
 from sequencer.calls import make_batch
 from tests.heap_checks import no_cycles
-from txn_library import catalog
+from txn_library import catalog, placement
 from txn_library.errors import ABORTED, ERROR, OK
 from txn_library.procedure import Abort, Arg, Footprint, procedure
 
@@ -139,3 +141,38 @@ def test_the_engine_leaves_no_reference_cycles() -> None:
         with no_cycles():
             r.apply_all(batches)
         assert r.idle()
+
+
+def test_reads_cross_mid_batch_through_the_interleave_hook() -> None:
+    """A multi-partition txn's reads go out at admission and are taken between
+    admissions (Partition.on_batch's ``interleave``): the partition that reaches the
+    batch second finds them waiting, runs the txn at once, and answers the first one,
+    with no pump between. Results and state equal serial execution."""
+    n = 2
+    home = [k for k in range(8) if placement.partition_of("account", (k,), n) == 0]
+    away = [k for k in range(8) if placement.partition_of("account", (k,), n) == 1]
+    a, b, c = home[0], away[0], home[1]
+    opened = make_batch(1, 0, 1000, 7, [("bank.open", (0, 8, START))], n)
+    calls = [("bank.transfer", (a, b, 10))] + [("bank.transfer", (a, c, 1))] * 3
+    batch = make_batch(2, 1, 1001, 8, calls, n)
+    serial = SerialExecutor()
+    for x in (opened, batch):
+        serial.apply(x)
+    r = LocalReplica(n)
+    r.apply(opened)
+    p0, p1 = r.parts
+
+    def deliver(sender: Partition) -> Callable[[], None]:
+        def hook() -> None:
+            for q, entries in sender.take_peer_out().items():
+                r.parts[q].on_reads(sender.partition, tuple(entries))
+
+        return hook
+
+    p0.on_batch(batch, deliver(p0))
+    assert not p0.idle()  # the transfer to b waits for p1's read; the rest queue behind
+    p1.on_batch(batch, deliver(p1))
+    assert p0.idle() and p1.idle()  # p1 ran it at admission and its read crossed back
+    r.pump()
+    assert r.results == serial.results
+    assert r.state_hash == serial.state_hash
