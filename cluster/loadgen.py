@@ -192,7 +192,10 @@ class LoadGenerator:
         self.retry_s = retry_s
         self.rng = random.Random(seed)
         self.malformed_replies = 0  # reply frames or entries that could not be read
-        self.protos = [ClientProtocol() for _ in range(connections)]
+        # Unordered: every terminal is an independent user with at most one call out
+        # (closed loop), or arrivals are independent (open loop), so nothing relies on
+        # the order of calls in flight together (sequencer.batch_order).
+        self.protos = [ClientProtocol(ordered=False) for _ in range(connections)]
         ctx: zmq.Context = zmq.Context.instance()
         self.sockets: list[zmq.Socket] = []
         for _ in range(connections):

@@ -241,7 +241,15 @@ class Gen:
                 )
             if pick == 8:
                 return rng.choice(("kv.put", "bank.transfer", "__result__", "", "kv.get\x00"))
-            return rng.choice((wire.REQ_CALLS, wire.REQ_STATUS, wire.REQ_PRUNE, ewire.MSG_READS))
+            return rng.choice(
+                (
+                    wire.REQ_CALLS,
+                    wire.REQ_CALLS_UNORDERED,
+                    wire.REQ_STATUS,
+                    wire.REQ_PRUNE,
+                    ewire.MSG_READS,
+                )
+            )
         if r < 0.85:
             return [self.junk(depth + 1) for _ in range(rng.randrange(6))]
         if rng.random() < 0.5:
@@ -302,6 +310,8 @@ def g_calls_arity(g: Gen) -> list[bytes]:
             [wire.REQ_CALLS, cid, [call], g.junk()],
             [wire.REQ_CALLS, cid, [call], None],
             [wire.REQ_CALLS, cid, [call], 1, 2],
+            [wire.REQ_CALLS_UNORDERED, cid],
+            [wire.REQ_CALLS_UNORDERED, cid, [call], 1],
         )
     )
     return [P(msg)]

@@ -102,6 +102,7 @@ class PendingCall:
     args: tuple
     participants: tuple
     digest: int = 0
+    ordered: bool = True  # keeps its place among its connection's calls (batch_order)
     restarts: int = 0
     encoded: bytes = b""  # the txn as logged, once it is pending
     lookup: bool = False  # fetching a logged call's result after a restart

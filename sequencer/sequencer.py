@@ -26,6 +26,9 @@ Invariants:
   ids, to the new leader. Flow control: no batch is cut while the partitions' fastest
   live replicas are ``unapplied_bytes_max`` behind (a slow replica never holds back
   the others).
+- Within a batch, multi-partition calls come after single-partition ones (they hold
+  their locks until peers' reads arrive); a connection's calls keep the order it sent
+  them in, unless it sent them as unordered (REQ_CALLS_UNORDERED): sequencer.batch_order.
 - Each call is encoded once, when it is accepted; a batch is those bytes joined
   under a batch header (byte-identical to packing the batch as a whole).
 - The batch fixes every source of nondeterminism: one timestamp and one seed per
@@ -57,6 +60,7 @@ from typing import Any
 
 import msgpack
 
+from sequencer.batch_order import multi_partition_last
 from sequencer.calls import (
     InFlight,
     PendingCall,
@@ -165,7 +169,8 @@ class Sequencer:
         self.stats = SequencerStats()
         # The process adds who it is to every status report (role, member, pid, ...).
         self.status_extra: Callable[[], dict] | None = None
-        self._intake: FairQueues[tuple[bytes, bytes, tuple]] = FairQueues()
+        # (identity, client_id, calls, unordered): a slice of one client frame
+        self._intake: FairQueues[tuple[bytes, bytes, tuple, bool]] = FairQueues()
         self._pending: FairQueues[PendingCall] = FairQueues()
         self._inflight: OrderedDict[int, InFlight] = OrderedDict()
         self._published: deque[tuple[int, int]] = deque()  # (epoch, bytes) not yet applied
@@ -251,14 +256,15 @@ class Sequencer:
             self._error(identity, None, ERR_MALFORMED, "a request is [kind:int, ...]")
             return
         kind = msg[0]
-        if kind == wire.REQ_CALLS:
+        if kind == wire.REQ_CALLS or kind == wire.REQ_CALLS_UNORDERED:
             if len(msg) != 3:
                 self._error(
                     identity, None, ERR_MALFORMED, "REQ_CALLS is [kind, client_id, [calls]]"
                 )
                 return
             request = CallsRequest._make(msg[1:])  # fields checked by _queue_calls
-            self._queue_calls(identity, request.client_id, request.calls, len(frame))
+            unordered = kind == wire.REQ_CALLS_UNORDERED
+            self._queue_calls(identity, request.client_id, request.calls, len(frame), unordered)
         elif kind == wire.REQ_STATUS:
             self.control_out.append((identity, StatusReply(self.status_report())))
         elif kind == wire.REQ_CHECKPOINT:
@@ -283,7 +289,9 @@ class Sequencer:
         except OSError as e:
             return ErrorReply(f"pruning failed: {e.strerror or e}")
 
-    def _queue_calls(self, identity: bytes, client_id: Any, calls: Any, nbytes: int) -> None:
+    def _queue_calls(
+        self, identity: bytes, client_id: Any, calls: Any, nbytes: int, unordered: bool
+    ) -> None:
         if not isinstance(client_id, bytes) or len(client_id) > limits.client_id_bytes_max:
             self._error(
                 identity,
@@ -318,7 +326,8 @@ class Sequencer:
         q, n = limits.intake_quantum_calls, len(calls)
         for i in range(0, n, q):
             part = calls[i : i + q]
-            intake.push(identity, (identity, client_id, part), max(1, nbytes * len(part) // n))
+            item = (identity, client_id, part, unordered)
+            intake.push(identity, item, max(1, nbytes * len(part) // n))
 
     def has_intake(self) -> bool:
         return bool(self._intake)
@@ -334,15 +343,17 @@ class Sequencer:
         intake = self._intake
         on_call = self._on_call
         while intake:
-            for identity, client_id, calls in intake.take(1, 4):
+            for identity, client_id, calls, unordered in intake.take(1, 4):
                 for call in calls:
-                    on_call(identity, client_id, call)
+                    on_call(identity, client_id, call, unordered)
                 done += len(calls)
             if deadline is not None and self.clock() >= deadline:
                 break
         return done
 
-    def on_calls(self, identity: bytes, client_id: Any, calls: Any) -> None:
+    def on_calls(
+        self, identity: bytes, client_id: Any, calls: Any, unordered: bool = False
+    ) -> None:
         """Validate and accept a client's calls at once (in-process callers, tests)."""
         if not isinstance(client_id, bytes) or len(client_id) > limits.client_id_bytes_max:
             self._error(identity, None, ERR_MALFORMED, "client_id must be bytes (<= 64)")
@@ -351,9 +362,9 @@ class Sequencer:
             self._error(identity, None, ERR_MALFORMED, "calls must be an array of calls")
             return
         for call in calls:
-            self._on_call(identity, client_id, call)
+            self._on_call(identity, client_id, call, unordered)
 
-    def _on_call(self, identity: bytes, client_id: bytes, call: Any) -> None:
+    def _on_call(self, identity: bytes, client_id: bytes, call: Any, unordered: bool) -> None:
         if not isinstance(call, tuple) or len(call) not in (3, 4):
             self._error(
                 identity, None, ERR_MALFORMED, "a call is [req_id, procedure, args(, replica)]"
@@ -368,7 +379,7 @@ class Sequencer:
             self._error(identity, req_id, ERR_BAD_ARGUMENTS, f"no replica {brief(replica)}")
             return
         try:
-            self._accept(identity, client_id, req_id, name, args, replica)
+            self._accept(identity, client_id, req_id, name, args, replica, unordered)
         except BadRequest as e:
             self._error(identity, req_id, e.code, e.message)
 
@@ -380,6 +391,7 @@ class Sequencer:
         name: Any,
         args: Any,
         replica: int | None = None,
+        unordered: bool = False,
     ) -> None:
         proc = lookup(name)
         proc.validate(args)
@@ -398,6 +410,7 @@ class Sequencer:
             raise BadRequest(ERR_UNAVAILABLE, f"sequencer stopped: {self.failed}")
         self._check_load(identity, len(body))
         call = PendingCall(identity, client_id, req_id, proc, args, (), digest)
+        call.ordered = not unordered
         if proc.dependent:
             self._send_query(call, lookup(proc.recon), call.args, recon=True)
         elif proc.read_only:
@@ -560,9 +573,11 @@ class Sequencer:
 
         The batch takes calls round robin between clients, up to ``batch_txns_max``
         calls and ``batch_bytes_max`` bytes; the rest wait for the next epoch, in
-        order. Returns None when there is nothing to send or the log has failed
-        (fail-stop: the calls of a batch that could not be made durable are answered
-        ``unavailable``, outcome unknown, and nothing more is accepted).
+        order. Within the batch, multi-partition calls go last, except that a
+        connection's ordered calls keep their order (sequencer.batch_order). Returns
+        None when there is nothing to send or the log has failed (fail-stop: the calls
+        of a batch that could not be made durable are answered ``unavailable``,
+        outcome unknown, and nothing more is accepted).
         """
         if self.failed is not None or self.deposed is not None:
             return None
@@ -576,6 +591,7 @@ class Sequencer:
             limits.batch_txns_max,
             limits.batch_bytes_max - limits.batch_overhead_bytes_max,
         )
+        calls = multi_partition_last(calls)  # sequencer.batch_order: why, and what it keeps
         first = self.next_txn_id
         epoch = self.epoch + 1
         for i, c in enumerate(calls):

@@ -115,6 +115,11 @@ class ClientProtocol:
     array header and the calls' bytes concatenated, byte-identical to packing the
     whole list at once. ``frames`` splits calls into frames within the intake bounds.
 
+    ``ordered`` (default): the sequencer keeps this connection's calls in the order
+    they were sent; False sends REQ_CALLS_UNORDERED frames, for calls that are
+    independent of one another (a load generator's terminals), which the sequencer
+    may then order within an epoch as it runs them best (sequencer.batch_order).
+
     ``client_id``: None draws a random 128-bit id. An explicit id is the caller's
     promise that no other client uses it, ever: request ids restart at 1 in every
     ClientProtocol, so a second user of the same id would reuse (client_id, req_id)
@@ -123,7 +128,7 @@ class ClientProtocol:
     differ.
     """
 
-    def __init__(self, client_id: bytes | None = None) -> None:
+    def __init__(self, client_id: bytes | None = None, ordered: bool = True) -> None:
         client_id = client_id or os.urandom(16)
         if not isinstance(client_id, bytes) or len(client_id) > CLIENT_ID_BYTES_MAX:
             raise BadRequest(
@@ -132,7 +137,9 @@ class ClientProtocol:
         self.client_id = client_id
         self._ids = itertools.count(1)
         self._frame_prefix = (
-            msgpack.Packer().pack_array_header(3) + wire.pack(wire.REQ_CALLS) + wire.pack(client_id)
+            msgpack.Packer().pack_array_header(3)
+            + wire.pack(wire.REQ_CALLS if ordered else wire.REQ_CALLS_UNORDERED)
+            + wire.pack(client_id)
         )
         # The largest call that fits alone in a frame (a 1-call array header is 1 byte).
         self.call_bytes_max = limits.request_bytes_max - len(self._frame_prefix) - 1

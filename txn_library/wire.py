@@ -11,7 +11,13 @@ malformed and answered with an error.
 Client -> sequencer (DEALER -> ROUTER):
   [REQ_CALLS, client_id(bytes<=64), [[req_id, proc_name, args], ...]]
       (client_id, req_id) identifies a call across retries: a call already logged is
-      not executed again; its original result is returned.
+      not executed again; its original result is returned. A connection's calls are
+      sequenced in the order it sent them.
+  [REQ_CALLS_UNORDERED, client_id, [[req_id, proc_name, args], ...]]
+      the same, for calls that need no order among themselves or with the
+      connection's other calls in flight (independent users multiplexed on one
+      connection, as a load generator's terminals): within an epoch the sequencer
+      may run them in any order (sequencer.batch_order).
   [REQ_STATUS]
 Sequencer -> client:
   [REP_RESULTS, [[req_id, status, value], ...]]       (req_id None: frame-level error)
@@ -62,6 +68,7 @@ REQ_CALLS = 1
 REQ_STATUS = 2
 REQ_CHECKPOINT = 3
 REQ_PRUNE = 4
+REQ_CALLS_UNORDERED = 5
 REP_RESULTS = 11
 REP_STATUS = 12
 REP_OK = 13
@@ -145,6 +152,13 @@ class CallsRequest(NamedTuple):
     calls: tuple
 
 
+class UnorderedCallsRequest(NamedTuple):
+    """[REQ_CALLS_UNORDERED, client_id, [[req_id, proc, args(, replica)], ...]]"""
+
+    client_id: bytes
+    calls: tuple
+
+
 class StatusRequest(NamedTuple):
     """[REQ_STATUS]"""
 
@@ -222,6 +236,7 @@ class LogBatches(NamedTuple):
 MESSAGES = Family(
     {
         CallsRequest: REQ_CALLS,
+        UnorderedCallsRequest: REQ_CALLS_UNORDERED,
         StatusRequest: REQ_STATUS,
         CheckpointRequest: REQ_CHECKPOINT,
         PruneRequest: REQ_PRUNE,

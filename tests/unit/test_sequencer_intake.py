@@ -176,6 +176,16 @@ def _nested(depth: int) -> bytes:
     [
         ("calls frame with 2 fields", msgpack.packb([wire.REQ_CALLS, b"c"]), "REQ_CALLS is"),
         ("calls frame with 4 fields", msgpack.packb([wire.REQ_CALLS, b"c", [], 1]), "REQ_CALLS is"),
+        (
+            "unordered calls frame with 4 fields",
+            msgpack.packb([wire.REQ_CALLS_UNORDERED, b"c", [], 1]),
+            "REQ_CALLS is",
+        ),
+        (
+            "unordered calls frame, client id not bytes",
+            msgpack.packb([wire.REQ_CALLS_UNORDERED, 5, [[1, "kv.put", ["k", 1]]]]),
+            "client_id",
+        ),
         ("kind True", msgpack.packb([True, b"c", [[1, "kv.put", ["k", 1]]]]), "kind:int"),
         ("kind 1.0", msgpack.packb([1.0, b"c", [[1, "kv.put", ["k", 1]]]]), "kind:int"),
         ("kind str", msgpack.packb(["1", b"c", []]), "kind:int"),

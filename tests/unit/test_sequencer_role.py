@@ -4,14 +4,18 @@ restarts, and checkpoint flags."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
+import msgpack
 import pytest
 
 import txn_library.builtin  # noqa: F401
+from sequencer.batch_order import multi_partition_last
+from sequencer.calls import PendingCall
 from sequencer.log import CommandLog, LogCorruption, iter_frames
 from sequencer.sequencer import Sequencer
-from txn_library import wire
+from txn_library import placement, wire
 from txn_library.errors import ERROR, OK, RESTART
 from txn_library.partition_wire import PartitionStatus
 
@@ -141,3 +145,74 @@ def test_checkpoint_flags_every_n_epochs_and_on_request(tmp_path: Path) -> None:
     assert s.request_checkpoint() == 7
     empty = wire.decode_batch(s.tick(7))  # type: ignore[arg-type]
     assert empty.flags == 1 and empty.txns == ()
+
+
+def test_multi_partition_calls_go_last_but_an_ordered_connections_calls_keep_order(
+    tmp_path: Path,
+) -> None:
+    """sequencer.batch_order: within a batch, multi-partition calls run after the
+    single-partition ones; a connection that sent REQ_CALLS (ordered) keeps its calls
+    in the order sent: its calls after a moved one move with it. REQ_CALLS_UNORDERED
+    calls stay or move on their own."""
+    s = _seq(tmp_path)
+    p0 = [k for k in range(8) if placement.partition_of("account", (k,), 2) == 0]
+    p1 = [k for k in range(8) if placement.partition_of("account", (k,), 2) == 1]
+    multi, single = [p0[0], p1[0], 1], [p0[0], p0[1], 1]
+    s.on_frame(
+        b"u",
+        msgpack.packb(
+            [
+                wire.REQ_CALLS_UNORDERED,
+                b"cu",
+                [
+                    [1, "bank.transfer", multi],
+                    [2, "bank.transfer", single],
+                    [3, "kv.put", ["x", 1]],
+                ],
+            ]
+        ),
+    )
+    s.on_frame(
+        b"o",
+        msgpack.packb(
+            [
+                wire.REQ_CALLS,
+                b"co",
+                [[1, "kv.put", ["y", 1]], [2, "bank.transfer", multi], [3, "kv.put", ["z", 1]]],
+            ]
+        ),
+    )
+    s.run_intake()
+    batch = wire.decode_batch(s.tick(1000))  # type: ignore[arg-type]
+    order = [(t.client_id, t.req_id) for t in batch.txns]
+    taken = [(b"cu", 1), (b"cu", 2), (b"cu", 3), (b"co", 1), (b"co", 2), (b"co", 3)]
+    assert sorted(order) == sorted(taken)  # round robin took every call
+    assert order == [(b"cu", 2), (b"cu", 3), (b"co", 1), (b"cu", 1), (b"co", 2), (b"co", 3)]
+    assert [len(t.participants) for t in batch.txns] == [1, 1, 1, 2, 2, 1]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_batch_order_keeps_what_it_promises(seed: int) -> None:
+    """multi_partition_last on random batches: a permutation; an ordered connection's
+    calls in their order; single-partition calls of unordered connections never
+    move; every single-partition call that stays precedes every multi-partition one."""
+    rng = random.Random(seed)
+    calls = []
+    for i in range(rng.randrange(0, 40)):
+        conn = rng.randrange(4)
+        call = PendingCall(b"c%d" % conn, b"", i, None, (), (0, 1) if rng.random() < 0.2 else (0,))  # type: ignore[arg-type]
+        call.ordered = conn < 2  # connections 0 and 1 ordered, 2 and 3 not
+        calls.append(call)
+    out = multi_partition_last(list(calls))
+    assert sorted(c.req_id for c in out) == [c.req_id for c in calls]
+    for conn in (b"c0", b"c1"):
+        mine = [c.req_id for c in out if c.identity == conn]
+        assert mine == sorted(mine)
+    first_multi = next((i for i, c in enumerate(out) if len(c.participants) > 1), len(out))
+    for i, c in enumerate(out):
+        if len(c.participants) == 1 and not c.ordered:
+            assert i < first_multi
+    stayed = out[:first_multi]
+    assert [c.req_id for c in stayed] == sorted(c.req_id for c in stayed)
+    moved = out[first_multi:]
+    assert [c.req_id for c in moved] == sorted(c.req_id for c in moved)
