@@ -77,8 +77,8 @@ log = logging.getLogger("ordo.replica")
 PROGRESS_EVERY_S = 1.0
 WRITER_STEP_S = 0.004  # checkpoint packing per loop turn while transactions run ...
 WRITER_STEP_IDLE_S = 0.03  # ... and while the partition is idle
-# Inbox messages taken between two admissions of a batch (Partition.on_batch's interleave): the
-# batch goes on after that many, whatever peers send.
+# Inbox messages taken between two admissions of a batch (Partition.on_batch's
+# interleave): the batch goes on after that many, whatever peers send.
 INTERLEAVE_MESSAGES_MAX = 16
 RESEND_EVERY_S = 1.0  # at most one resend of every retained read per peer per interval
 
@@ -448,8 +448,9 @@ class PartitionServer:
 
     # Loop ---------------------------------------------------------------------
     def _interleave(self) -> None:
-        """Between admissions of a batch (Partition.on_batch's interleave): send the reads queued
-        so far and take the reads peers sent, so they cross while the batch runs."""
+        """Between admissions of a batch (Partition.on_batch's interleave): send the
+        reads queued so far and take the reads peers sent, so they cross while the
+        batch runs."""
         self._send_reads(self.part.take_peer_out())
         for _ in range(INTERLEAVE_MESSAGES_MAX):
             if not self.inbox.poll(0):

@@ -18,10 +18,9 @@ Invariants:
   ``interleave`` hook (``on_batch``), called between admissions while reads are
   outstanding, moves reads both ways in the middle of a batch, so fewer transactions
   queue behind a multi-partition one (when is timing only: order and values are the
-  same). Each
-  executor applies only its local writes. No votes, no two-phase commit: every
-  executor reaches the same outcome because it runs the same deterministic body on
-  the same reads.
+  same). Each executor applies only its local writes. No votes, no two-phase commit:
+  every executor reaches the same outcome because it runs the same deterministic body
+  on the same reads.
 - Exactly one partition per replica reports a transaction's result: the lowest
   executor.
 - A partition keeps the reads it sent for the last ``retain_checkpoints`` checkpoint
@@ -136,6 +135,7 @@ class Partition:
         self.next_txn_id = 0  # one past the last txn id of the last applied batch
         self.txns_applied = 0
         self._active: dict[int, _Txn] = {}
+        self._multi_active = 0  # how many of them are multi-partition
         self._ready: deque[_Txn] = deque()
         # Reads that arrived before their txn: txn id -> {from partition: (exact, prefixes)}.
         self._early: dict[int, dict[int, tuple[tuple, tuple]]] = {}
@@ -161,7 +161,6 @@ class Partition:
         self._boundary_txn_ids: deque[int] = deque(maxlen=max(1, retain_checkpoints))
         # Held transactions (ctx.hold_locks): heap of (due, txn id, txn, status, value).
         self.hold_clock: Callable[[], float] | None = None
-        self._multi_active = 0  # active multi-partition txns
         self._holds: list[tuple[float, int, _Txn, int, Any]] = []
 
     def restore(self, epoch: int, next_txn_id: int, txns_applied: int) -> None:
