@@ -76,6 +76,11 @@ from txn_library.procedure import Procedure, lookup
 from txn_library.wire import FLAG_CHECKPOINT, Batch
 
 REPLICATED = catalog.REPLICATED
+# on_batch calls its interleave hook at most once per this many admissions: reads go out
+# in messages of several txns, and the inbox is polled once per that many. (A hook per
+# admission cost bank transfers, whose bodies are short, ~10%, every 8th ~5%; every 32nd
+# none, and TPC-C keeps its gain; 2026-11-26, docs/BENCHMARKS.md.)
+INTERLEAVE_EVERY = 32
 
 
 class _Txn:
@@ -178,8 +183,8 @@ class Partition:
     def on_batch(self, batch: Batch, interleave: Callable[[], None] | None = None) -> None:
         """Admit a batch's transactions in order and run what is ready.
 
-        ``interleave``: the owner's hook, called between admissions while reads are
-        outstanding (queued in ``peer_out``, or awaited by an active multi-partition
+        ``interleave``: the owner's hook, called every ``INTERLEAVE_EVERY`` admissions
+        while reads are outstanding (queued in ``peer_out``, or awaited by an active multi-partition
         txn); it sends ``peer_out`` and feeds arrived reads to ``on_reads``. None:
         reads move when the owner next takes the outputs."""
         epoch, prev_epoch, first_txn_id, ts, seed, txns = batch[:6]  # one unpacking
@@ -192,11 +197,15 @@ class Partition:
         invariant(first_txn_id >= self.next_txn_id, "txn ids went backwards")
         me = self.partition
         txn_id = first_txn_id
+        due = INTERLEAVE_EVERY
         for txn in txns:
             if me in txn.participants:
                 self._admit(txn_id, txn.proc, txn.args, txn.participants, ts, seed)
-                if interleave is not None and (self.peer_out or self._multi_active):
-                    interleave()
+                due -= 1
+                if not due:
+                    due = INTERLEAVE_EVERY
+                    if interleave is not None and (self.peer_out or self._multi_active):
+                        interleave()
             txn_id += 1
         self.last_epoch = epoch
         self.next_txn_id = txn_id

@@ -10,7 +10,7 @@ import pytest
 
 import txn_library.builtin  # noqa: F401  (registers tables and procedures)
 from executor.deterministic.oracle import SerialExecutor
-from executor.deterministic.partition import Partition
+from executor.deterministic.partition import INTERLEAVE_EVERY, Partition
 from executor.deterministic.replica import LocalReplica
 from sequencer.calls import make_batch
 from tests.heap_checks import no_cycles
@@ -151,9 +151,12 @@ def test_reads_cross_mid_batch_through_the_interleave_hook() -> None:
     n = 2
     home = [k for k in range(8) if placement.partition_of("account", (k,), n) == 0]
     away = [k for k in range(8) if placement.partition_of("account", (k,), n) == 1]
-    a, b, c = home[0], away[0], home[1]
+    a, b, c, d = home[0], away[0], home[1], away[1]
     opened = make_batch(1, 0, 1000, 7, [("bank.open", (0, 8, START))], n)
-    calls = [("bank.transfer", (a, b, 10))] + [("bank.transfer", (a, c, 1))] * 3
+    # Enough admissions at each partition for on_batch to call the hook mid-batch.
+    more = INTERLEAVE_EVERY + 4
+    calls = [("bank.transfer", (a, b, 10))]
+    calls += [("bank.transfer", (a, c, 1))] * more + [("bank.transfer", (b, d, 1))] * more
     batch = make_batch(2, 1, 1001, 8, calls, n)
     serial = SerialExecutor()
     for x in (opened, batch):
