@@ -65,7 +65,6 @@ from txn_library import partition_wire as ewire
 from txn_library.errors import ERR_MALFORMED, ERR_NOT_LEADER, ERROR, DroppedMessages
 from txn_library.procedure import load_modules
 
-_CALLS_KINDS = (wire.REQ_CALLS, wire.REQ_CALLS_UNORDERED)
 log = logging.getLogger("ordo.sequencer")
 
 LEADER, FOLLOWER, CANDIDATE = "leader", "follower", "candidate"
@@ -383,7 +382,7 @@ class SequencerServer:
         body: Any
         if kind == wire.REQ_STATUS:
             body = wire.StatusReply(self.status_report())
-        elif kind in _CALLS_KINDS and isinstance(msg, tuple) and len(msg) == 3:
+        elif kind in wire.CALLS_KINDS and isinstance(msg, tuple) and len(msg) == 3:
             calls = msg[2] if isinstance(msg[2], tuple) else ()
             req_ids = [c[0] for c in calls if isinstance(c, tuple) and c and is_req_id(c[0])]
             body = wire.ResultsReply([(r, ERROR, (ERR_NOT_LEADER, hint)) for r in req_ids])

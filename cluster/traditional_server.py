@@ -187,7 +187,7 @@ class TraditionalServer:
             self._reject(identity, ERR_MALFORMED, "not a msgpack array")
             return
         kind = msg[0]
-        if kind in (wire.REQ_CALLS, wire.REQ_CALLS_UNORDERED) and len(msg) == 3:
+        if kind in wire.CALLS_KINDS and len(msg) == 3:
             self.part.on_calls(identity, msg[1], msg[2])
         elif kind == wire.REQ_STATUS:
             report = self.part.status_report()

@@ -256,7 +256,7 @@ class Sequencer:
             self._error(identity, None, ERR_MALFORMED, "a request is [kind:int, ...]")
             return
         kind = msg[0]
-        if kind == wire.REQ_CALLS or kind == wire.REQ_CALLS_UNORDERED:
+        if kind in wire.CALLS_KINDS:
             if len(msg) != 3:
                 self._error(
                     identity, None, ERR_MALFORMED, "REQ_CALLS is [kind, client_id, [calls]]"
