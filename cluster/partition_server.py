@@ -59,14 +59,20 @@ from pathlib import Path
 import zmq
 
 from cluster.config import ClusterConfig
-from cluster.processes import batch_scheduling
+from cluster.processes import CoreContention, batch_scheduling
 from cluster.security import SocketSecurity, partition_role, sequencer_role
 from cluster.sockets import replica_mesh
 from executor.core import checkpoint
 from executor.core.genesis import genesis_storage
 from executor.core.storage import Storage, settle_heap, settle_turn
-from executor.deterministic.delivery import REPAIR_RETRY_S, STATUS_EVERY_S, BatchFeed
+from executor.deterministic.delivery import (
+    PEER_HOLD_RETRY_S,
+    REPAIR_RETRY_S,
+    STATUS_EVERY_S,
+    BatchFeed,
+)
 from executor.deterministic.partition import Partition
+from txn_library import limits
 from txn_library import partition_wire as ewire
 from txn_library import wire as swire
 from txn_library.errors import DroppedMessages, invariant
@@ -181,7 +187,15 @@ class PartitionServer:
         self._fetch_unanswered = False
         self.inbox, self.peers = replica_mesh(c, config, replica, partition, sec)
         # Ordered delivery, gap repair; reads cross mid-batch.
-        self.feed = BatchFeed(self.part, REPAIR_RETRY_S, interleave=self._interleave)
+        # Batches wait for peers' reads while this process waits for a core.
+        self.feed = BatchFeed(
+            self.part,
+            REPAIR_RETRY_S,
+            interleave=self._interleave,
+            peer_hold_max=limits.peer_hold_s_max,
+            peer_hold_retry=PEER_HOLD_RETRY_S,
+        )
+        self._cores = CoreContention()
         self._received = 0
         self._stop = False
         self._gaps_reported: set[int] = set()  # peers that said they cannot resend
@@ -525,6 +539,7 @@ class PartitionServer:
                 if self.inbox.poll(0):
                     self._on_inbox()
                     progressed = True
+                    self.feed.after_reads()
                 for sub in self.subs:
                     if sub.poll(0):
                         self._on_sub(sub)
@@ -539,6 +554,12 @@ class PartitionServer:
                     break  # unblock peers promptly
             del events
             now = time.monotonic()
+            if self.feed.pace(now, self._cores.update(now)):
+                log.info(
+                    "a batch waited %.0f ms for peers' reads: batches run ahead for %.0f s",
+                    1000 * limits.peer_hold_s_max,
+                    PEER_HOLD_RETRY_S,
+                )
             self._maybe_checkpoint()
             self._maybe_repair(now)
             if self._resend_wanted:

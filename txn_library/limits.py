@@ -132,6 +132,10 @@ row_bytes_max = 1 << 21  # one written row, encoded with its table and key; larg
 result_bytes_max = 1 << 20  # one procedure result (or abort reason), encoded; larger: ERROR
 early_reads_txns_max = sent_reads_txns_max  # txns whose peer reads arrived before the txn
 queries_pending_max = pending_calls_max  # unsequenced queries waiting at one partition
+# A partition whose cores are contended holds its next batch while a multi-partition txn
+# waits for peers' reads (executor.deterministic.delivery), at most this long at a time:
+# a peer that is down then stops nothing else.
+peer_hold_s_max = 0.1
 checkpoint_frame_bytes_max = 4 << 20  # rows per checkpoint frame are cut at this size
 checkpoint_chain_depth_max = 16  # deltas after a base before the next checkpoint is a base
 checkpoint_chain_load_excess_max = 0.25  # a chain may cost a load this much more than a base
@@ -150,6 +154,7 @@ _check(
 _check(queries_pending_max <= pending_calls_max, "queries are drawn from pending calls")
 _check(checkpoint_sync_bytes >= checkpoint_frame_bytes_max, "a checkpoint syncs whole frames")
 _check(checkpoint_write_bytes_per_s >= 1 << 20, "a checkpoint writer writes at least 1 MiB/s")
+_check(0 < peer_hold_s_max < 1, "a held batch waits less than a second for a peer")
 _check(checkpoint_chain_depth_max >= 1, "a chain holds at least one delta")
 _check(checkpoint_chain_load_excess_max > 0, "a chain may hold a delta")
 

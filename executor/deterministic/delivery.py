@@ -11,6 +11,20 @@ Invariants:
   a batch at or below ``last_epoch`` is dropped, one ahead of a gap is held back.
 - Nothing is applied while the partition waits for a checkpoint (``checkpoint_due``);
   the owner calls ``apply_held`` once it has taken it.
+- While the owner sets ``hold_for_peers``, the next batch is not applied while a
+  multi-partition txn of an earlier one is unfinished here (``Partition.multi_waiting``);
+  the owner calls ``apply_held`` when reads arrive or it clears the flag. This changes
+  when a batch starts, never what it computes: the lock manager grants in the same
+  serial order either way. Why hold: a batch run while such a txn waits for a slower
+  peer puts every txn that shares a lock with it through the lock table (~10 us of CPU
+  per txn more), which pays while the core would otherwise idle and costs throughput
+  when cores are contended (the owner decides which: cluster.processes.CoreContention).
+  Liveness: the lowest-numbered unfinished multi-partition txn has every lock at every
+  participant (all earlier txns are done) and each participant has admitted it (a
+  participant holds only batches after one with an unfinished earlier txn), so its
+  reads are sent and it finishes. A peer that is down would hold it for good, so
+  ``pace`` lets one batch wait at most ``peer_hold_max``, then runs ahead for
+  ``peer_hold_retry`` (live: ``limits.peer_hold_s_max``, ``PEER_HOLD_RETRY_S``).
 - ``known_last_epoch`` only grows: the highest epoch seen in a batch, a heartbeat or
   a log-service reply.
 - ``term`` only grows: the newest leader term seen in a published batch or a
@@ -30,6 +44,9 @@ from txn_library import wire as swire
 
 STATUS_EVERY_S = 0.2  # a partition reports its status at least this often
 REPAIR_RETRY_S = 0.5  # an unanswered log fetch is asked again after this long
+# After one batch waited limits.peer_hold_s_max for peers, batches run ahead (as on idle
+# cores) this long before holding again: a peer that is down costs a tenth of the time.
+PEER_HOLD_RETRY_S = 1.0
 
 
 class BatchFeed:
@@ -39,13 +56,23 @@ class BatchFeed:
         repair_retry: float,
         on_offer: Callable[[swire.Batch], swire.Batch] | None = None,
         interleave: Callable[[], None] | None = None,
+        peer_hold_max: float = 0.0,
+        peer_hold_retry: float = 0.0,
     ) -> None:
         self.part = part
+        # How long one batch may wait for peers, and how long batches then run ahead
+        # (the owner's clock units; see pace). 0: never hold.
+        self.peer_hold_max = peer_hold_max
+        self.peer_hold_retry = peer_hold_retry
+        self._held_since: tuple[int, float] | None = None  # (epoch held, since when)
+        self._hold_again_at = 0.0
+        self.peer_holds_expired = 0
         self.interleave = interleave  # passed to Partition.on_batch
         self.repair_retry = repair_retry  # in the owner's clock units
         # The simulator's hook to plant a bug in what one partition receives.
         self.on_offer = on_offer
         self.held: dict[int, swire.Batch] = {}  # epoch -> batch, arrived ahead of a gap
+        self.hold_for_peers = False  # the owner's choice (module docstring)
         self.known_last_epoch = 0
         self.heard = False  # a heartbeat or log reply came: we know the sequencer's epoch
         self.term = 0
@@ -79,7 +106,44 @@ class BatchFeed:
     def apply_held(self) -> None:
         part, held = self.part, self.held
         while part.checkpoint_due is None and part.last_epoch + 1 in held:
+            if self.hold_for_peers and part.multi_waiting:
+                return
             part.on_batch(held.pop(part.last_epoch + 1), self.interleave)
+
+    def pace(self, now: float, contended: bool) -> bool:
+        """The owner's turn: hold batches for peers while ``contended`` (the owner's
+        judgement of its cores), one batch at most ``peer_hold_max``; True when a hold
+        just ran out (batches then run ahead for ``peer_hold_retry``)."""
+        hold = contended and self.peer_hold_max > 0 and now >= self._hold_again_at
+        expired = False
+        if hold and self.held_for_peers():
+            epoch = self.part.last_epoch + 1
+            if self._held_since is None or self._held_since[0] != epoch:
+                self._held_since = (epoch, now)
+            elif now - self._held_since[1] >= self.peer_hold_max:
+                hold, expired = False, True
+                self._hold_again_at = now + self.peer_hold_retry
+                self.peer_holds_expired += 1
+        else:
+            self._held_since = None
+        if hold != self.hold_for_peers:
+            self.hold_for_peers = hold
+            if not hold:
+                self.apply_held()
+        return expired
+
+    def after_reads(self) -> None:
+        """Peers' reads reached the partition: a batch held for them may run now."""
+        if self.hold_for_peers and self.held:
+            self.apply_held()
+
+    def held_for_peers(self) -> bool:
+        """The next batch is here and only an unfinished multi-partition txn holds it
+        (``hold_for_peers``); False once it is applied."""
+        part = self.part
+        return (
+            part.checkpoint_due is None and part.multi_waiting and part.last_epoch + 1 in self.held
+        )
 
     def heartbeat(self, last_epoch: int, term: int = 0, leader: int | None = None) -> bool:
         """A leader's heartbeat (or a log reply's last epoch: ``leader`` None); False if

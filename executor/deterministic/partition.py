@@ -571,6 +571,12 @@ class Partition:
     def idle(self) -> bool:
         return not self._active and not self._ready
 
+    @property
+    def multi_waiting(self) -> bool:
+        """A multi-partition txn admitted here has not finished (it waits for its
+        locks or for peers' reads)."""
+        return self._multi_active > 0
+
     def take_peer_out(self) -> dict[int, list]:
         out, self.peer_out = self.peer_out, {}
         return out

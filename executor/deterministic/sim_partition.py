@@ -29,10 +29,16 @@ from typing import TYPE_CHECKING
 
 from executor.core import checkpoint
 from executor.core.storage import Storage
-from executor.deterministic.delivery import REPAIR_RETRY_S, STATUS_EVERY_S, BatchFeed
+from executor.deterministic.delivery import (
+    PEER_HOLD_RETRY_S,
+    REPAIR_RETRY_S,
+    STATUS_EVERY_S,
+    BatchFeed,
+)
 from executor.deterministic.partition import Partition
 from executor.deterministic.sim_network import Node, Payload
 from executor.deterministic.workloads import clone_storage
+from txn_library import limits
 from txn_library import partition_wire as ewire
 from txn_library import wire as swire
 from txn_library.errors import invariant
@@ -43,6 +49,8 @@ if TYPE_CHECKING:
 POLL_US = 50_000  # PartitionServer.run polls with a 50 ms timeout
 STATUS_EVERY_US = int(STATUS_EVERY_S * 1e6)
 REPAIR_RETRY_US = int(REPAIR_RETRY_S * 1e6)
+PEER_HOLD_MAX_US = int(limits.peer_hold_s_max * 1e6)
+PEER_HOLD_RETRY_US = int(PEER_HOLD_RETRY_S * 1e6)
 MONOTONIC_BASE_US = 1_000_000_000  # time.monotonic() is far from 0 in a live process
 FETCH_ALL = 1 << 62  # PartitionServer.run asks for everything after its last epoch
 
@@ -230,6 +238,8 @@ class PartitionNode:
             REPAIR_RETRY_US,
             lambda b: self.sim.planted_batch(self, b),
             interleave=self._interleave,
+            peer_hold_max=PEER_HOLD_MAX_US,
+            peer_hold_retry=PEER_HOLD_RETRY_US,
         )
         self._reset_glue()
         self.node.up = True
@@ -294,6 +304,7 @@ class PartitionNode:
         part = self.part
         if isinstance(msg, ewire.Reads):
             part.on_reads(msg.from_partition, msg.entries)
+            self._feed().after_reads()
         elif isinstance(msg, ewire.Query):
             for qid, tag, name, args, min_txn_id in msg.calls:
                 part.on_query(qid, tag, name, args, min_txn_id)
@@ -317,6 +328,9 @@ class PartitionNode:
     def turn(self) -> None:
         if self.part is None:
             return
+        # Odd replicas hold batches for peers (as a live partition on contended cores),
+        # even ones run ahead: both schedules, and their hashes must agree.
+        self._feed().pace(self.mono_us, contended=self.replica % 2 == 1)
         self._maybe_checkpoint()
         self._maybe_repair()
         self._report_progress()

@@ -179,3 +179,45 @@ def test_reads_cross_mid_batch_through_the_interleave_hook() -> None:
     r.pump()
     assert r.results == serial.results
     assert r.state_hash == serial.state_hash
+
+
+def test_a_batch_held_for_peers_waits_then_computes_the_same() -> None:
+    """BatchFeed.hold_for_peers: while a multi-partition txn of an earlier batch is
+    unfinished here, the next batch stays held (nothing of it admitted, so nothing
+    queues behind the txn in the lock table); once the peer's read arrives the txn
+    finishes and the held batch runs. Results and state equal serial execution."""
+    from executor.deterministic.delivery import BatchFeed
+    from txn_library import wire
+
+    n = 2
+    home = [k for k in range(8) if placement.partition_of("account", (k,), n) == 0]
+    away = [k for k in range(8) if placement.partition_of("account", (k,), n) == 1]
+    a, b, c = home[0], away[0], home[1]
+    batches = [
+        make_batch(1, 0, 1000, 7, [("bank.open", (0, 8, START))], n),
+        make_batch(2, 1, 1001, 8, [("bank.transfer", (a, b, 10))], n),
+        make_batch(3, 2, 1002, 9, [("bank.transfer", (a, c, 1)), ("bank.transfer", (c, a, 2))], n),
+    ]
+    serial = SerialExecutor()
+    for x in batches:
+        serial.apply(x)
+    r = LocalReplica(n)
+    r.apply(batches[0])
+    p0, p1 = r.parts
+    feed = BatchFeed(p0, 0.5)
+    feed.hold_for_peers = True
+    feed.offer(wire.pack(batches[1]))
+    assert p0.multi_waiting and not feed.held_for_peers()  # nothing else here yet
+    feed.offer(wire.pack(batches[2]))
+    assert p0.last_epoch == 2 and feed.held_for_peers()  # held: b's read is not here
+    p1.on_batch(batches[1])
+    for sender in (p0, p1):
+        for q, entries in sender.take_peer_out().items():
+            r.parts[q].on_reads(sender.partition, tuple(entries))
+    assert not p0.multi_waiting  # the transfer to b finished
+    feed.apply_held()
+    assert p0.last_epoch == 3 and not feed.held_for_peers()
+    p1.on_batch(batches[2])
+    r.pump()
+    assert r.results == serial.results
+    assert r.state_hash == serial.state_hash
