@@ -221,3 +221,42 @@ def test_a_batch_held_for_peers_waits_then_computes_the_same() -> None:
     r.pump()
     assert r.results == serial.results
     assert r.state_hash == serial.state_hash
+
+
+def test_a_hold_runs_out_when_the_peer_stays_silent() -> None:
+    """BatchFeed.pace: a batch held for a peer that never answers (down) waits at most
+    ``peer_hold_max``; then batches run ahead for ``peer_hold_retry`` before holding
+    again, so a dead peer stops no single-partition work for long. Without
+    contention nothing is held."""
+    from executor.deterministic.delivery import BatchFeed
+    from txn_library import wire
+
+    n = 2
+    home = [k for k in range(8) if placement.partition_of("account", (k,), n) == 0]
+    away = [k for k in range(8) if placement.partition_of("account", (k,), n) == 1]
+    a, b, c, d = home[0], away[0], home[1], home[2]
+    transfer_out = [("bank.transfer", (a, b, 1))]  # waits for partition 1 for good
+    batches = [make_batch(1, 0, 1000, 7, [("bank.open", (0, 8, START))], n)]
+    for e in range(2, 7):
+        calls = transfer_out if e in (2, 5) else [("bank.transfer", (c, d, 1))]
+        batches.append(make_batch(e, 10 * e, 1000 + e, e, calls, n))
+    r = LocalReplica(n)
+    r.apply(batches[0])
+    p0 = r.parts[0]
+    feed = BatchFeed(p0, 0.5, peer_hold_max=0.1, peer_hold_retry=1.0)
+    feed.pace(0.0, contended=True)
+    for x in batches[1:3]:
+        feed.offer(wire.pack(x))
+    assert p0.last_epoch == 2 and feed.held_for_peers()
+    assert not feed.pace(0.0, contended=True)  # the owner's turn sees the hold start
+    assert not feed.pace(0.05, contended=True) and p0.last_epoch == 2  # still waiting
+    assert feed.pace(0.11, contended=True) and p0.last_epoch == 3  # ran out: runs ahead
+    assert feed.peer_holds_expired == 1
+    for x in batches[3:5]:
+        feed.offer(wire.pack(x))
+    assert not feed.pace(0.5, contended=True) and p0.last_epoch == 5  # not before 1.11
+    feed.offer(wire.pack(batches[5]))
+    assert p0.last_epoch == 6
+    assert not feed.pace(1.2, contended=True) and feed.hold_for_peers  # holding again
+    quiet = BatchFeed(p0, 0.5, peer_hold_max=0.1, peer_hold_retry=1.0)
+    assert not quiet.pace(0.0, contended=False) and not quiet.hold_for_peers
