@@ -461,6 +461,26 @@ class PartitionServer:
             )
 
     # Loop ---------------------------------------------------------------------
+    def _pace(self, now: float) -> None:
+        """Hold batches for peers while this process waits for a core (BatchFeed.pace);
+        say when that starts and stops, and when a hold runs out."""
+        cores = self._cores
+        was = cores.contended
+        if cores.update(now) != was:
+            log.info(
+                "waiting for a core %.0f%% of the time: %s",
+                100 * (cores.share or 0.0),
+                "batches wait for peers' reads"
+                if cores.contended
+                else "batches run ahead of peers' reads",
+            )
+        if self.feed.pace(now, cores.contended):
+            log.info(
+                "a batch waited %.0f ms for peers' reads: batches run ahead for %.0f s",
+                1000 * limits.peer_hold_s_max,
+                PEER_HOLD_RETRY_S,
+            )
+
     def _interleave(self) -> None:
         """Between admissions of a batch (Partition.on_batch's interleave): send the
         reads queued so far and take the reads peers sent, so they cross while the
@@ -554,12 +574,7 @@ class PartitionServer:
                     break  # unblock peers promptly
             del events
             now = time.monotonic()
-            if self.feed.pace(now, self._cores.update(now)):
-                log.info(
-                    "a batch waited %.0f ms for peers' reads: batches run ahead for %.0f s",
-                    1000 * limits.peer_hold_s_max,
-                    PEER_HOLD_RETRY_S,
-                )
+            self._pace(now)
             self._maybe_checkpoint()
             self._maybe_repair(now)
             if self._resend_wanted:
