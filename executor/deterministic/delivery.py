@@ -138,8 +138,8 @@ class BatchFeed:
             self.apply_held()
 
     def held_for_peers(self) -> bool:
-        """The next batch is here and only an unfinished multi-partition txn holds it
-        (``hold_for_peers``); False once it is applied."""
+        """The next batch is here and, while ``hold_for_peers``, an unfinished
+        multi-partition txn is what keeps it from running; False once it is applied."""
         part = self.part
         return (
             part.checkpoint_due is None and part.multi_waiting and part.last_epoch + 1 in self.held

@@ -143,14 +143,19 @@ def test_the_engine_leaves_no_reference_cycles() -> None:
         assert r.idle()
 
 
+def _accounts_by_partition(n: int) -> tuple[list[int], list[int]]:
+    """Accounts 0-7 (bank.open's) that live at partition 0, and those at partition 1."""
+    at = [placement.partition_of("account", (k,), n) for k in range(8)]
+    return [k for k in range(8) if at[k] == 0], [k for k in range(8) if at[k] == 1]
+
+
 def test_reads_cross_mid_batch_through_the_interleave_hook() -> None:
     """A multi-partition txn's reads go out at admission and are taken between
     admissions (Partition.on_batch's ``interleave``): the partition that reaches the
     batch second finds them waiting, runs the txn at once, and answers the first one,
     with no pump between. Results and state equal serial execution."""
     n = 2
-    home = [k for k in range(8) if placement.partition_of("account", (k,), n) == 0]
-    away = [k for k in range(8) if placement.partition_of("account", (k,), n) == 1]
+    home, away = _accounts_by_partition(n)
     a, b, c, d = home[0], away[0], home[1], away[1]
     opened = make_batch(1, 0, 1000, 7, [("bank.open", (0, 8, START))], n)
     # Enough admissions at each partition for on_batch to call the hook mid-batch.
@@ -190,8 +195,7 @@ def test_a_batch_held_for_peers_waits_then_computes_the_same() -> None:
     from txn_library import wire
 
     n = 2
-    home = [k for k in range(8) if placement.partition_of("account", (k,), n) == 0]
-    away = [k for k in range(8) if placement.partition_of("account", (k,), n) == 1]
+    home, away = _accounts_by_partition(n)
     a, b, c = home[0], away[0], home[1]
     batches = [
         make_batch(1, 0, 1000, 7, [("bank.open", (0, 8, START))], n),
@@ -232,8 +236,7 @@ def test_a_hold_runs_out_when_the_peer_stays_silent() -> None:
     from txn_library import wire
 
     n = 2
-    home = [k for k in range(8) if placement.partition_of("account", (k,), n) == 0]
-    away = [k for k in range(8) if placement.partition_of("account", (k,), n) == 1]
+    home, away = _accounts_by_partition(n)
     a, b, c, d = home[0], away[0], home[1], home[2]
     transfer_out = [("bank.transfer", (a, b, 1))]  # waits for partition 1 for good
     batches = [make_batch(1, 0, 1000, 7, [("bank.open", (0, 8, START))], n)]
