@@ -500,14 +500,12 @@ class PartitionServer:
         self._send_reads(peer_out)
         if results or queries or force_status:
             self.results_to[self.feed.leader].send(
-                ewire.encode(
-                    ewire.Results(
-                        self.replica,
-                        self.partition_id,
-                        results,
-                        queries,
-                        self.part.status(catching_up=not self._live),
-                    )
+                ewire.results_message(
+                    self.replica,
+                    self.partition_id,
+                    results,
+                    queries,
+                    self.part.status(catching_up=not self._live),
                 )
             )
 

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from txn_library import limits, placement, wire
 from txn_library import partition_wire as ewire
-from txn_library.errors import ERR_BAD_ARGUMENTS, STATUS_NAMES, BadRequest
+from txn_library.errors import ERR_BAD_ARGUMENTS, RESTART, STATUS_NAMES, BadRequest
 from txn_library.partition_wire import PartitionStatus
 from txn_library.procedure import Procedure, lookup
 from txn_library.wire import Batch, LogFetch, Txn, unpack
@@ -124,7 +124,13 @@ def results_problem(msg: Any, replicas: int, partitions: int) -> str | None:
     if not (is_index(replica, replicas) and is_index(partition, partitions)):
         return "no such replica or partition"
     if not isinstance(results, tuple) or not all(
-        isinstance(r, tuple) and len(r) == 3 and is_int(r[0]) and is_status(r[1]) for r in results
+        isinstance(r, tuple)
+        and len(r) == 3
+        and is_int(r[0])
+        and is_status(r[1])
+        and type(r[2]) is bytes
+        and (r[1] != RESTART or _decodes(r[2]))  # a prediction is decoded; values are not
+        for r in results
     ):
         return "bad results"
     if not isinstance(qresults, tuple) or not all(
@@ -140,17 +146,25 @@ def results_problem(msg: Any, replicas: int, partitions: int) -> str | None:
     return None
 
 
+def _decodes(data: bytes) -> bool:
+    try:
+        wire.unpack(data)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
 def is_int(v: Any) -> bool:
     return type(v) is int
 
 
-def same_result(a: tuple, b: tuple) -> bool:
-    """Equal answers; deeply nested values are compared by their encoding (== would
-    recurse past Python's limit)."""
+def shown_value(packed: bytes) -> Any:
+    """A packed result value for a log line: decoded, or its first bytes if it does not
+    decode (a partition's bytes are not trusted to)."""
     try:
-        return a == b
-    except RecursionError:
-        return wire.pack(a) == wire.pack(b)
+        return unpack(packed)
+    except (ValueError, TypeError):
+        return packed[:64]
 
 
 def is_status(v: Any) -> bool:

@@ -46,6 +46,7 @@ from txn_library.errors import (
     BadRequest,
     invariant,
 )
+from txn_library.wire import Packed
 
 Key = tuple[bytes, int]
 # What msgpack raises for a value it cannot encode (type, int range, nesting depth).
@@ -153,7 +154,8 @@ class RetryCache:
 
     def finish(self, key: Key, status: int, value: Any, digest: int | None) -> None:
         self._inflight.pop(key, None)
-        packed = msgpack.packb(value)  # a decoded result or the sequencer's own: encodes
+        # A partition's value as it packed it, or the sequencer's own (which encodes).
+        packed = bytes(value) if type(value) is Packed else msgpack.packb(value)
         # A Done's fields, stored as the plain tuple _entry turns back into a Done.
         self._put(key, (status, packed, digest, len(packed) + ENTRY_OVERHEAD_BYTES))
 

@@ -69,8 +69,8 @@ from sequencer.calls import (
     parse_log_fetch,
     participants,
     results_problem,
-    same_result,
     serve_log_fetch,
+    shown_value,
 )
 from sequencer.fair import FairQueues
 from sequencer.log import CommandLog
@@ -107,6 +107,7 @@ from txn_library.wire import (
     CallsRequest,
     ErrorReply,
     OkReply,
+    Packed,
     PruneRequest,
     StatusReply,
     Txn,
@@ -770,34 +771,38 @@ class Sequencer:
             )
             self._boundaries[key] = (replica, h)  # report each disagreement once
 
-    def _on_txn_result(self, replica: int, txn_id: int, status: int, value: Any) -> None:
+    def _on_txn_result(self, replica: int, txn_id: int, status: int, packed: bytes) -> None:
+        """One replica's result; ``packed``: its value as the partition packed it. Values
+        are compared, kept and forwarded as those bytes (wire.Packed); only a restart's
+        prediction is decoded (results_problem checked that it decodes)."""
         f = self._inflight.get(txn_id)
         if f is None:
             key = self._logged_txns.pop(txn_id, None)
             if key is not None and status != RESTART:  # logged before our restart
                 seen = self.retries.get(key)
                 if isinstance(seen, PendingCall):
-                    self._deliver(seen, status, value)
+                    self._deliver(seen, status, Packed(packed))
                 elif isinstance(seen, Logged):
-                    self.retries.finish(key, status, value, seen.digest)
+                    self.retries.finish(key, status, Packed(packed), seen.digest)
             return  # all replicas answered long ago, or evicted from the backlog
         bit = 1 << replica
         if f.answered & bit:
             return  # this replica answered already (it replayed after a restart)
         f.answered |= bit
         if f.first is None:
-            f.first = (status, value, replica)
+            f.first = (status, packed, replica)
+            value = unpack(packed) if status == RESTART else Packed(packed)
             self._deliver(f.call, status, value)
-        elif not same_result((status, value), f.first[:2]):
+        elif (status, packed) != f.first[:2]:  # the same value packs to the same bytes
             self.stats.determinism_violations += 1
             log.error(
                 "DETERMINISM VIOLATION: txn %d (%s) replica %d answered %r, replica %d %r",
                 txn_id,
                 f.call.proc.name,
                 f.first[2],
-                f.first[:2],
+                (f.first[0], shown_value(f.first[1])),
                 replica,
-                (status, value),
+                (status, shown_value(packed)),
             )
         if f.answered == (1 << self.replicas) - 1:
             del self._inflight[txn_id]

@@ -123,7 +123,11 @@ class ResendGap(NamedTuple):
 
 
 class Results(NamedTuple):
-    """[MSG_RESULTS, replica, partition, results, query_results, status]"""
+    """[MSG_RESULTS, replica, partition, results, query_results, status]
+
+    ``results``: ``[txn_id, status, msgpack(value)]`` each; the value is packed once, by
+    the partition, and the sequencer compares, keeps and forwards those bytes
+    (txn_library.wire.Packed). ``query_results``: ``[query_id, tag, status, value]``."""
 
     replica: int
     partition: int
@@ -145,6 +149,20 @@ MESSAGES = Family(
     }
 )
 encode = MESSAGES.encode
+_pack_value = msgpack.Packer(autoreset=True).pack
+
+
+def results_message(
+    replica: int,
+    partition: int,
+    results: Sequence[tuple[int, int, Any]],
+    query_results: Sequence[Any],
+    status: PartitionStatus | tuple,
+) -> bytes:
+    """A partition's Results, encoded, from its ``(txn_id, status, value)`` results: each
+    value packed once (what run_body checked packs), carried as bytes."""
+    packed = [(txn_id, st, _pack_value(value)) for txn_id, st, value in results]
+    return encode(Results(replica, partition, packed, query_results, status))
 
 
 def pack(msg: Any) -> bytes:

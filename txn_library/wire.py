@@ -181,6 +181,28 @@ class ResultsReply(NamedTuple):
     results: Sequence[Any]
 
 
+class Packed(bytes):
+    """A value already msgpack-encoded: a partition's result, which the sequencer
+    compares, keeps and forwards as these bytes without decoding them."""
+
+    __slots__ = ()
+
+
+_reply_packer = msgpack.Packer(autoreset=True)
+
+
+def encode_results_reply(replies: Sequence[tuple[Any, int, Any]]) -> bytes:
+    """``ResultsReply(replies)`` encoded, the same bytes as ``encode`` gives for the
+    decoded values, with each ``Packed`` value's bytes put in as they are."""
+    p = _reply_packer
+    parts = [p.pack_array_header(2), p.pack(REP_RESULTS), p.pack_array_header(len(replies))]
+    header = p.pack_array_header(3)
+    for req_id, status, value in replies:
+        parts += (header, p.pack(req_id), p.pack(status))
+        parts.append(value if type(value) is Packed else p.pack(value))
+    return b"".join(parts)
+
+
 class StatusReply(NamedTuple):
     """[REP_STATUS, {...}]"""
 

@@ -396,9 +396,7 @@ class PartitionNode:
             status = part.status(catching_up=not self.live)._replace(
                 pid=self.sim.pid_of(self)  # a simulated pid
             )
-            data = ewire.encode(
-                ewire.Results(self.replica, self.partition, results, queries, status)
-            )
+            data = ewire.results_message(self.replica, self.partition, results, queries, status)
             if results:
                 self.sim.note_results(self, data)
             seq = self.sim.seq_node

@@ -245,7 +245,7 @@ class SequencerNode:
         seq.take_control_out()  # the simulated clients send no control requests
         for identity, replies in seq.take_client_out().items():
             client = sim.client_by_identity[identity]
-            frame = wire.encode(wire.ResultsReply(replies))
+            frame = wire.encode_results_reply(replies)
             sim.net.send(self.node, client.node, "reply", frame, client.on_reply)
         for (r, p), queries in seq.take_query_out().items():
             self._send_queries(r, p, queries)

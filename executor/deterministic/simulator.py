@@ -564,7 +564,8 @@ class Simulator:
 
     def note_results(self, node: PartitionNode, data: bytes) -> None:
         msg = ewire.Results._make(ewire.unpack(data)[1:])
-        for txn_id, status, value in msg.results:
+        for txn_id, status, packed in msg.results:
+            value = ewire.unpack(packed)
             self.reported.append((node.replica, node.partition, txn_id, status, value))
 
     # Planted bugs (never engine code) --------------------------------------------------

@@ -92,7 +92,7 @@ class Sim:
 
     def _collect(self, answers: dict[int, tuple[int, Any]]) -> None:
         for replies in self.seq.take_client_out().values():
-            for req_id, status, value in replies:
+            for req_id, status, value in wire.unpack(wire.encode_results_reply(replies))[1]:
                 answers[req_id] = (status, value)
 
     # Partitions ----------------------------------------------------------------------
@@ -128,7 +128,8 @@ class Sim:
             assert got == expected, f"replica {r} differs from serial execution"
             assert rep.state_hash == self.serial.state_hash, f"replica {r} state hash differs"
             results = tuple((t, st, v) for t, (st, v) in got.items())
-            self.seq.on_results(r, 0, _roundtrip(results), (), rep.parts[0].status())
+            msg = ewire.unpack(ewire.results_message(r, 0, results, (), rep.parts[0].status()))
+            self.seq.on_results(r, 0, msg[3], (), rep.parts[0].status())
         assert self.seq.stats.determinism_violations == 0
 
     # Inspection ------------------------------------------------------------------------

@@ -396,7 +396,7 @@ class Harness:
 
     def _collect(self) -> None:
         for identity, items in self.seq.take_client_out().items():
-            self.replies[identity].extend(items)
+            self.replies[identity].extend(wire.unpack(wire.encode_results_reply(items))[1])
         for identity, reply in self.seq.take_control_out():
             self.control[identity].append(reply)
 
@@ -445,7 +445,7 @@ class Harness:
             assert st_ in STATUS_NAMES
             msgpack.packb(v)
         status = self.replica.parts[0].status()
-        msg = (ewire.MSG_RESULTS, 0, 0, results, qres, status)
+        msg = ewire.unpack(ewire.results_message(0, 0, results, qres, status))
         assert self.seq.on_results_message(msg), "a real partition report was refused"
         return True
 

@@ -144,8 +144,8 @@ def test_reused_client_id_gets_an_error_never_another_calls_result(tmp_path: Pat
     s = _seq(tmp_path)
     s.on_calls(b"a", b"same-id", ((1, "bank.transfer", (0, 1, 5)),))
     s.tick(1)
-    assert s.on_results_message((MSG_RESULTS, 0, 0, ((0, OK, 95),), (), STATUS))
-    assert s.take_client_out()[b"a"] == [(1, OK, 95)]
+    assert s.on_results_message((MSG_RESULTS, 0, 0, ((0, OK, wire.pack(95)),), (), STATUS))
+    assert s.take_client_out()[b"a"] == [(1, OK, wire.Packed(wire.pack(95)))]
     s.on_calls(b"b", b"same-id", ((1, "bank.transfer", (0, 1, 7)),))
     (r,) = s.take_client_out()[b"b"]
     assert r[1] == ERROR and r[2][0] == "request_id_reused"
