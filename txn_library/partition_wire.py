@@ -22,7 +22,8 @@ sequencer):
 
 Outbound to the sequencer's results PULL socket:
   [MSG_RESULTS, replica, partition, results, query_results, status]
-      results       = [[txn_id, status, value], ...]   (one partition per replica reports a txn)
+      results       = [[txn_id, status, msgpack(value)], ...]   (one partition per replica
+                       reports a txn; the value packed once, by the partition)
       query_results = [[query_id, replica_tag, status, value], ...]
       status        = PartitionStatus (below: one record, 14 fields, positional on
                        the wire)
