@@ -221,7 +221,7 @@ class TraditionalServer:
         for identity, replies in client_out.items():
             try:
                 self.client.send_multipart(
-                    [identity, wire.encode(wire.ResultsReply(replies))], flags=zmq.NOBLOCK
+                    [identity, wire.encode_results_reply(replies)], flags=zmq.NOBLOCK
                 )
             except zmq.ZMQError:
                 log.warning("client gone; dropped %d replies", len(replies))

@@ -146,12 +146,18 @@ def results_problem(msg: Any, replicas: int, partitions: int) -> str | None:
     return None
 
 
-def _decodes(data: bytes) -> bool:
+_UNDECODABLE: Any = object()
+
+
+def _unpacked(data: bytes) -> Any:
     try:
-        wire.unpack(data)
-    except (ValueError, TypeError):
-        return False
-    return True
+        return unpack(data)
+    except (ValueError, TypeError):  # every msgpack decode failure
+        return _UNDECODABLE
+
+
+def _decodes(data: bytes) -> bool:
+    return _unpacked(data) is not _UNDECODABLE
 
 
 def is_int(v: Any) -> bool:
@@ -161,10 +167,8 @@ def is_int(v: Any) -> bool:
 def shown_value(packed: bytes) -> Any:
     """A packed result value for a log line: decoded, or its first bytes if it does not
     decode (a partition's bytes are not trusted to)."""
-    try:
-        return unpack(packed)
-    except (ValueError, TypeError):
-        return packed[:64]
+    value = _unpacked(packed)
+    return packed[:64] if value is _UNDECODABLE else value
 
 
 def is_status(v: Any) -> bool:

@@ -216,3 +216,14 @@ def test_batch_order_keeps_what_it_promises(seed: int) -> None:
     assert [c.req_id for c in stayed] == sorted(c.req_id for c in stayed)
     moved = out[first_multi:]
     assert [c.req_id for c in moved] == sorted(c.req_id for c in moved)
+
+
+def test_results_reply_with_packed_values_is_the_generic_encoding() -> None:
+    """wire.encode_results_reply (every server's reply path) gives the bytes the generic
+    ResultsReply encoding gives, whether a value comes packed (a partition's) or not."""
+    value = (7, "x", ((1, "a", 2.5), (2, "b", None)), [b"raw", {"k": -(1 << 63)}])
+    replies = [(1, OK, value), (2, ERROR, ("overloaded", "slow down")), (None, OK, None)]
+    generic = wire.encode(wire.ResultsReply(replies))
+    assert wire.encode_results_reply(replies) == generic
+    packed = [(r, st, wire.Packed(wire.pack(v))) for r, st, v in replies]
+    assert wire.encode_results_reply(packed) == generic
