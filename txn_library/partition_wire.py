@@ -150,19 +150,19 @@ MESSAGES = Family(
     }
 )
 encode = MESSAGES.encode
-_pack_value = msgpack.Packer(autoreset=True).pack
 
 
 def results_message(
     replica: int,
     partition: int,
-    results: Sequence[tuple[int, int, Any]],
+    results: Sequence[tuple[int, int, Any, bytes]],
     query_results: Sequence[Any],
     status: PartitionStatus | tuple,
 ) -> bytes:
-    """A partition's Results, encoded, from its ``(txn_id, status, value)`` results: each
-    value packed once (what run_body checked packs), carried as bytes."""
-    packed = [(txn_id, st, _pack_value(value)) for txn_id, st, value in results]
+    """A partition's Results, encoded, from its ``(txn_id, status, value, packed value)``
+    results: each value travels as the bytes run_body packed it to (once, while it was
+    in cache), never packed again."""
+    packed = [(txn_id, st, data) for txn_id, st, _value, data in results]
     return encode(Results(replica, partition, packed, query_results, status))
 
 

@@ -40,32 +40,31 @@ from txn_library.procedure import Abort, Procedure, Restart
 _packb = msgpack.packb
 
 
-def value_problem(value: Any) -> str | None:
-    """Why a procedure's value cannot travel as a result (None if it can)."""
-    tp = type(value)
-    if tp is int:
-        return None if KEY_INT_MIN <= value <= KEY_INT_MAX else "integer out of range for msgpack"
-    if value is None or tp is bool or tp is float:
-        return None
+def pack_value(value: Any) -> tuple[bytes, None] | tuple[None, str]:
+    """A procedure's value as it travels (its msgpack bytes, packed here once and
+    carried to the client as they are), or why it cannot travel."""
+    if type(value) is int and not KEY_INT_MIN <= value <= KEY_INT_MAX:
+        return None, "integer out of range for msgpack"
     try:
-        n = len(_packb(value))
+        data = _packb(value)
     # The value is the procedure's: packing it may run its code (subclasses), so
     # anything it raises is the procedure's failure, identical on every replica.
     except Exception as e:
-        return encode_failure(e)
-    if n > limits.result_bytes_max:
-        return f"{n} bytes exceeds result_bytes_max ({limits.result_bytes_max})"
-    return None
+        return None, encode_failure(e)
+    if len(data) > limits.result_bytes_max:
+        return None, f"{len(data)} bytes exceeds result_bytes_max ({limits.result_bytes_max})"
+    return data, None
 
 
-def run_body(proc: Procedure, args: tuple, ctx: TxnContext) -> tuple[int, Any]:
-    """Run the body; return (status, value). Writes stay in ctx.writes (see run_txn)."""
+def run_body(proc: Procedure, args: tuple, ctx: TxnContext) -> tuple[int, Any, bytes]:
+    """Run the body; return (status, value, the value packed). Writes stay in ctx.writes
+    (see run_txn)."""
     try:
         out = proc.body(ctx, *args)
     except FootprintViolation as e:
-        return ABORTED, f"footprint violation: {e}"
+        return _outcome(ABORTED, f"footprint violation: {e}")
     except Exception as e:  # a bug in the procedure: deterministic, so identical everywhere
-        return ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name} raised {failure_text(e)}")
+        return _outcome(ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name} raised {failure_text(e)}"))
     value: Any  # not the abort reason's str: mypy would infer it (mypyc enforces it)
     if isinstance(out, Abort):
         status, value, what = ABORTED, out.reason, "abort reason"
@@ -73,25 +72,32 @@ def run_body(proc: Procedure, args: tuple, ctx: TxnContext) -> tuple[int, Any]:
         status, value, what = RESTART, out.prediction, "restart prediction"
     else:
         status, value, what = OK, out, "result"
-    problem = value_problem(value)
-    if problem is not None:
-        return ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name}: {what} rejected: {problem}")
-    return status, value
+    data, problem = pack_value(value)
+    if data is None:
+        return _outcome(ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name}: {what} rejected: {problem}"))
+    return status, value, data
+
+
+def _outcome(status: int, value: Any) -> tuple[int, Any, bytes]:
+    """An outcome the executor made (a reason: strings and ints, bounded by
+    failure_text), with its value packed."""
+    return status, value, _packb(value)
 
 
 def run_txn(
     proc: Procedure, args: tuple, ctx: TxnContext, storage: Storage
-) -> tuple[int, Any, list[PreparedWrite]]:
-    """Run the body and validate its whole write set: (status, value, writes).
+) -> tuple[int, Any, bytes, list[PreparedWrite]]:
+    """Run the body and validate its whole write set: (status, value, the value packed,
+    writes).
 
     ``writes`` is empty unless status is OK; pass it to ``Storage.apply`` (an executor
     of a multi-partition txn applies only its local ones). ``storage`` only lends its
     packer: the outcome does not depend on what it holds.
     """
-    status, value = run_body(proc, args, ctx)
+    status, value, data = run_body(proc, args, ctx)
     if status != OK or not ctx.writes:
-        return status, value, []
+        return status, value, data, []
     writes, problem = storage.prepare_writes(ctx.writes)
     if problem is not None:
-        return ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name}: {problem}"), []
-    return OK, value, writes
+        return (*_outcome(ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name}: {problem}")), [])
+    return OK, value, data, writes

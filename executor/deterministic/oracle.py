@@ -34,7 +34,7 @@ class SerialExecutor:
             ctx = TxnContext(
                 txn_id, ts, seed, cover_set(fp.reads), cover_set(fp.writes), s.get, s.scan
             )
-            status, value, writes = run_txn(proc, args, ctx, s)
+            status, value, _, writes = run_txn(proc, args, ctx, s)
             s.apply(writes)
             self.results[txn_id] = (status, value)
             txn_id += 1

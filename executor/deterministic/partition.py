@@ -151,7 +151,7 @@ class Partition:
         self._queries: list[tuple[int, int, int, int, Any, Any]] = []
         self._queries_seen = 0
         self.peer_out: dict[int, list] = {}
-        self.results_out: list[tuple[int, int, Any]] = []
+        self.results_out: list[tuple[int, int, Any, bytes]] = []
         self.query_out: list[tuple[int, int, int, Any]] = []
         # Checkpoints: set when a flagged batch arrives; the owner drains, snapshots,
         # then calls checkpoint_taken(). No later batch is applied meanwhile. Once the
@@ -166,7 +166,7 @@ class Partition:
         self._boundary_txn_ids: deque[int] = deque(maxlen=max(1, retain_checkpoints))
         # Held transactions (ctx.hold_locks): heap of (due, txn id, txn, status, value).
         self.hold_clock: Callable[[], float] | None = None
-        self._holds: list[tuple[float, int, _Txn, int, Any]] = []
+        self._holds: list[tuple[float, int, _Txn, int, Any, bytes]] = []
 
     def restore(self, epoch: int, next_txn_id: int, txns_applied: int) -> None:
         """Resume from a checkpoint taken at the end of ``epoch`` (storage already loaded)."""
@@ -420,7 +420,7 @@ class Partition:
         ctx = TxnContext(st.txn_id, st.ts, st.seed, st.reads, st.writes, get, scan)
         # The whole write set (remote writes too) is validated before any is applied:
         # every executor reaches the same outcome, or partitions would diverge.
-        status, value, writes = run_txn(st.proc, st.args, ctx, storage)
+        status, value, data, writes = run_txn(st.proc, st.args, ctx, storage)
         if writes:
             if st.single:
                 storage.apply(writes)
@@ -433,13 +433,13 @@ class Partition:
                 self._active[st.txn_id] = st
                 st.bypass = None
             due = self.hold_clock() + ctx.hold_ms / 1000.0
-            heapq.heappush(self._holds, (due, st.txn_id, st, status, value))
+            heapq.heappush(self._holds, (due, st.txn_id, st, status, value, data))
             return
-        self._complete(st, status, value)
+        self._complete(st, status, value, data)
 
-    def _complete(self, st: _Txn, status: int, value: Any) -> None:
+    def _complete(self, st: _Txn, status: int, value: Any, data: bytes) -> None:
         if st.reporter:
-            self.results_out.append((st.txn_id, status, value))
+            self.results_out.append((st.txn_id, status, value, data))
             cache = self._result_cache
             cache[st.txn_id] = (status, value)
             if len(cache) > limits.result_cache_txns_max:
@@ -456,8 +456,8 @@ class Partition:
         if not holds or holds[0][0] > now:
             return
         while holds and holds[0][0] <= now:
-            _, _, st, status, value = heapq.heappop(holds)
-            self._complete(st, status, value)
+            _, _, st, status, value, data = heapq.heappop(holds)
+            self._complete(st, status, value, data)
         self._run()
 
     def _remote_view(self, st: _Txn) -> tuple:
@@ -547,7 +547,8 @@ class Partition:
                 return ERROR, (ERR_PROCEDURE_FAILED, f"{t}{key!r} is not on partition {me}")
         storage = self.storage
         ctx = TxnContext(-1, 0, 0, cover_set(fp.reads), frozenset(), storage.get, storage.scan)
-        return run_body(proc, tuple(args), ctx)
+        status, value, _ = run_body(proc, tuple(args), ctx)
+        return status, value
 
     # Introspection ------------------------------------------------------------
     def status(self, catching_up: bool = False) -> PartitionStatus:

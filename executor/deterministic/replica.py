@@ -78,7 +78,7 @@ class LocalReplica:
             msgs = []
             for p in self.parts:
                 peer_out, results, queries = p.take_outputs()
-                for txn_id, status, value in results:
+                for txn_id, status, value, _ in results:
                     self.results[txn_id] = (status, value)
                 self.query_results.extend(queries)
                 for q, entries in peer_out.items():

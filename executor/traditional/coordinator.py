@@ -162,7 +162,7 @@ class Coordinator:
             on_write=lambda t, k: self._on_write(att, t, k),
         )
         try:
-            status, value, writes = run_txn(att.proc, att.args, ctx, self.state.storage)
+            status, value, _, writes = run_txn(att.proc, att.args, ctx, self.state.storage)
             if ctx.hold_ms:  # benchmark hook: keep every lock taken so far, loop goes on
                 due = self.state.clock() + 1000 * ctx.hold_ms
                 self.state.add_timer(due, T_HOLD, (att, att.wake + 1))

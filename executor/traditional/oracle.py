@@ -46,7 +46,7 @@ def replay_history(
         fp = proc.footprint(*h.args)
         reads, writes = cover_set(fp.reads), cover_set(fp.writes)
         ctx = TxnContext(h.aid[1], h.ts_ms, h.seed, reads, writes, s.get, s.scan)
-        status, value, prepared = run_txn(proc, h.args, ctx, s)
+        status, value, _, prepared = run_txn(proc, h.args, ctx, s)
         if (status, value) != (h.status, h.value) and len(check.mismatches) < max_report:
             check.mismatches.append(
                 f"{h.aid} {h.proc}{h.args}: live {(h.status, h.value)}, serial {(status, value)}"

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 import tpcc.procedures as tp
@@ -127,7 +128,7 @@ class Sim:
             got = {t: rep.results[t] for t in range(first, first + n)}
             assert got == expected, f"replica {r} differs from serial execution"
             assert rep.state_hash == self.serial.state_hash, f"replica {r} state hash differs"
-            results = tuple((t, st, v) for t, (st, v) in got.items())
+            results = tuple((t, st, v, msgpack.packb(v)) for t, (st, v) in got.items())
             msg = ewire.unpack(ewire.results_message(r, 0, results, (), rep.parts[0].status()))
             self.seq.on_results(r, 0, msg[3], (), rep.parts[0].status())
         assert self.seq.stats.determinism_violations == 0

@@ -431,15 +431,16 @@ class Harness:
 
     def _results(self) -> bool:
         results = tuple(
-            (t, st_, v) for t, (st_, v) in self.replica.results.items() if t not in self._fed
+            (t, st_, v, msgpack.packb(v))
+            for t, (st_, v) in self.replica.results.items()
+            if t not in self._fed
         )
-        self._fed.update(t for t, _s, _v in results)
+        self._fed.update(t for t, _s, _v, _d in results)
         qres = tuple(self.replica.query_results)
         self.replica.query_results.clear()
         if not (results or qres):
             return False
-        for _t, st_, v in results:
-            msgpack.packb(v)  # every result must travel on the wire
+        for _t, st_, _v, _d in results:
             assert st_ in STATUS_NAMES
         for _q, _tag, st_, v in qres:
             assert st_ in STATUS_NAMES
