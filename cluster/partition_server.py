@@ -34,7 +34,11 @@ Reads cross in the middle of a batch: between admissions, while reads are
 outstanding, the partition sends what it queued and takes what peers sent
 (``_interleave``, at most INTERLEAVE_MESSAGES_MAX inbox messages each time), so a
 multi-partition transaction does not hold its locks until both partitions finish the
-batch.
+batch. How the partition spends CPU follows the host's idle share (SpareCores, 1 s
+windows): with cores to spare, results also go out mid-batch (once EARLY_RESULTS_MIN
+wait) and batches run ahead of peers' reads; without, results wait for the batch's
+end and a batch waits for peers while a multi-partition txn is unfinished here
+(executor.deterministic.delivery). Timing only: what is computed is the same.
 
 Inbound messages (PULL) are checked whole against the wire contract before the role
 sees them (txn_library.partition_wire.decode_inbound); malformed ones are dropped and counted,
@@ -59,7 +63,7 @@ from pathlib import Path
 import zmq
 
 from cluster.config import ClusterConfig
-from cluster.processes import CoreContention, batch_scheduling
+from cluster.processes import SpareCores, batch_scheduling
 from cluster.security import SocketSecurity, partition_role, sequencer_role
 from cluster.sockets import replica_mesh
 from executor.core import checkpoint
@@ -71,7 +75,7 @@ from executor.deterministic.delivery import (
     STATUS_EVERY_S,
     BatchFeed,
 )
-from executor.deterministic.partition import Partition
+from executor.deterministic.partition import EARLY_RESULTS_MIN, Partition
 from txn_library import limits
 from txn_library import partition_wire as ewire
 from txn_library import wire as swire
@@ -195,7 +199,7 @@ class PartitionServer:
             peer_hold_max=limits.peer_hold_s_max,
             peer_hold_retry=PEER_HOLD_RETRY_S,
         )
-        self._cores = CoreContention()
+        self._cores = SpareCores()
         self._received = 0
         self._stop = False
         self._gaps_reported: set[int] = set()  # peers that said they cannot resend
@@ -462,19 +466,21 @@ class PartitionServer:
 
     # Loop ---------------------------------------------------------------------
     def _pace(self, now: float) -> None:
-        """Hold batches for peers while this process waits for a core (BatchFeed.pace);
-        say when that starts and stops, and when a hold runs out."""
+        """Spend CPU for latency while the host has cores to spare (cluster.processes.
+        SpareCores: results go out mid-batch, batches run ahead of peers' reads), save
+        it while it has not (results at the batch's end, batches held for peers:
+        BatchFeed.pace); say when that changes, and when a hold runs out."""
         cores = self._cores
-        was = cores.contended
+        was = cores.spare
         if cores.update(now) != was:
             log.info(
-                "waiting for a core %.0f%% of the time: %s",
-                100 * (cores.share or 0.0),
-                "batches wait for peers' reads"
-                if cores.contended
-                else "batches run ahead of peers' reads",
+                "host %.0f%% idle: %s",
+                100 * (cores.idle or 0.0),
+                "results go out mid-batch, batches run ahead of peers' reads"
+                if cores.spare
+                else "results wait for the batch's end, batches wait for peers' reads",
             )
-        if self.feed.pace(now, cores.contended):
+        if self.feed.pace(now, contended=not cores.spare):
             log.info(
                 "a batch waited %.0f ms for peers' reads: batches run ahead for %.0f s",
                 1000 * limits.peer_hold_s_max,
@@ -484,8 +490,12 @@ class PartitionServer:
     def _interleave(self) -> None:
         """Between admissions of a batch (Partition.on_batch's interleave): send the
         reads queued so far and take the reads peers sent, so they cross while the
-        batch runs."""
-        self._send_reads(self.part.take_peer_out())
+        batch runs; while the host has cores to spare, send the results waiting too
+        (their clients need not wait for the batch's end; ``_pace``)."""
+        if self._cores.spare and len(self.part.results_out) >= EARLY_RESULTS_MIN:
+            self._flush(False)
+        else:
+            self._send_reads(self.part.take_peer_out())
         for _ in range(INTERLEAVE_MESSAGES_MAX):
             if not self.inbox.poll(0):
                 return

@@ -132,7 +132,7 @@ row_bytes_max = 1 << 21  # one written row, encoded with its table and key; larg
 result_bytes_max = 1 << 20  # one procedure result (or abort reason), encoded; larger: ERROR
 early_reads_txns_max = sent_reads_txns_max  # txns whose peer reads arrived before the txn
 queries_pending_max = pending_calls_max  # unsequenced queries waiting at one partition
-# A partition whose cores are contended holds its next batch while a multi-partition txn
+# A partition on a host without cores to spare holds its next batch while a multi-partition txn
 # waits for peers' reads (executor.deterministic.delivery), at most this long at a time:
 # a peer that is down then stops nothing else.
 peer_hold_s_max = 0.1

@@ -18,7 +18,7 @@ Invariants:
   serial order either way. Why hold: a batch run while such a txn waits for a slower
   peer puts every txn that shares a lock with it through the lock table (~10 us of CPU
   per txn more), which pays while the core would otherwise idle and costs throughput
-  when cores are contended (the owner decides which: cluster.processes.CoreContention).
+  when cores are contended (the owner decides which: cluster.processes.SpareCores).
   Liveness: the lowest-numbered unfinished multi-partition txn has every lock at every
   participant (all earlier txns are done) and each participant has admitted it (a
   participant holds only batches after one with an unfinished earlier txn), so its

@@ -81,6 +81,10 @@ REPLICATED = catalog.REPLICATED
 # admission cost bank transfers, whose bodies are short, ~10%, every 8th ~5%; every 32nd
 # none, and TPC-C keeps its gain; 2026-11-26, docs/BENCHMARKS.md.)
 INTERLEAVE_EVERY = 32
+# While its host has cores to spare, a partition's interleave hook also sends the results
+# waiting once this many do (their clients need not wait for the batch's end; at 1
+# replica x 2 partitions on 2 cores +10% New Order/s, 2026-11-26, docs/BENCHMARKS.md).
+EARLY_RESULTS_MIN = 16
 
 
 class _Txn:
@@ -184,9 +188,10 @@ class Partition:
         """Admit a batch's transactions in order and run what is ready.
 
         ``interleave``: the owner's hook, called every ``INTERLEAVE_EVERY`` admissions
-        while reads are outstanding (queued in ``peer_out``, or awaited by an active multi-partition
-        txn); it sends ``peer_out`` and feeds arrived reads to ``on_reads``. None:
-        reads move when the owner next takes the outputs."""
+        while reads are outstanding (queued in ``peer_out``, or awaited by an active
+        multi-partition txn) or results wait; it sends ``peer_out`` (and may send the
+        results) and feeds arrived reads to ``on_reads``. None: reads move when the
+        owner next takes the outputs."""
         epoch, prev_epoch, first_txn_id, ts, seed, txns = batch[:6]  # one unpacking
         invariant(self.checkpoint_due is None, "batch applied before a due checkpoint")
         invariant(
@@ -204,7 +209,9 @@ class Partition:
                 due -= 1
                 if not due:
                     due = INTERLEAVE_EVERY
-                    if interleave is not None and (self.peer_out or self._multi_active):
+                    if interleave is not None and (
+                        self.peer_out or self._multi_active or self.results_out
+                    ):
                         interleave()
             txn_id += 1
         self.last_epoch = epoch

@@ -35,7 +35,7 @@ from executor.deterministic.delivery import (
     STATUS_EVERY_S,
     BatchFeed,
 )
-from executor.deterministic.partition import Partition
+from executor.deterministic.partition import EARLY_RESULTS_MIN, Partition
 from executor.deterministic.sim_network import Node, Payload
 from executor.deterministic.workloads import clone_storage
 from txn_library import limits
@@ -328,9 +328,10 @@ class PartitionNode:
     def turn(self) -> None:
         if self.part is None:
             return
-        # Odd replicas hold batches for peers (as a live partition on contended cores),
-        # even ones run ahead: both schedules, and their hashes must agree.
-        self._feed().pace(self.mono_us, contended=self.replica % 2 == 1)
+        # Odd replicas save CPU as a live partition on a host without idle cores (hold
+        # batches for peers, results at the batch's end), even ones spend it (run ahead,
+        # results mid-batch): both schedules, and their hashes and results must agree.
+        self._feed().pace(self.mono_us, contended=not self._spare)
         self._maybe_checkpoint()
         self._maybe_repair()
         self._report_progress()
@@ -405,9 +406,19 @@ class PartitionNode:
     # Sending -----------------------------------------------------------------------
     def _interleave(self) -> None:
         """Partition.on_batch's interleave hook, as live: reads queued mid-batch go out
-        at once (the simulated network delivers peers' reads as events, between turns)."""
+        at once (the simulated network delivers peers' reads as events, between turns),
+        and on a replica with cores to spare the results waiting too."""
         assert self.part is not None
-        self._send_reads(self.part.take_peer_out())
+        if self._spare and len(self.part.results_out) >= EARLY_RESULTS_MIN:
+            self._flush(False)
+        else:
+            self._send_reads(self.part.take_peer_out())
+
+    @property
+    def _spare(self) -> bool:
+        """Whether this partition acts as on a host with cores to spare (live:
+        cluster.processes.SpareCores)."""
+        return self.replica % 2 == 0
 
     def _send_reads(self, peer_out: dict[int, list]) -> None:
         for q, entries in peer_out.items():

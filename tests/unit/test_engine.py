@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+import msgpack
 import pytest
 
 import txn_library.builtin  # noqa: F401  (registers tables and procedures)
@@ -183,6 +184,39 @@ def test_reads_cross_mid_batch_through_the_interleave_hook() -> None:
     assert p0.idle() and p1.idle()  # p1 ran it at admission and its read crossed back
     r.pump()
     assert r.results == serial.results
+    assert r.state_hash == serial.state_hash
+
+
+def test_the_interleave_hook_sees_results_waiting_mid_batch() -> None:
+    """A batch of single-partition txns has no reads to send, but results wait after
+    INTERLEAVE_EVERY admissions: on_batch calls the hook, which may take them (a live
+    partition with cores to spare sends them then). Taking them mid-batch changes no
+    result and no state."""
+    n = 2
+    home, _ = _accounts_by_partition(n)
+    a, c = home[0], home[1]
+    opened = make_batch(1, 0, 1000, 7, [("bank.open", (0, 8, START))], n)
+    batch = make_batch(2, 1, 1001, 8, [("bank.transfer", (a, c, 1))] * (INTERLEAVE_EVERY + 4), n)
+    serial = SerialExecutor()
+    for x in (opened, batch):
+        serial.apply(x)
+    r = LocalReplica(n)
+    r.apply(opened)
+    r.pump()
+    p0 = r.parts[0]
+    taken: list[list] = []
+
+    def hook() -> None:
+        taken.append(p0.take_outputs()[1])
+
+    p0.on_batch(batch, hook)
+    assert [len(t) for t in taken] == [INTERLEAVE_EVERY]  # once, mid-batch
+    rest = p0.take_outputs()[1]
+    assert len(rest) == 4 and p0.idle()
+    got = {t: (st, v) for t, st, v, _ in [*taken[0], *rest]}
+    assert got == {t: serial.results[t] for t in got}
+    assert [msgpack.unpackb(d, use_list=False) for *_, d in rest] == [v for _, _, v, _ in rest]
+    r.parts[1].on_batch(batch)
     assert r.state_hash == serial.state_hash
 
 
