@@ -155,6 +155,7 @@ class Partition:
         self._queries: list[tuple[int, int, int, int, Any, Any]] = []
         self._queries_seen = 0
         self.peer_out: dict[int, list] = {}
+        self.interleave_every = INTERLEAVE_EVERY  # see on_batch (the simulator: fewer)
         self.results_out: list[tuple[int, int, Any, bytes]] = []
         self.query_out: list[tuple[int, int, int, Any]] = []
         # Checkpoints: set when a flagged batch arrives; the owner drains, snapshots,
@@ -187,7 +188,7 @@ class Partition:
     def on_batch(self, batch: Batch, interleave: Callable[[], None] | None = None) -> None:
         """Admit a batch's transactions in order and run what is ready.
 
-        ``interleave``: the owner's hook, called every ``INTERLEAVE_EVERY`` admissions
+        ``interleave``: the owner's hook, called every ``interleave_every`` admissions
         while reads are outstanding (queued in ``peer_out``, or awaited by an active
         multi-partition txn) or results wait; it sends ``peer_out`` (and may send the
         results) and feeds arrived reads to ``on_reads``. None: reads move when the
@@ -202,13 +203,13 @@ class Partition:
         invariant(first_txn_id >= self.next_txn_id, "txn ids went backwards")
         me = self.partition
         txn_id = first_txn_id
-        due = INTERLEAVE_EVERY
+        due = every = self.interleave_every
         for txn in txns:
             if me in txn.participants:
                 self._admit(txn_id, txn.proc, txn.args, txn.participants, ts, seed)
                 due -= 1
                 if not due:
-                    due = INTERLEAVE_EVERY
+                    due = every
                     if interleave is not None and (
                         self.peer_out or self._multi_active or self.results_out
                     ):

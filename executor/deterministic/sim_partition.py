@@ -35,7 +35,7 @@ from executor.deterministic.delivery import (
     STATUS_EVERY_S,
     BatchFeed,
 )
-from executor.deterministic.partition import EARLY_RESULTS_MIN, Partition
+from executor.deterministic.partition import Partition
 from executor.deterministic.sim_network import Node, Payload
 from executor.deterministic.workloads import clone_storage
 from txn_library import limits
@@ -50,6 +50,12 @@ POLL_US = 50_000  # PartitionServer.run polls with a 50 ms timeout
 STATUS_EVERY_US = int(STATUS_EVERY_S * 1e6)
 REPAIR_RETRY_US = int(REPAIR_RETRY_S * 1e6)
 PEER_HOLD_MAX_US = int(limits.peer_hold_s_max * 1e6)
+# The simulator's batches are small: its partitions call the interleave hook every 4th
+# admission (live: partition.INTERLEAVE_EVERY) and, on a replica that spends CPU, send
+# results from it once 2 wait (live: partition.EARLY_RESULTS_MIN), so that reads and
+# results crossing mid-batch happen in most seeds.
+SIM_INTERLEAVE_EVERY = 4
+SIM_EARLY_RESULTS_MIN = 2
 PEER_HOLD_RETRY_US = int(PEER_HOLD_RETRY_S * 1e6)
 MONOTONIC_BASE_US = 1_000_000_000  # time.monotonic() is far from 0 in a live process
 FETCH_ALL = 1 << 62  # PartitionServer.run asks for everything after its last epoch
@@ -202,6 +208,7 @@ class PartitionNode:
         self.live = False
         self._reset_glue()
         self.log_fetches = 0
+        self.early_results = 0  # results sent from the interleave hook, mid-batch
 
     def _reset_glue(self) -> None:
         self.live = False
@@ -232,6 +239,7 @@ class PartitionNode:
         )
         if restored is not None:
             part.restore(*restored[0])
+        part.interleave_every = SIM_INTERLEAVE_EVERY
         self.part = part
         self.feed = BatchFeed(
             part,
@@ -409,7 +417,8 @@ class PartitionNode:
         at once (the simulated network delivers peers' reads as events, between turns),
         and on a replica with cores to spare the results waiting too."""
         assert self.part is not None
-        if self._spare and len(self.part.results_out) >= EARLY_RESULTS_MIN:
+        if self._spare and len(self.part.results_out) >= SIM_EARLY_RESULTS_MIN:
+            self.early_results += 1
             self._flush(False)
         else:
             self._send_reads(self.part.take_peer_out())

@@ -680,6 +680,7 @@ class Simulator:
             truncated_bytes=seq.truncated_bytes,
             checkpoints=sum(p.store.durable for replica in self.parts for p in replica),
             log_fetches=sum(p.log_fetches for replica in self.parts for p in replica),
+            early_results=sum(p.early_results for replica in self.parts for p in replica),
             events=self.loop.events,
             sim_ms=self.loop.now_us // 1000,
         )
