@@ -169,7 +169,8 @@ class Partition:
         self._sent: OrderedDict[int, tuple[tuple[int, ...], tuple]] = OrderedDict()
         self._sent_complete_from = 0  # every read of txns >= this is retained
         self._boundary_txn_ids: deque[int] = deque(maxlen=max(1, retain_checkpoints))
-        # Held transactions (ctx.hold_locks): heap of (due, txn id, txn, status, value).
+        # Held transactions (ctx.hold_locks): heap of (due, txn id, txn, status, value,
+        # the value packed).
         self.hold_clock: Callable[[], float] | None = None
         self._holds: list[tuple[float, int, _Txn, int, Any, bytes]] = []
 
