@@ -182,17 +182,20 @@ def in_process(spec: ReplaySpec, ckpt: Path, last_epoch: int) -> dict[str, Any]:
     rows = verify_local(spec, ckpt)
     verify_s = time.perf_counter() - t0
     txns = sum(r["txns"] for r in rows)
-    t1 = time.perf_counter()
-    rc = reconstruct(spec, [], last_epoch)  # genesis + the whole log, one replica
-    whole_s = time.perf_counter() - t1
     # The same runs local[2] gets, in two plain processes at once (no Spark): what two
     # cores give this job without Spark's own costs (the bound for local[2]/local[1]).
+    # Forked before the whole-log replay below: the children of a parent holding that
+    # state walk it in every collection and copy the pages they touch (the same two runs
+    # took 19.7 s forked after it, 14.9 s from a parent without it; 2026-11-26).
     tasks = plan_history(spec, ckpt)
     runs = split_runs(tasks, 2)
     t2 = time.perf_counter()
     with multiprocessing.get_context("fork").Pool(len(runs)) as pool:
         two = [row for rows_ in pool.map(verify_run, runs) for row in rows_]
     two_s = time.perf_counter() - t2
+    t1 = time.perf_counter()
+    rc = reconstruct(spec, [], last_epoch)  # genesis + the whole log, one replica
+    whole_s = time.perf_counter() - t1
     return {
         "verify_sequential_s": round(verify_s, 3),
         "verify_sequential_txn_per_s": round(txns / verify_s, 1),
