@@ -472,7 +472,8 @@ class PartitionServer:
         BatchFeed.pace); say when that changes, and when a hold runs out."""
         cores = self._cores
         was = cores.spare
-        if cores.update(now) != was:
+        self.part.results_early = cores.update(now, self.part.txns_applied)
+        if cores.spare != was:
             log.info(
                 "host %.0f%% idle: %s",
                 100 * (cores.idle or 0.0),
@@ -492,7 +493,7 @@ class PartitionServer:
         reads queued so far and take the reads peers sent, so they cross while the
         batch runs; while the host has cores to spare, send the results waiting too
         (their clients need not wait for the batch's end; ``_pace``)."""
-        if self._cores.spare and len(self.part.results_out) >= EARLY_RESULTS_MIN:
+        if self.part.results_early and len(self.part.results_out) >= EARLY_RESULTS_MIN:
             self._flush(False)
         else:
             self._send_reads(self.part.take_peer_out())

@@ -81,9 +81,10 @@ REPLICATED = catalog.REPLICATED
 # admission cost bank transfers, whose bodies are short, ~10%, every 8th ~5%; every 32nd
 # none, and TPC-C keeps its gain; 2026-11-26, docs/BENCHMARKS.md.)
 INTERLEAVE_EVERY = 32
-# While its host has cores to spare, a partition's interleave hook also sends the results
-# waiting once this many do (their clients need not wait for the batch's end; at 1
-# replica x 2 partitions on 2 cores +10% New Order/s, 2026-11-26, docs/BENCHMARKS.md).
+# While its owner sets ``results_early`` (its host has cores to spare), a partition's
+# interleave hook is also called when results wait, and sends them once this many do
+# (their clients need not wait for the batch's end; at 1 replica x 2 partitions on 2
+# cores +9% New Order/s, 2026-11-26, docs/BENCHMARKS.md).
 EARLY_RESULTS_MIN = 16
 
 
@@ -156,6 +157,7 @@ class Partition:
         self._queries_seen = 0
         self.peer_out: dict[int, list] = {}
         self.interleave_every = INTERLEAVE_EVERY  # see on_batch (the simulator: fewer)
+        self.results_early = False  # the owner's: call the hook for waiting results too
         self.results_out: list[tuple[int, int, Any, bytes]] = []
         self.query_out: list[tuple[int, int, int, Any]] = []
         # Checkpoints: set when a flagged batch arrives; the owner drains, snapshots,
@@ -191,9 +193,9 @@ class Partition:
 
         ``interleave``: the owner's hook, called every ``interleave_every`` admissions
         while reads are outstanding (queued in ``peer_out``, or awaited by an active
-        multi-partition txn) or results wait; it sends ``peer_out`` (and may send the
-        results) and feeds arrived reads to ``on_reads``. None: reads move when the
-        owner next takes the outputs."""
+        multi-partition txn), or results wait while ``results_early``; it sends
+        ``peer_out`` (and then the results) and feeds arrived reads to ``on_reads``.
+        None: reads move when the owner next takes the outputs."""
         epoch, prev_epoch, first_txn_id, ts, seed, txns = batch[:6]  # one unpacking
         invariant(self.checkpoint_due is None, "batch applied before a due checkpoint")
         invariant(
@@ -212,7 +214,9 @@ class Partition:
                 if not due:
                     due = every
                     if interleave is not None and (
-                        self.peer_out or self._multi_active or self.results_out
+                        self.peer_out
+                        or self._multi_active
+                        or (self.results_early and self.results_out)
                     ):
                         interleave()
             txn_id += 1

@@ -189,9 +189,9 @@ def test_reads_cross_mid_batch_through_the_interleave_hook() -> None:
 
 def test_the_interleave_hook_sees_results_waiting_mid_batch() -> None:
     """A batch of single-partition txns has no reads to send, but results wait after
-    INTERLEAVE_EVERY admissions: on_batch calls the hook, which may take them (a live
-    partition with cores to spare sends them then). Taking them mid-batch changes no
-    result and no state."""
+    INTERLEAVE_EVERY admissions: with ``results_early`` (a live partition whose host
+    has cores to spare) on_batch calls the hook, which takes them; without, it does
+    not. Taking them mid-batch changes no result and no state."""
     n = 2
     home, _ = _accounts_by_partition(n)
     a, c = home[0], home[1]
@@ -209,6 +209,7 @@ def test_the_interleave_hook_sees_results_waiting_mid_batch() -> None:
     def hook() -> None:
         taken.append(p0.take_outputs()[1])
 
+    p0.results_early = True
     p0.on_batch(batch, hook)
     assert [len(t) for t in taken] == [INTERLEAVE_EVERY]  # once, mid-batch
     rest = p0.take_outputs()[1]
@@ -217,6 +218,15 @@ def test_the_interleave_hook_sees_results_waiting_mid_batch() -> None:
     assert got == {t: serial.results[t] for t in got}
     assert [msgpack.unpackb(d, use_list=False) for *_, d in rest] == [v for _, _, v, _ in rest]
     r.parts[1].on_batch(batch)
+    assert r.state_hash == serial.state_hash
+    more = [("bank.transfer", (a, c, 1))] * (INTERLEAVE_EVERY + 4)
+    again = make_batch(3, 1 + len(batch.txns), 1002, 9, more, n)
+    serial.apply(again)
+    p0.results_early = False
+    p0.on_batch(again, hook)
+    r.parts[1].on_batch(again)
+    assert len(taken) == 1  # no reads outstanding, results not wanted early: no call
+    assert len(p0.take_outputs()[1]) == INTERLEAVE_EVERY + 4
     assert r.state_hash == serial.state_hash
 
 
