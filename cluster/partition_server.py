@@ -35,8 +35,8 @@ outstanding, the partition sends what it queued and takes what peers sent
 (``_interleave``, at most INTERLEAVE_MESSAGES_MAX inbox messages each time), so a
 multi-partition transaction does not hold its locks until both partitions finish the
 batch. How the partition spends CPU follows the host's idle share (SpareCores, 1 s
-windows): with cores to spare, results also go out mid-batch (once EARLY_RESULTS_MIN
-wait) and batches run ahead of peers' reads; without, results wait for the batch's
+windows): with cores to spare, results also go out mid-batch (once
+Partition.results_due) and batches run ahead of peers' reads; without, results wait for the batch's
 end and a batch waits for peers while a multi-partition txn is unfinished here
 (executor.deterministic.delivery). Timing only: what is computed is the same.
 
@@ -75,7 +75,7 @@ from executor.deterministic.delivery import (
     STATUS_EVERY_S,
     BatchFeed,
 )
-from executor.deterministic.partition import EARLY_RESULTS_MIN, Partition
+from executor.deterministic.partition import Partition
 from txn_library import limits
 from txn_library import partition_wire as ewire
 from txn_library import wire as swire
@@ -493,7 +493,7 @@ class PartitionServer:
         reads queued so far and take the reads peers sent, so they cross while the
         batch runs; while the host has cores to spare, send the results waiting too
         (their clients need not wait for the batch's end; ``_pace``)."""
-        if self.part.results_early and len(self.part.results_out) >= EARLY_RESULTS_MIN:
+        if self.part.results_due():
             self._flush(False)
         else:
             self._send_reads(self.part.take_peer_out())

@@ -158,6 +158,7 @@ class Partition:
         self.peer_out: dict[int, list] = {}
         self.interleave_every = INTERLEAVE_EVERY  # see on_batch (the simulator: fewer)
         self.results_early = False  # the owner's: call the hook for waiting results too
+        self.early_results_min = EARLY_RESULTS_MIN  # see results_due (the simulator: fewer)
         self.results_out: list[tuple[int, int, Any, bytes]] = []
         self.query_out: list[tuple[int, int, int, Any]] = []
         # Checkpoints: set when a flagged batch arrives; the owner drains, snapshots,
@@ -225,6 +226,11 @@ class Partition:
         if batch.flags & FLAG_CHECKPOINT:
             self.checkpoint_due = epoch
         self._run()
+
+    def results_due(self) -> bool:
+        """Whether the interleave hook should send the results waiting now:
+        ``results_early`` is set and at least ``early_results_min`` wait."""
+        return self.results_early and len(self.results_out) >= self.early_results_min
 
     def checkpoint_ready(self) -> bool:
         """A flagged epoch is fully applied here: state is exactly that boundary's."""

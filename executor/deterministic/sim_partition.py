@@ -241,6 +241,7 @@ class PartitionNode:
             part.restore(*restored[0])
         part.interleave_every = SIM_INTERLEAVE_EVERY
         part.results_early = self._spare
+        part.early_results_min = SIM_EARLY_RESULTS_MIN
         self.part = part
         self.feed = BatchFeed(
             part,
@@ -418,7 +419,7 @@ class PartitionNode:
         at once (the simulated network delivers peers' reads as events, between turns),
         and on a replica with cores to spare the results waiting too."""
         assert self.part is not None
-        if self.part.results_early and len(self.part.results_out) >= SIM_EARLY_RESULTS_MIN:
+        if self.part.results_due():
             self.early_results += 1
             self._flush(False)
         else:
