@@ -79,12 +79,13 @@ class TpccWorkload:
 
     def check(self, final: FinalState) -> list[str]:
         warehouses = range(1, self.warehouses + 1)
-        out = [f"tpcc oracle: {v}" for v in check_consistency(final.oracle.tables, warehouses)]
+        oracle = final.oracle.whole_tables()
+        out = [f"tpcc oracle: {v}" for v in check_consistency(oracle, warehouses)]
         for r, parts in enumerate(final.replicas):
             if len(parts) != final.partitions:
                 continue  # a partition is down: reported by the replica checks
             for w in warehouses:
                 p = placement.partition_of(WAREHOUSE, (w,), final.partitions)
-                for v in check_consistency(parts[p].tables, [w]):
+                for v in check_consistency(parts[p].whole_tables(), [w]):
                     out.append(f"tpcc replica {r}: {v}")
         return out

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 class Tables(Protocol):
     """A database as the checkers read it: table name -> {key: row}."""
 
-    tables: dict[str, dict[tuple, tuple]]
+    def whole_tables(self) -> dict[str, dict[tuple, tuple]]: ...
 
 
 Call = tuple[str, tuple]

@@ -27,10 +27,16 @@ Each file is a sequence of frames in the command log's frame encoding (``<II`` l
               kind, 0 if none, -1 if the writer did not say; a boundary between the two
               was not written by this partition: its writer was busy or failed. Replay
               tooling tells such a gap from a lost file.)
-  frames 1..n rows    b"R", u32 n, n x u32 (little-endian) encoded lengths, then a
-                       msgpack array of n [table, key, row]: each element is exactly
-                       msgpack([table, key, row]), the bytes the state hash digests, so
-                       a loader hashes the bytes it read instead of packing rows again.
+  frames 1..n rows    b"R", u32 n, n x u32 (little-endian) encoded lengths, u32 m and
+                       a keys block of m bytes, msgpack([table, [n keys], [positions of
+                       deleted rows]]), then a msgpack array of n [table, key, row]:
+                       each element is exactly msgpack([table, key, row]), the bytes the
+                       state hash digests, so a loader hashes the bytes it read instead
+                       of packing rows again, and takes keys from the keys block without
+                       decoding rows (they stay pending in the Storage until read). A
+                       key is checked against its row wherever the row is decoded
+                       (``Storage._fault``, a full check's ``_decode_rows``). Version 2
+                       files (no keys block) are still read, their rows decoded for keys.
                        At most ROWS_PER_FRAME rows of ONE table, cut once the frame
                        holds limits.checkpoint_frame_bytes_max bytes (a frame stays under
                        log_frame_bytes_max whatever the rows). Tables in name order;
@@ -82,7 +88,7 @@ import threading
 import time
 from array import array
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 from operator import itemgetter
 from pathlib import Path
@@ -100,7 +106,8 @@ log = logging.getLogger("ordo.checkpoint")
 
 MAGIC = "ORDO-CKPT"
 END = "END"
-VERSION = 2
+VERSION = 3
+_VERSIONS = (2, 3)  # read; version 2's rows frames have no keys block (keys are decoded)
 BASE, DELTA, STATIC = "base", "delta", "static"
 ROWS_PER_FRAME = 4096
 # A delta's row costs a load about this many base rows (it lands in a full table: a
@@ -205,6 +212,7 @@ class CheckpointInfo:
     base_rows: int = 0
     chain_rows: int = 0
     previous_epoch: int = -1  # this partition's previous written checkpoint (0: none, -1: ?)
+    version: int = VERSION  # the file's format (2: rows frames without a keys block)
 
     @property
     def tip(self) -> ChainTip:
@@ -262,16 +270,21 @@ def _fsync_dir(d: Path) -> None:
 Captured = tuple[str, list[tuple] | None, dict[tuple, bytes | None], bool]
 
 
-def _rows_frame(packer: msgpack.Packer, parts: list[bytes]) -> bytes:
+def _rows_frame(
+    packer: msgpack.Packer, table: str, keys: list[tuple], deleted: list[int], parts: list[bytes]
+) -> bytes:
     lengths = array("I", map(len, parts))
     if sys.byteorder != "little":
         lengths.byteswap()
+    block = packer.pack((table, keys, deleted))
     return encode_frame(
         b"".join(
             (
                 _ROWS_TAG,
                 _U32.pack(len(parts)),
                 lengths.tobytes(),
+                _U32.pack(len(block)),
+                block,
                 packer.pack_array_header(len(parts)),
                 *parts,
             )
@@ -279,21 +292,20 @@ def _rows_frame(packer: msgpack.Packer, parts: list[bytes]) -> bytes:
     )
 
 
-def _cut(parts: list[bytes], frame_bytes_max: int) -> Iterator[list[bytes]]:
-    """``parts`` in frames, each cut after the row that takes it to the byte budget."""
+def _cut(parts: list[bytes], frame_bytes_max: int) -> Iterator[tuple[int, int]]:
+    """``parts`` in frames (bounds), each cut after the row that takes it to the byte
+    budget."""
     if sum(map(len, parts)) < frame_bytes_max:
-        yield parts
+        yield 0, len(parts)
         return
-    chunk: list[bytes] = []
-    chunk_bytes = 0
-    for data in parts:
-        chunk.append(data)
+    start = chunk_bytes = 0
+    for i, data in enumerate(parts, 1):
         chunk_bytes += len(data)
         if chunk_bytes >= frame_bytes_max:
-            yield chunk
-            chunk, chunk_bytes = [], 0
-    if chunk:
-        yield chunk
+            yield start, i
+            start, chunk_bytes = i, 0
+    if start < len(parts):
+        yield start, len(parts)
 
 
 def _body_frames(header: list[Any], tables: list[Captured], path: Path) -> Iterator[bytes | None]:
@@ -306,19 +318,21 @@ def _body_frames(header: list[Any], tables: list[Captured], path: Path) -> Itera
     for name, keys, rows, changes in tables:
         if keys is None:  # a delta's keys in the order written, a base's in dict order
             values = list(rows.values())
-            keys = list(rows) if changes else None
+            keys = list(rows)
         else:
             values = list(map(rows.__getitem__, keys))
         yield None  # a pause point: the table's rows are in order
         for i in range(0, len(values), ROWS_PER_FRAME):
             parts = values[i : i + ROWS_PER_FRAME]
+            some = keys[i : i + ROWS_PER_FRAME]
+            deleted: list[int] = []
             if changes and None in parts:  # a deleted key is packed here
-                assert keys is not None
-                some = keys[i : i + ROWS_PER_FRAME]
+                deleted = [j for j, p in enumerate(parts) if p is None]
                 parts = [p or pack((name, k, None)) for p, k in zip(parts, some, strict=True)]
-            for chunk in _cut(parts, frame_bytes_max):  # type: ignore[arg-type]
-                count += len(chunk)
-                yield _rows_frame(packer, chunk)
+            for start, end in _cut(parts, frame_bytes_max):  # type: ignore[arg-type]
+                count += end - start
+                gone = [j - start for j in deleted if start <= j < end]
+                yield _rows_frame(packer, name, some[start:end], gone, parts[start:end])  # type: ignore[arg-type]
     invariant(count == header[16], f"{path}: packed {count} rows, header says {header[16]}")
     yield encode_frame(pack([END, count, header[9] if header[11] == STATIC else header[8]]))
 
@@ -798,7 +812,7 @@ def _header(payload: bytes, path: Path) -> CheckpointInfo:
         raise CheckpointInvalid(f"{path}: undecodable header: {e}", epoch) from None
     if not (isinstance(h, tuple) and len(h) >= 2 and h[0] == MAGIC):
         raise CheckpointInvalid(f"{path}: not an Ordo checkpoint", epoch)
-    if h[1] != VERSION:
+    if h[1] not in _VERSIONS:
         raise CheckpointInvalid(f"{path}: checkpoint version {h[1]}, expected {VERSION}", epoch)
     if (
         len(h) != _HEADER_FIELDS
@@ -806,7 +820,7 @@ def _header(payload: bytes, path: Path) -> CheckpointInfo:
         or not all(type(x) is int for i, x in enumerate(h[2:], 2) if i != 11)
     ):
         raise CheckpointInvalid(f"{path}: malformed header", epoch)
-    return CheckpointInfo(path, *h[2:_HEADER_FIELDS])
+    return replace(CheckpointInfo(path, *h[2:_HEADER_FIELDS]), version=h[1])
 
 
 def read_info(path: Path) -> CheckpointInfo:
@@ -819,52 +833,121 @@ def read_info(path: Path) -> CheckpointInfo:
     return _header(first, path)
 
 
-def _frame_rows(payload: bytes, path: Path, epoch: int | None) -> tuple[bytes, list[bytes]]:
-    """(body, each row's bytes) of one rows frame, from its bytes alone: its n lengths
-    must add up to its body after a msgpack array header of n."""
+def _frame_rows(
+    payload: bytes, path: Path, epoch: int | None, keyed: bool
+) -> tuple[bytes, list[bytes], bytes | None]:
+    """(body, each row's bytes, the keys block or None if not ``keyed``) of one rows
+    frame, from its bytes alone: its n lengths must add up to its body after a msgpack
+    array header of n."""
     try:
         (n,) = _U32.unpack_from(payload, 1)
-        lengths_end = 5 + 4 * n
+        pos = 5 + 4 * n
         lengths = array("I")
-        lengths.frombytes(payload[5:lengths_end])
+        lengths.frombytes(payload[5:pos])
+        block = None
+        if keyed:
+            (m,) = _U32.unpack_from(payload, pos)
+            block = payload[pos + 4 : pos + 4 + m]
+            if len(block) != m:
+                raise ValueError("a keys block past the frame's end")
+            pos += 4 + m
     except Exception as e:
         raise CheckpointInvalid(f"{path}: undecodable rows frame: {e}", epoch) from None
     if sys.byteorder != "little":
         lengths.byteswap()
-    body = payload[lengths_end:]
+    body = payload[pos:]
     first = len(body) - sum(lengths)
     header = _ARRAY_HEADER(n)
     if len(lengths) != n or first != len(header) or body[:first] != header:
         raise CheckpointInvalid(f"{path}: rows frame does not match its lengths", epoch)
     offsets = list(accumulate(lengths, initial=first))
-    return body, list(map(body.__getitem__, map(slice, offsets, offsets[1:])))
+    return body, list(map(body.__getitem__, map(slice, offsets, offsets[1:]))), block
+
+
+# A rows frame's keys: (table, keys, positions of deleted rows), one per encoding.
+Keyed = tuple[str, tuple, tuple]
+
+
+def _keys_block(block: bytes, count: int, path: Path, epoch: int | None) -> Keyed:
+    """A version 3 frame's keys block, checked for shape (that each key is its row's
+    is checked where a row is decoded: ``Storage._fault``, ``_decode_rows``)."""
+    try:
+        keyed = msgpack.unpackb(block, use_list=False)
+        table, keys, deleted = keyed
+        ok = (
+            type(table) is str
+            and type(keys) is tuple
+            and len(keys) == count
+            and type(deleted) is tuple
+            and all(type(i) is int and 0 <= i < count for i in deleted)
+        )
+    except Exception:
+        ok = False
+    if not ok:
+        raise CheckpointInvalid(f"{path}: malformed keys block", epoch)
+    return keyed  # type: ignore[no-any-return]
 
 
 def _decode_rows(
-    payload: bytes, path: Path, epoch: int | None, digests: bool = True
+    payload: bytes, path: Path, epoch: int | None, keyed: bool, digests: bool = True
 ) -> tuple[tuple, list[bytes], list[int] | None]:
     """(rows, each row's bytes, their digests or None if not ``digests``) of one rows
-    frame."""
-    body, encodings = _frame_rows(payload, path, epoch)
+    frame; its keys block (if ``keyed``) must name each row's table and key and its
+    deleted rows."""
+    body, encodings, block = _frame_rows(payload, path, epoch, keyed)
     try:
         rows = msgpack.unpackb(body, use_list=False)
     except Exception as e:
         raise CheckpointInvalid(f"{path}: undecodable rows frame: {e}", epoch) from None
     if not isinstance(rows, tuple) or len(rows) != len(encodings):
         raise CheckpointInvalid(f"{path}: rows frame does not match its lengths", epoch)
+    if block is not None:
+        table, keys, deleted = _keys_block(block, len(rows), path, epoch)
+        try:
+            same = (
+                all(r[0] == table for r in rows)
+                and tuple(map(_second, rows)) == keys
+                and tuple(i for i, r in enumerate(rows) if r[2] is None) == deleted
+            )
+        except (TypeError, IndexError):
+            same = False
+        if not same:
+            raise CheckpointInvalid(f"{path}: a keys block does not name its rows", epoch)
     return rows, encodings, list(map(_digest, encodings)) if digests else None
 
 
+def _frame_keys(
+    payload: bytes, path: Path, epoch: int | None, keyed: bool
+) -> tuple[Keyed, list[bytes]]:
+    """((table, keys, deleted positions), each row's bytes) of one rows frame: from its
+    keys block, rows not decoded (version 3), or by decoding its rows (version 2)."""
+    if not keyed:
+        rows, encodings, _ = _decode_rows(payload, path, epoch, False, digests=False)
+        try:
+            tables = set(map(_first, rows))
+            deleted = tuple(i for i, r in enumerate(rows) if r[2] is None)
+            keys = tuple(map(_second, rows))
+        except (TypeError, IndexError) as e:
+            raise CheckpointInvalid(f"{path}: malformed rows: {e}", epoch) from None
+        if len(tables) != 1 or not all(type(t) is str for t in tables):
+            raise CheckpointInvalid(f"{path}: a rows frame mixes tables", epoch)
+        return (tables.pop(), keys, deleted), encodings
+    _body, encodings, block = _frame_rows(payload, path, epoch, True)
+    assert block is not None
+    return _keys_block(block, len(encodings), path, epoch), encodings
+
+
 # What ``_frames`` yields per rows frame.
-_ROWS, _ROWS_UNHASHED, _DIGESTS, _BYTES = "rows", "rows-unhashed", "digests", "bytes"
+_ROWS, _ROWS_UNHASHED, _KEYS, _DIGESTS, _BYTES = "rows", "rows-unhashed", "keys", "digests", "bytes"
 
 
 def _frames(path: Path, expect: CheckpointInfo | None, what: str = _ROWS) -> Iterator[Any]:
     """Every rows frame of one file, after checking its header (equal to ``expect``'s if
     given), as ``what`` says: _ROWS (rows, encodings, digests); _ROWS_UNHASHED (rows,
-    encodings, None); _DIGESTS (rows, sum of their digests) and _BYTES (its rows'
-    encodings), both without decoding them. Checks CRCs, the footer and the row count,
-    and raises CheckpointInvalid after the last frame if anything is wrong."""
+    encodings, None); _KEYS ((table, keys, deleted positions), encodings) without
+    decoding rows (version 3); _DIGESTS (rows, sum of their digests) and _BYTES (its
+    rows' encodings), both without decoding them. Checks CRCs, the footer and the row
+    count, and raises CheckpointInvalid after the last frame if anything is wrong."""
     epoch = _epoch_of(path) if expect is None else expect.epoch
     try:
         with open(path, "rb") as f:
@@ -875,19 +958,24 @@ def _frames(path: Path, expect: CheckpointInfo | None, what: str = _ROWS) -> Ite
             info = _header(first, path)
             if expect is not None and info != expect:
                 raise CheckpointInvalid(f"{path}: header changed while reading it", epoch)
+            keyed = info.version >= 3
             count = 0
             for payload in frames:
                 if payload[:1] == _ROWS_TAG:
                     if what == _BYTES:
-                        encodings = _frame_rows(payload, path, epoch)[1]
+                        encodings = _frame_rows(payload, path, epoch, keyed)[1]
                         count += len(encodings)
                         yield encodings
                     elif what == _DIGESTS:
-                        summed = _frame_digests(payload, path, epoch)
+                        summed = _frame_digests(payload, path, epoch, keyed)
                         count += summed[0]
                         yield summed
+                    elif what == _KEYS:
+                        found = _frame_keys(payload, path, epoch, keyed)
+                        count += len(found[1])
+                        yield found
                     else:
-                        decoded = _decode_rows(payload, path, epoch, what == _ROWS)
+                        decoded = _decode_rows(payload, path, epoch, keyed, what == _ROWS)
                         count += len(decoded[0])
                         yield decoded
                     continue
@@ -918,9 +1006,9 @@ def _footer(payload: bytes, path: Path, info: CheckpointInfo, count: int) -> Non
         raise CheckpointInvalid(f"{path}: footer hash differs from the header's", info.epoch)
 
 
-def _frame_digests(payload: bytes, path: Path, epoch: int | None) -> tuple[int, int]:
+def _frame_digests(payload: bytes, path: Path, epoch: int | None, keyed: bool) -> tuple[int, int]:
     """(rows, sum of their digests) of one rows frame, without decoding the rows."""
-    _body, encodings = _frame_rows(payload, path, epoch)
+    _body, encodings, _block = _frame_rows(payload, path, epoch, keyed)
     return len(encodings), sum(map(_digest, encodings))
 
 
@@ -1024,18 +1112,19 @@ def _load_file(
 ) -> None:
     """Apply one file to ``storage``, validating it; its hash must then equal its
     header's (unless not ``hashed``, a delta of a chain whose caller hashes the state
-    at its end: ``load``). The rows' encodings are the bytes read (the writer wrote
-    ``msgpack([table, key, row])`` and the CRC vouches for the bytes, so they are what
-    packing would give); they become the Storage's encoded rows. Indexes are left to
+    at its end: ``load``). Rows are not decoded: each key's bytes become a pending row
+    and its encoded row (the writer wrote ``msgpack([table, key, row])`` and the CRC
+    vouches for the bytes, so they are what packing would give; the key it is loaded
+    under is checked when the row is decoded, ``Storage._fault``). Indexes are left to
     the caller (``Storage.rebuild_indexes``)."""
     path = info.path
     epoch = info.epoch if charged_to is None else charged_to
     try:
-        for rows, encodings, digests in _frames(path, info, _ROWS if hashed else _ROWS_UNHASHED):
+        for (table, keys, deleted), encodings in _frames(path, info, _KEYS):
             if info.kind == DELTA:
-                _apply_delta_rows(storage, rows, encodings, digests, path, epoch)
+                _apply_delta_rows(storage, table, keys, deleted, encodings, hashed, path, epoch)
             else:
-                _insert_rows(storage, info.kind, rows, encodings, digests, path, epoch)
+                _insert_rows(storage, info.kind, table, keys, deleted, encodings, path, epoch)
     except CheckpointInvalid as e:
         raise CheckpointInvalid(str(e), epoch) from None
     if not hashed:
@@ -1053,47 +1142,44 @@ def _load_file(
 def _insert_rows(
     storage: Storage,
     kind: str,
-    rows: tuple,
+    table: str,
+    keys: tuple,
+    deleted: tuple,
     encodings: list[bytes],
-    digests: list[int],
     path: Path,
     epoch: int,
 ) -> None:
+    if deleted:
+        raise CheckpointInvalid(f"{path}: a deleted row in a {kind}", epoch)
     try:
-        tables = set(map(_first, rows))
-        if len(tables) != 1 or None in list(map(_third, rows)):
-            raise CheckpointInvalid(f"{path}: a rows frame of a {kind} mixes tables", epoch)
-        (table,) = tables
         if storage.is_replicated(table) != (kind == STATIC):
             raise CheckpointInvalid(f"{path}: table {table} does not belong in a {kind}", epoch)
-        added = storage.insert_new(table, rows, encodings, sum(digests))
+        added = storage.insert_encoded(table, keys, encodings, sum(map(_digest, encodings)))
     except (TypeError, ValueError, KeyError, IndexError) as e:
         raise CheckpointInvalid(f"{path}: malformed rows: {e}", epoch) from None
-    if added != len(rows):
+    if added != len(keys):
         raise CheckpointInvalid(f"{path}: a key of {table} appears twice", epoch)
 
 
 def _apply_delta_rows(
     storage: Storage,
-    rows: tuple,
+    table: str,
+    keys: tuple,
+    deleted: tuple,
     encodings: list[bytes],
-    digests: list[int] | None,
+    hashed: bool,
     path: Path,
     epoch: int,
 ) -> None:
     try:
-        tables = set(map(_first, rows))
-        if len(tables) != 1:
-            raise CheckpointInvalid(f"{path}: a rows frame of a delta mixes tables", epoch)
-        (table,) = tables
         if storage.is_replicated(table):
             raise CheckpointInvalid(f"{path}: a delta writes a replicated table", epoch)
-        if digests is None:  # a chain's delta, hashed with the whole state after it
-            storage.install_unhashed(table, rows, encodings)
-            return
-        if None in list(map(_third, rows)):
-            digests = [0 if r[2] is None else d for r, d in zip(rows, digests, strict=True)]
-        storage.install_known(table, rows, encodings, digests)
+        digests = None
+        if hashed:  # else a chain's delta, hashed with the whole state after it
+            digests = list(map(_digest, encodings))
+            for i in deleted:
+                digests[i] = 0
+        storage.install_encoded(table, keys, encodings, deleted, digests)
     except (TypeError, ValueError, KeyError, IndexError) as e:
         raise CheckpointInvalid(f"{path}: malformed rows: {e}", epoch) from None
 
@@ -1218,28 +1304,32 @@ def check(
 def _delta_is_record(path: Path, info: CheckpointInfo, record: Changes) -> bool:
     """Whether a delta's rows are exactly the bytes its writer writes for ``record``
     (each written key's row as packed, a deleted key packed as a row of None), each
-    once, one table per frame: then it holds the rows written since its parent and
-    loads. Checked by the rows' bytes, decoding one row per frame (its table); the
-    order within a table is not compared (a live partition records keys in the order
-    its transactions finished, which concurrency may change; a replay in serial
-    order). False (a row not in the record or twice, one missing, a file that does not
-    read to its footer) leaves the judgement to ``check``'s decoding path, which
-    names what is wrong."""
+    once, one table per frame, under their keys (and a deleted one marked deleted):
+    then it holds the rows written since its parent and loads. Checked by the rows'
+    bytes and keys, decoding no row (a version 2 file has no keys block: its rows are
+    decoded for their keys); the order within a table is not compared (a live
+    partition records keys in the order its transactions finished, which concurrency
+    may change; a replay in serial order). False (a row not in the record or twice, one
+    missing, a file that does not read to its footer) leaves the judgement to
+    ``check``'s decoding path, which names what is wrong."""
     pack = msgpack.Packer(autoreset=True).pack
     pools = {
-        table: {pack((table, key, None)) if row is None else row for key, row in rows.items()}
+        table: {k: pack((table, k, None)) if row is None else row for k, row in rows.items()}
         for table, rows in record.items()
         if rows
     }
     try:
-        for encodings in _frames(path, info, _BYTES):
-            pool = pools.get(msgpack.unpackb(encodings[0])[0]) if encodings else None
-            if pool is None:
+        for (table, keys, deleted), encodings in _frames(path, info, _KEYS):
+            pool, rows = pools.get(table), record.get(table)
+            if pool is None or rows is None:
                 return False
-            left = len(pool)
-            pool.difference_update(encodings)
-            if left - len(pool) != len(encodings):
-                return False  # a row not written since the parent, or one row twice
+            if any(rows[keys[i]] is not None for i in deleted):
+                return False
+            if sum(1 for k in keys if rows.get(k, b"") is None) != len(deleted):
+                return False  # a deleted row not marked as such
+            for key, data in zip(keys, encodings, strict=True):
+                if pool.pop(key, None) != data:
+                    return False  # a row not written since the parent, or one row twice
     except Exception:  # any reading or decoding problem: the decoding path says what
         return False
     return not any(pools.values())

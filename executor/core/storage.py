@@ -23,6 +23,17 @@ it has, exactly the bytes of that key's row now; a missing key is packed when ne
 (``lend_encoded``). A transaction's write while nothing is recorded would break that,
 so it drops them all first (``apply``): an engine without checkpoints keeps none.
 
+Rows loaded but not decoded yet (``pending``, a checkpoint load: ``insert_encoded``,
+``install_encoded``): ``pending[table][key]`` is msgpack([table, key, row]) of a row
+that no one has read or written since the load. A load then costs each row's bytes and
+key, not its decoding; ``get`` and ``scan`` decode a pending row when they first meet it
+(``_fault``: the decoded table and key must be the ones it was loaded under), and a
+write hashes the old row out from those bytes without decoding them. Invariants: a key
+is in at most one of ``tables[t]`` and ``pending[t]``, and the table's state is both;
+``pending`` holds only non-empty dicts (``get`` on a missing key looks there only then);
+every pending row's bytes are its row's (it was never written since). Readers of
+whole tables call ``materialize`` first (``rows``, ``recompute_hash``, ``whole_tables``).
+
 Change tracking (incremental checkpoints, replay's checkpoint validation): while
 ``track_changes`` is on, every key whose row is installed or deleted is recorded, table
 by table, with the encoded row it holds now (msgpack([table, key, row]), the bytes the
@@ -48,7 +59,7 @@ import gc
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import and_, is_, is_not, itemgetter
 from typing import Any
 
@@ -74,7 +85,8 @@ _KEY_PART_TYPES = frozenset(catalog.KEY_PART_TYPES)
 _REPR_CHARS_MAX = 120  # of a key quoted in an error message
 FAILURE_CHARS_MAX = 500  # of an exception's text in an ERROR result
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-_second, _third = itemgetter(1), itemgetter(2)
+_first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
+_ARRAY_HEADER = msgpack.Packer().pack_array_header
 _NONES = repeat(None)
 
 # (table, key, row or None = delete, msgpack([table, key, row]) or None for a delete)
@@ -83,6 +95,25 @@ PreparedWrite = tuple[str, tuple, tuple | None, bytes | None]
 
 # table -> {key: msgpack([table, key, row now]) or None if deleted} for every key written
 Changes = dict[str, dict[tuple, bytes | None]]
+
+
+def _decoded(table: str, key: tuple, data: bytes) -> tuple:
+    """The row of a pending ``data`` (msgpack([table, key, row])), which must be
+    ``key``'s row of ``table``: a checkpoint's bytes are vouched for by its CRCs and its
+    hash, the key it was loaded under by the writer alone."""
+    try:
+        elem = msgpack.unpackb(data, use_list=False)
+    except Exception:
+        elem = None
+    if not (
+        type(elem) is tuple
+        and len(elem) == 3
+        and elem[0] == table
+        and elem[1] == key
+        and type(elem[2]) is tuple
+    ):
+        invariant(False, f"{_quote(table, key)}: a loaded row is not the row of its key")
+    return elem[2]  # type: ignore[index]
 
 
 def row_digest(table: str, key: tuple, row: tuple) -> int:
@@ -165,6 +196,7 @@ class Storage:
         self.static_hash = 0
         self._replicated: dict[str, bool] = {}
         self._changes: Changes | None = None  # see track_changes
+        self.pending: dict[str, dict[tuple, bytes]] = {}  # see the module docstring
         self._encoded_held = False  # encoded holds any bytes (see the module docstring)
         self._lent: set[str] = set()  # tables whose encoded dict a writer holds (lend_encoded)
         # One Packer per Storage (a Storage is single-threaded): the same bytes as
@@ -184,7 +216,46 @@ class Storage:
 
     def get(self, table: str, key: tuple) -> tuple | None:
         t = self.tables.get(table)
-        return None if t is None else t.get(key)
+        if t is None:
+            return None
+        row = t.get(key)
+        if row is None and self.pending:
+            return self._fault(table, key)
+        return row
+
+    def _fault(self, table: str, key: tuple) -> tuple | None:
+        """``key``'s row if it is pending: decoded, checked and moved to ``tables``."""
+        p = self.pending.get(table)
+        data = None if p is None else p.pop(key, None)
+        if data is None:
+            return None
+        assert p is not None
+        if not p:
+            del self.pending[table]
+        row = _decoded(table, key, data)
+        self.tables[table][key] = row
+        return row
+
+    def materialize(self) -> None:
+        """Decode every pending row (for readers of whole tables)."""
+        with gc_paused():  # millions of acyclic tuples: see gc_paused
+            for table, p in self.pending.items():
+                keys = list(p)
+                body = _ARRAY_HEADER(len(p)) + b"".join(p.values())
+                decoded = msgpack.unpackb(body, use_list=False)
+                rows = list(map(_third, decoded))
+                same = list(map(_first, decoded)) == [table] * len(keys)
+                same = same and list(map(_second, decoded)) == keys
+                invariant(same and None not in rows, f"{table}: a loaded row is not its key's")
+                self.tables[table].update(zip(keys, rows, strict=True))
+        self.pending = {}
+
+    def whole_tables(self) -> dict[str, dict[tuple, tuple]]:
+        """Every table's rows by key, pending rows decoded first: the view of a reader
+        of whole tables (checks, exports, diagnosis), not to be modified."""
+        if self.pending:
+            self.materialize()
+        return self.tables
 
     def put(self, table: str, key: tuple, row: tuple | None) -> None:
         """Insert, overwrite, or (row None) delete one trusted row (loaders, tests).
@@ -250,7 +321,7 @@ class Storage:
         never touch a replicated table, so only ``state_hash`` moves, once per call.
         """
         tables, indexes, pack = self.tables, self.indexes, self._pack
-        changes = self._changes
+        changes, pending = self._changes, self.pending
         if changes is None and self._encoded_held:
             self._drop_encoded()  # a write nothing records would leave them stale
         delta = 0
@@ -259,12 +330,19 @@ class Storage:
             if tab is None:
                 tab = self._table(t)
             old = tab.get(key)
-            if changes is not None and (old is not None or row is not None):
+            old_data = None
+            if old is None and pending:  # a pending row is hashed out from its bytes
+                p = pending.get(t)
+                if p is not None:
+                    old_data = p.pop(key, None)
+                    if not p:
+                        del pending[t]
+            if changes is not None and (old is not None or row is not None or old_data is not None):
                 record = changes.get(t)
                 if record is None:
                     record = changes[t] = {}
                 record[key] = data
-            if old is None:
+            if old is None and old_data is None:
                 if row is None:
                     continue
                 tab[key] = row
@@ -273,9 +351,9 @@ class Storage:
                     idx.add(key)
                 delta += _digest(data)  # type: ignore[arg-type]  # bytes: row is not None
                 continue
-            delta -= _digest(pack((t, key, old)))
+            delta -= _digest(pack((t, key, old)) if old_data is None else old_data)
             if row is None:
-                del tab[key]
+                tab.pop(key, None)
                 idx = indexes.get(t)
                 if idx is not None:
                     idx.remove(key)
@@ -290,6 +368,8 @@ class Storage:
         t = self._table(table)
         enc = self._writable_encoded(table)
         old = t.get(key)
+        if old is None and self.pending:
+            old = self._fault(table, key)
         if old is None and row is None:
             return
         self._note_change(table, key, data)
@@ -325,6 +405,8 @@ class Storage:
             t = self._table(table)
             enc = self._writable_encoded(table)
             old = t.get(key)
+            if old is None and self.pending:
+                old = self._fault(table, key)
             data = pack((table, key, row))
             self._note_change(table, key, data)
             d = _digest(data)
@@ -404,110 +486,84 @@ class Storage:
         changes = self._changes
         return 0 if changes is None else sum(map(len, changes.values()))
 
-    def insert_new(
-        self,
-        table: str,
-        rows: Sequence[tuple[str, tuple, tuple]],
-        encodings: list[bytes],
-        digests: int,
+    def insert_encoded(
+        self, table: str, keys: Sequence[tuple], encodings: Sequence[bytes], digests: int
     ) -> int:
-        """Bulk insert rows of one table, with their encodings (the bytes read, whose
-        digests sum to ``digests``).
+        """Bulk insert rows of one table as pending rows (see the module docstring): each
+        key with its encoding (the bytes read, whose digests sum to ``digests``).
 
-        The checkpoint loader's path: rows come from a validated file. Returns how many
-        keys were new: fewer than ``len(rows)`` means a key repeated or already present,
-        which the caller must reject (the hash then counts a row twice). The table's
-        index is NOT updated: the caller calls ``rebuild_indexes`` once it has inserted
-        everything. Not recorded by change tracking.
+        The checkpoint loader's path for a base or static file: rows come from a
+        validated file. Returns how many keys were new: fewer than ``len(keys)`` means a
+        key repeated or already present, which the caller must reject (the hash then
+        counts a row twice). The table's index is NOT updated: the caller calls
+        ``rebuild_indexes`` once it has inserted everything. Not recorded by change
+        tracking.
         """
-        t = self._table(table)
-        before = len(t)
-        keys = list(map(_second, rows))
-        t.update(zip(keys, map(_third, rows), strict=True))
+        tab = self._table(table)
+        p = self.pending.setdefault(table, {})
+        before = len(p)
+        p.update(zip(keys, encodings, strict=True))
+        added = len(p) - before - (len(tab.keys() & set(keys)) if tab else 0)
+        if not p:
+            del self.pending[table]
         self._writable_encoded(table).update(zip(keys, encodings, strict=True))
         self._encoded_held = True
         if self._replicated[table]:
             self.static_hash = (self.static_hash + digests) & MASK64
         else:
             self.state_hash = (self.state_hash + digests) & MASK64
-        return len(t) - before
+        return added
 
     def rebuild_indexes(self) -> None:
-        """Every ordered table's index from its keys (after ``insert_new``)."""
+        """Every ordered table's index from its keys, pending or not (after a load)."""
         for name, idx in self.indexes.items():
-            self.indexes[name] = OrderedIndex(idx.group_len, self.tables[name])
+            keys = chain(self.tables[name], self.pending.get(name, ()))
+            self.indexes[name] = OrderedIndex(idx.group_len, keys)
 
-    def install_known(
+    def install_encoded(
         self,
         table: str,
-        rows: Sequence[tuple[str, tuple, tuple | None]],
+        keys: Sequence[tuple],
         encodings: Sequence[bytes],
-        digests: Sequence[int],
+        deleted: Sequence[int],
+        digests: Sequence[int] | None,
     ) -> None:
-        """Install or (row None) delete rows of one partitioned table, with their
-        encodings and the digests of those (a checkpoint delta: the bytes read, 0 for a
-        delete); each key at most once. The checkpoint loader's path, a C-speed pass per
-        step. Old rows are hashed out as ``apply`` does, from their encodings. Indexes
-        are left to ``rebuild_indexes``. Not recorded by change tracking.
-        """
-        invariant(self._changes is None, "install_known while changes are recorded")
+        """Install rows of one partitioned table as pending rows, or delete them (the
+        positions in ``deleted``): a checkpoint delta, each key at most once, with the
+        bytes read and their digests (0 for a delete). Old rows are hashed out as
+        ``apply`` does, from their encodings. ``digests`` None leaves ``state_hash``
+        stale: the chain loader's path for the deltas of a chain, whose caller then sets
+        the hash once from every row (``rehash_from_encoded``) instead of hashing each
+        overwritten row out. Indexes are left to ``rebuild_indexes``. Not recorded by
+        change tracking."""
+        invariant(self._changes is None, "install_encoded while changes are recorded")
         tab = self._table(table)
         enc = self._writable_encoded(table)
-        keys = list(map(_second, rows))
-        new = list(map(_third, rows))
-        old_data = list(map(enc.get, keys))
-        state = sum(digests) - sum(map(_digest, filter(None, old_data)))
-        if len(enc) != len(tab):
-            # Old rows without an encoding (a hand-built Storage): pack them once. (With
-            # as many encodings as rows, every row has one: while nothing is recorded,
-            # ``encoded`` holds only keys the table holds, or nothing.)
-            olds = list(map(tab.get, keys))
-            unknown = map(and_, map(is_, old_data, _NONES), map(is_not, olds, _NONES))
-            pack = self._pack
-            for key, old in compress(zip(keys, olds, strict=True), unknown):
-                state -= _digest(pack((table, key, old)))
-        self._install_rows(tab, enc, keys, new, encodings)
-        self.state_hash = (self.state_hash + state) & MASK64
-
-    def install_unhashed(
-        self,
-        table: str,
-        rows: Sequence[tuple[str, tuple, tuple | None]],
-        encodings: Sequence[bytes],
-    ) -> None:
-        """Install or (row None) delete rows of one partitioned table with their
-        encodings, leaving ``state_hash`` stale: the chain loader's path for the deltas
-        of a chain, whose caller then sets the hash once from every row
-        (``rehash_from_encoded``) instead of hashing each overwritten row out.
-        Indexes are left to ``rebuild_indexes``. Not recorded by change tracking."""
-        invariant(self._changes is None, "install_unhashed while changes are recorded")
-        tab = self._table(table)
-        enc = self._writable_encoded(table)
-        self._install_rows(tab, enc, list(map(_second, rows)), list(map(_third, rows)), encodings)
-
-    def _install_rows(
-        self,
-        tab: dict[tuple, tuple],
-        enc: dict[tuple, bytes],
-        keys: list[tuple],
-        new: list[tuple | None],
-        encodings: Sequence[bytes],
-    ) -> None:
-        """Rows and their encodings into ``tab`` and ``enc`` (None: delete), in C-speed
-        passes when nothing is deleted; the loaders' shared step (hash and index are
-        the caller's)."""
-        if None in new:
-            for key, row, data in zip(keys, new, encodings, strict=True):
-                if row is None:
-                    tab.pop(key, None)
-                    enc.pop(key, None)
-                else:
-                    tab[key] = row
-                    enc[key] = data
-        else:
-            tab.update(zip(keys, new, strict=True))  # type: ignore[arg-type]  # no None
-            enc.update(zip(keys, encodings, strict=True))
+        p = self.pending.setdefault(table, {})
+        state = 0
+        if digests is not None:
+            old_data = list(map(enc.get, keys))
+            state = sum(digests) - sum(map(_digest, filter(None, old_data)))
+            if len(enc) != len(tab) + len(p):
+                # Old rows without an encoding (a hand-built Storage): pack them once.
+                # (With as many encodings as rows, every row has one: while nothing is
+                # recorded, ``encoded`` holds only keys the table holds, or nothing.)
+                olds = list(map(tab.get, keys))
+                unknown = map(and_, map(is_, old_data, _NONES), map(is_not, olds, _NONES))
+                pack = self._pack
+                for key, old in compress(zip(keys, olds, strict=True), unknown):
+                    state -= _digest(pack((table, key, old)))
+        if tab:
+            list(map(tab.pop, keys, _NONES))
+        p.update(zip(keys, encodings, strict=True))
+        enc.update(zip(keys, encodings, strict=True))
+        for i in deleted:
+            del p[keys[i]]
+            del enc[keys[i]]
+        if not p:
+            del self.pending[table]
         self._encoded_held = True
+        self.state_hash = (self.state_hash + state) & MASK64
 
     def rehash_from_encoded(self) -> int:
         """Set ``state_hash`` from the encodings of every partitioned row (each must have
@@ -517,7 +573,8 @@ class Storage:
             if self._replicated[name]:
                 continue
             enc = self.encoded[name]
-            invariant(len(enc) == len(t), f"{name}: a row without its encoding")
+            rows = len(t) + len(self.pending.get(name, ()))
+            invariant(len(enc) == rows, f"{name}: a row without its encoding")
             total += sum(map(_digest, enc.values()))
         self.state_hash = total & MASK64
         return self.state_hash
@@ -531,11 +588,13 @@ class Storage:
         self._fold(self._changes)
         t = self._table(table)
         enc = self._writable_encoded(table)
-        if len(enc) != len(t):
+        p = self.pending.get(table, {})
+        if len(enc) != len(t) + len(p):
+            enc.update(p)  # dropped since the load (a pending row's bytes are its row's)
             pack = self._pack
             for key in t.keys() - enc.keys():
                 enc[key] = pack((table, key, t[key]))
-        invariant(len(enc) == len(t), f"{table}: an encoded row without its row")
+        invariant(len(enc) == len(t) + len(p), f"{table}: an encoded row without its row")
         self._encoded_held = True
         self._lent.add(table)
         return enc
@@ -546,7 +605,12 @@ class Storage:
 
     def partitioned_row_count(self) -> int:
         """Rows of partitioned tables (what a base checkpoint holds)."""
-        return sum(len(t) for name, t in self.tables.items() if not self._replicated[name])
+        pending = self.pending
+        return sum(
+            len(t) + len(pending.get(name, ()))
+            for name, t in self.tables.items()
+            if not self._replicated[name]
+        )
 
     def is_replicated(self, table: str) -> bool:
         self._table(table)
@@ -561,25 +625,31 @@ class Storage:
         n = len(prefix)
         if idx is None:
             if n == catalog.table(table).key_len:
-                row = t.get(prefix)
+                row = self.get(table, prefix)
                 return [] if row is None else [(prefix, row)]
             raise ValueError(f"table {table} is not ordered: cannot scan a prefix")
+        if table in self.pending:
+            get = self.get
+            return [(key, get(table, key)) for key in idx.starting_with(prefix)]  # type: ignore[misc]
         return [(key, t[key]) for key in idx.starting_with(prefix)]
 
     def rows(self) -> Iterator[tuple[str, tuple, tuple]]:
         """Every row, tables in name order and keys in sorted order (stable output)."""
+        self.materialize()
         for name in sorted(self.tables):
             t = self.tables[name]
             for key in sorted(t):
                 yield name, key, t[key]
 
     def row_count(self) -> int:
-        return sum(len(t) for t in self.tables.values())
+        return sum(map(len, self.tables.values())) + sum(map(len, self.pending.values()))
 
     def recompute_hash(self) -> tuple[int, int]:
         """(state_hash, static_hash) from scratch; must equal the incremental ones.
         Also asserts the encoded rows' invariant (each held encoding is its row's) and
-        the ordered indexes' (their own, and that they hold exactly their table's keys)."""
+        the ordered indexes' (their own, and that they hold exactly their table's keys).
+        Decodes pending rows first (each must be the row of the key it is pending for)."""
+        self.materialize()
         state = static = 0
         for name, t in self.tables.items():
             s = 0

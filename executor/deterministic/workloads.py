@@ -63,7 +63,7 @@ def workload_class(name: str) -> Any:
 def clone_storage(src: Storage) -> Storage:
     """A copy of ``src`` that shares its (immutable) rows; same hashes, same indexes."""
     dst = Storage()
-    for name, rows in src.tables.items():
+    for name, rows in src.whole_tables().items():
         # Storage._table registers a table exactly as a first write would (its
         # replicated flag, its ordered index); the simulator copies, it never loads.
         dst._table(name)
@@ -101,7 +101,7 @@ def genesis_image(
     for s in parts[1:]:  # replicated tables are on every partition: take them once
         whole.load(
             (name, key, row)
-            for name, rows in s.tables.items()
+            for name, rows in s.whole_tables().items()
             if not catalog.table(name).replicated
             for key, row in rows.items()
         )
@@ -187,7 +187,8 @@ class BankWorkload:
             (f"replica {r}", parts) for r, parts in enumerate(final.replicas)
         ]
         for what, parts in stores:
-            balances = [row[0] for s in parts for row in s.tables.get("account", {}).values()]
+            accounts = [s.whole_tables().get("account", {}) for s in parts]
+            balances = [row[0] for rows in accounts for row in rows.values()]
             if sum(balances) != opened:
                 out.append(f"bank: {what} holds {sum(balances)} cents, bank.open created {opened}")
             if any(b < 0 for b in balances):

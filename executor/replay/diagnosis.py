@@ -82,10 +82,11 @@ def diff_against_checkpoint(storage: Storage, path: Path, diff: RowDiff) -> str 
         _, saved = checkpoint.load(path)
     except CheckpointInvalid as e:
         return str(e)
-    for table in sorted(set(saved.tables) | set(storage.tables)):
+    saved_tables, my_tables = saved.whole_tables(), storage.whole_tables()
+    for table in sorted(set(saved_tables) | set(my_tables)):
         if saved.is_replicated(table):
             continue
-        mine, theirs = storage.tables.get(table, {}), saved.tables.get(table, {})
+        mine, theirs = my_tables.get(table, {}), saved_tables.get(table, {})
         for key in sorted(theirs.keys() | mine.keys()):
             a, b = mine.get(key), theirs.get(key)
             if a is None or b is None or row_digest(table, key, a) != row_digest(table, key, b):

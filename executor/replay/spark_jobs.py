@@ -399,7 +399,7 @@ def build_state(task: StateTask) -> dict[str, Any]:
     t0 = time.perf_counter()
     out = Path(task.out)
     storages = [p.storage for p in rc.replica.parts]
-    names = sorted({name for s in storages for name, rows in s.tables.items() if rows})
+    names = sorted({name for s in storages for name, rows in s.whole_tables().items() if rows})
     counts, partition_columns = {}, {}
     for name in names:
         layout = table_layout(name)

@@ -194,7 +194,7 @@ def table_columns(storages: Sequence[Storage], layout: TableLayout) -> tuple[lis
     sources = storages[:1] if layout.replicated else storages
     keys_rows: list[tuple[tuple, tuple]] = []
     for s in sources:
-        t = s.tables.get(layout.name)
+        t = s.whole_tables().get(layout.name)
         if t:
             keys_rows.extend(t.items())
     keys_rows.sort(key=lambda kr: kr[0])

@@ -32,6 +32,7 @@ from sequencer.log import encode_frame
 from tests.heap_checks import no_cycles
 from txn_library import limits
 from txn_library import wire as swire
+from txn_library.errors import InvariantViolation
 
 
 def _storage(n: int, salt: int = 0) -> Storage:
@@ -59,7 +60,7 @@ def test_roundtrip_keeps_rows_hash_and_position(tmp_path: Path) -> None:
     info, loaded = checkpoint.load(path)
     assert (info.epoch, info.next_txn_id, info.txns_applied, info.partition) == (7, 70, 7, 0)
     assert loaded.state_hash == s.state_hash == info.state_hash
-    assert dict(loaded.tables["account"]) == dict(s.tables["account"])
+    assert dict(loaded.whole_tables()["account"]) == dict(s.tables["account"])
     assert not list(tmp_path.glob("*.tmp"))
 
 
@@ -253,7 +254,7 @@ def test_a_partition_never_waits_for_a_busy_writer(tmp_path: Path, gate: threadi
         assert (info.kind, info.parent_epoch, info.previous_epoch) == (checkpoint.DELTA, 1, 1)
         assert info.rows == 5  # accounts 1, 2, 3, 4 and 5: epochs 2, 3 and 4 together
         assert loaded.state_hash == part.storage.state_hash
-        assert dict(loaded.tables["account"]) == dict(part.storage.tables["account"])
+        assert dict(loaded.whole_tables()["account"]) == dict(part.storage.tables["account"])
     finally:
         gate.set()
         server.close()
@@ -355,6 +356,7 @@ def _txn(s: Storage, writes: dict) -> None:
 
 
 def _state(s: Storage) -> tuple:
+    s.materialize()
     tables = {t: dict(rows) for t, rows in s.tables.items() if rows}
     return s.state_hash, s.static_hash, tables, {t: list(i) for t, i in s.indexes.items() if i}
 
@@ -433,7 +435,7 @@ def test_static_tables_are_written_once_and_a_corrupt_file_is_found_and_rewritte
     p3 = _checkpoint(tmp_path, chain, 3)  # a base checks the file, and rewrites it
     for path in (p2, p3):
         _, loaded = checkpoint.load(path)
-        assert loaded.static_hash == s.static_hash and len(loaded.tables["item"]) == 500
+        assert loaded.static_hash == s.static_hash and len(loaded.whole_tables()["item"]) == 500
 
 
 def test_a_base_checks_the_static_file_once_per_process(
@@ -501,16 +503,25 @@ def test_a_missing_parent_or_a_doctored_parent_link_is_found(tmp_path: Path) -> 
     assert bad.value.epoch == 2
 
 
+def _rows_payload(parts: list[bytes]) -> bytes:
+    """A rows frame's payload (without its frame header) for encoded rows, its keys
+    block naming the first row's table and every row's key (as a writer would)."""
+    rows = [msgpack.unpackb(p, use_list=False) for p in parts]
+    deleted = [i for i, r in enumerate(rows) if r[2] is None]
+    packer = msgpack.Packer(autoreset=True)
+    keys = [r[1] for r in rows]
+    return checkpoint._rows_frame(packer, rows[0][0], keys, deleted, parts)[8:]
+
+
 def _doctor_first_row(path: Path) -> None:
     """Change one row of a checkpoint with every CRC and length still valid."""
     frames = _frames_of(path)
-    rows, _, _ = checkpoint._decode_rows(frames[1], path, None)
+    rows, _, _ = checkpoint._decode_rows(frames[1], path, None, True)
     table, key, row = rows[0]
     changed = (table, key, (row[0] + 1, *row[1:]))
     packer = msgpack.Packer(autoreset=True)
     parts = [packer.pack(r) for r in (changed, *rows[1:])]
-    payload = checkpoint._rows_frame(packer, parts)[8:]  # without its frame header
-    _rewrite(path, [frames[0], payload, *frames[2:]])
+    _rewrite(path, [frames[0], _rows_payload(parts), *frames[2:]])
 
 
 @pytest.mark.parametrize("which", [0, 1])  # the base, a delta
@@ -601,17 +612,16 @@ def test_check_reads_a_delta_by_its_bytes_in_any_order_and_decodes_what_differs(
     )
     assert checkpoint.check(p2, replayed, since).epoch == 2
     head, accounts, orders, footer = _frames_of(p2)
-    body = checkpoint._frame_rows(orders, p2, None)[1]
-    packer = msgpack.Packer(autoreset=True)
-    shuffled = checkpoint._rows_frame(packer, body[::-1])[8:]
+    body = checkpoint._frame_rows(orders, p2, None, True)[1]
+    shuffled = _rows_payload(body[::-1])
     _rewrite(p2, [head, accounts, shuffled, footer])
     assert checkpoint.check(p2, replayed, since).epoch == 2
     assert fast == [True, True]
-    mixed = checkpoint._frame_rows(accounts, p2, None)[1] + body
-    _rewrite(p2, [head, checkpoint._rows_frame(packer, mixed)[8:], footer])
-    with pytest.raises(checkpoint.CheckpointInvalid, match="mixes tables"):
+    mixed = checkpoint._frame_rows(accounts, p2, None, True)[1] + body
+    _rewrite(p2, [head, _rows_payload(mixed), footer])
+    with pytest.raises(checkpoint.CheckpointInvalid, match="does not name its rows"):
         checkpoint.check(p2, replayed, since)
-    twice = checkpoint._rows_frame(packer, [*body[:-1], body[0]])[8:]
+    twice = _rows_payload([*body[:-1], body[0]])
     _rewrite(p2, [head, accounts, twice, footer])
     with pytest.raises(checkpoint.CheckpointInvalid, match="appears twice"):
         checkpoint.check(p2, replayed, since)
@@ -788,3 +798,99 @@ def test_a_cloned_storage_writes_bases_of_its_own_rows(tmp_path: Path) -> None:
     _txn(clone, {("account", (1,)): (7,), ("account", (2,)): None})
     path = _checkpoint(tmp_path, checkpoint.CheckpointChain(clone), 1)
     assert _state(checkpoint.load(path)[1]) == _state(clone)
+
+
+# Rows loaded pending: keys from the keys block, rows decoded on first read ---------------
+def test_a_loaded_chain_keeps_rows_pending_and_behaves_as_the_state_it_loads(
+    tmp_path: Path,
+) -> None:
+    """A chain loads without decoding a row; reads, scans, overwrites, deletes and
+    inserts of pending rows (a random sequence) then answer and hash as the live
+    storage that wrote the chain does, and the change record and encoded rows agree."""
+    live, paths, _ = _history(tmp_path, epochs=4)
+    _, loaded = checkpoint.load(paths[-1])
+    assert not loaded.tables["account"] and len(loaded.pending["account"]) == 2000
+    assert loaded.row_count() == live.row_count()
+    for s in (live, loaded):
+        s.track_changes()
+    rng = random.Random(5)
+    for step in range(400):
+        op = rng.randrange(5)
+        if op == 0:
+            key = ("account", (rng.randrange(2100),))
+            assert loaded.get(*key) == live.get(*key), (step, key)
+        elif op == 1:
+            key = ("item", (rng.randrange(600),))
+            assert loaded.get(*key) == live.get(*key), (step, key)
+        elif op == 2:
+            prefix = rng.choice([(1, 1), (2, 2), (1,), (1, 1, 320)])
+            assert loaded.scan("new_order", prefix) == live.scan("new_order", prefix), step
+        else:
+            writes: dict[tuple[str, tuple], tuple | None] = {}
+            for _ in range(rng.randrange(1, 6)):
+                a = rng.randrange(2100)
+                writes[("account", (a,))] = None if rng.random() < 0.3 else (step, a)
+                o = rng.randrange(1, 400)
+                writes[("new_order", (1, 1, o))] = None if rng.random() < 0.5 else (o, 1, 1)
+            _txn(live, writes)
+            _txn(loaded, writes)
+        assert loaded.state_hash == live.state_hash, step
+    assert loaded.take_changes() == live.take_changes()
+    assert loaded.pending  # some rows were never read
+    assert loaded.lend_encoded("account") == live.lend_encoded("account")
+    assert loaded.recompute_hash() == (live.state_hash, live.static_hash)
+    assert _state(loaded) == _state(live)
+
+
+def _rewrite_keys(path: Path, change: Callable[[list], list], version: int | None = None) -> None:
+    """Rewrite every rows frame's keys block through ``change`` (None: drop the block and
+    write the header as ``version``), CRCs valid."""
+    frames = _frames_of(path)
+    head = list(msgpack.unpackb(frames[0]))
+    if version is not None:
+        head[1] = version
+    out = [msgpack.packb(head)]
+    for payload in frames[1:-1]:
+        body, parts, block = checkpoint._frame_rows(payload, path, None, True)
+        table, keys, deleted = msgpack.unpackb(block)
+        (n,) = struct.unpack_from("<I", payload, 1)
+        if version is None:
+            block = msgpack.packb([table, change(keys), deleted])
+            out.append(
+                payload[: 5 + 4 * n]
+                + struct.pack("<I", len(block))
+                + block
+                + payload[len(payload) - len(body) :]
+            )
+        else:
+            out.append(payload[: 5 + 4 * n] + payload[len(payload) - len(body) :])
+    _rewrite(path, [*out, frames[-1]])
+
+
+def test_a_keys_block_naming_another_row_fails_where_the_row_is_decoded(
+    tmp_path: Path,
+) -> None:
+    """The keys block is the writer's word (CRCs vouch for its bytes): a load trusts
+    it, and wherever a row is decoded its table and key must be the ones it was
+    loaded under; a full check decodes every row and names the file."""
+    s = _storage(100)
+    path = _write(tmp_path, 3, s)
+    _rewrite_keys(path, lambda keys: [keys[1], keys[0], *keys[2:]])
+    info, loaded = checkpoint.load(path)  # the same bytes: the same hash
+    assert loaded.state_hash == s.state_hash
+    with pytest.raises(InvariantViolation, match="not the row of its key"):
+        loaded.get("account", (0,))
+    with pytest.raises(checkpoint.CheckpointInvalid, match="does not name its rows") as bad:
+        checkpoint.check(path)
+    assert bad.value.epoch == 3
+    with pytest.raises(InvariantViolation, match="not its key's"):
+        checkpoint.load(path)[1].materialize()
+
+
+def test_version_2_files_without_keys_blocks_still_load(tmp_path: Path) -> None:
+    _, paths, states = _history(tmp_path, epochs=3)
+    for p in [*paths, *tmp_path.glob("static-*.ckpt")]:
+        _rewrite_keys(p, lambda keys: keys, version=2)
+    assert checkpoint.read_info(paths[-1]).version == 2
+    for path, state in zip(paths, states, strict=True):
+        assert _state(checkpoint.load(path)[1]) == state
