@@ -89,7 +89,7 @@ import time
 from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from itertools import accumulate
+from itertools import accumulate, compress, repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -1113,7 +1113,7 @@ def _load_file(
     """Apply one file to ``storage``, validating it; its hash must then equal its
     header's (unless not ``hashed``, a delta of a chain whose caller hashes the state
     at its end: ``load``). Rows are not decoded: each key's bytes become a pending row
-    and its encoded row (the writer wrote ``msgpack([table, key, row])`` and the CRC
+    of the Storage (the writer wrote ``msgpack([table, key, row])`` and the CRC
     vouches for the bytes, so they are what packing would give; the key it is loaded
     under is checked when the row is decoded, ``Storage._fault``). Indexes are left to
     the caller (``Storage.rebuild_indexes``)."""
@@ -1222,7 +1222,7 @@ def _load_chain(path: Path, chain: list[CheckpointInfo], per_file: bool) -> Stor
         for info in chain:
             _load_file(info, storage, None, hashed=per_file or info.kind != DELTA)
         if not per_file:
-            storage.rehash_from_encoded()
+            storage.rehash_pending()
         storage.rebuild_indexes()  # loading leaves them to the end: one sort per table
     return storage
 
@@ -1313,23 +1313,25 @@ def _delta_is_record(path: Path, info: CheckpointInfo, record: Changes) -> bool:
     missing, a file that does not read to its footer) leaves the judgement to
     ``check``'s decoding path, which names what is wrong."""
     pack = msgpack.Packer(autoreset=True).pack
-    pools = {
-        table: {k: pack((table, k, None)) if row is None else row for k, row in rows.items()}
-        for table, rows in record.items()
-        if rows
-    }
+    pools: dict[str, dict[tuple, bytes | None]] = {}
+    dead: dict[str, set[tuple]] = {}  # deleted keys, per table
+    for table, rows in record.items():
+        if rows:
+            pool = pools[table] = dict(rows)
+            if None in pool.values():
+                gone = dead[table] = {k for k, v in rows.items() if v is None}
+                pool.update((k, pack((table, k, None))) for k in gone)
     try:
         for (table, keys, deleted), encodings in _frames(path, info, _KEYS):
-            pool, rows = pools.get(table), record.get(table)
-            if pool is None or rows is None:
+            pool = pools.get(table)  # type: ignore[assignment]
+            if pool is None:
                 return False
-            if any(rows[keys[i]] is not None for i in deleted):
-                return False
-            if sum(1 for k in keys if rows.get(k, b"") is None) != len(deleted):
-                return False  # a deleted row not marked as such
-            for key, data in zip(keys, encodings, strict=True):
-                if pool.pop(key, None) != data:
-                    return False  # a row not written since the parent, or one row twice
+            dead_keys = dead.get(table)
+            marked: tuple[int, ...] = ()
+            if dead_keys:
+                marked = tuple(compress(range(len(keys)), map(dead_keys.__contains__, keys)))
+            if marked != deleted or list(map(pool.pop, keys, repeat(None))) != encodings:
+                return False  # a row not written since the parent, twice, or unmarked
     except Exception:  # any reading or decoding problem: the decoding path says what
         return False
     return not any(pools.values())

@@ -26,13 +26,15 @@ so it drops them all first (``apply``): an engine without checkpoints keeps none
 Rows loaded but not decoded yet (``pending``, a checkpoint load: ``insert_encoded``,
 ``install_encoded``): ``pending[table][key]`` is msgpack([table, key, row]) of a row
 that no one has read or written since the load. A load then costs each row's bytes and
-key, not its decoding; ``get`` and ``scan`` decode a pending row when they first meet it
-(``_fault``: the decoded table and key must be the ones it was loaded under), and a
-write hashes the old row out from those bytes without decoding them. Invariants: a key
-is in at most one of ``tables[t]`` and ``pending[t]``, and the table's state is both;
-``pending`` holds only non-empty dicts (``get`` on a missing key looks there only then);
-every pending row's bytes are its row's (it was never written since). Readers of
-whole tables call ``materialize`` first (``rows``, ``recompute_hash``, ``whole_tables``).
+key, one dict insert, not its decoding; ``get`` and ``scan`` decode a pending row when
+they first meet it (``_fault``: the decoded table and key must be the ones it was
+loaded under), and a write hashes the old row out from those bytes without decoding
+them. ``encoded`` does not hold pending rows: ``lend_encoded`` adds them when a base
+needs them. Invariants: a key is in at most one of ``tables[t]`` and ``pending[t]``,
+and the table's state is both; ``pending`` holds only non-empty dicts (``get`` on a
+missing key looks there only then); every pending row's bytes are its row's (it was
+never written since). Readers of whole tables call ``materialize`` first (``rows``,
+``recompute_hash``, ``whole_tables``).
 
 Change tracking (incremental checkpoints, replay's checkpoint validation): while
 ``track_changes`` is on, every key whose row is installed or deleted is recorded, table
@@ -59,8 +61,8 @@ import gc
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from itertools import chain, compress, repeat
-from operator import and_, is_, is_not, itemgetter
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import Any
 
 import msgpack
@@ -492,27 +494,32 @@ class Storage:
         """Bulk insert rows of one table as pending rows (see the module docstring): each
         key with its encoding (the bytes read, whose digests sum to ``digests``).
 
-        The checkpoint loader's path for a base or static file: rows come from a
-        validated file. Returns how many keys were new: fewer than ``len(keys)`` means a
-        key repeated or already present, which the caller must reject (the hash then
-        counts a row twice). The table's index is NOT updated: the caller calls
-        ``rebuild_indexes`` once it has inserted everything. Not recorded by change
-        tracking.
+        The checkpoint loader's path for a base or static file, into a Storage being
+        loaded (``_loading``): rows come from a validated file. Returns how many keys
+        were new: fewer than ``len(keys)`` means a key repeated or already present,
+        which the caller must reject (the hash then counts a row twice). The table's
+        index is NOT updated: the caller calls ``rebuild_indexes`` once it has inserted
+        everything.
         """
-        tab = self._table(table)
+        self._loading(table)
         p = self.pending.setdefault(table, {})
         before = len(p)
         p.update(zip(keys, encodings, strict=True))
-        added = len(p) - before - (len(tab.keys() & set(keys)) if tab else 0)
         if not p:
             del self.pending[table]
-        self._writable_encoded(table).update(zip(keys, encodings, strict=True))
-        self._encoded_held = True
         if self._replicated[table]:
             self.static_hash = (self.static_hash + digests) & MASK64
         else:
             self.state_hash = (self.state_hash + digests) & MASK64
-        return added
+        return len(p) - before
+
+    def _loading(self, table: str) -> None:
+        """A loader's precondition: ``table`` holds pending rows only, and nothing is
+        recorded or encoded (a checkpoint loads into a fresh Storage)."""
+        invariant(
+            not self._table(table) and self._changes is None and not self._encoded_held,
+            f"{table}: a checkpoint loads into a fresh Storage",
+        )
 
     def rebuild_indexes(self) -> None:
         """Every ordered table's index from its keys, pending or not (after a load)."""
@@ -530,52 +537,31 @@ class Storage:
     ) -> None:
         """Install rows of one partitioned table as pending rows, or delete them (the
         positions in ``deleted``): a checkpoint delta, each key at most once, with the
-        bytes read and their digests (0 for a delete). Old rows are hashed out as
-        ``apply`` does, from their encodings. ``digests`` None leaves ``state_hash``
-        stale: the chain loader's path for the deltas of a chain, whose caller then sets
-        the hash once from every row (``rehash_from_encoded``) instead of hashing each
-        overwritten row out. Indexes are left to ``rebuild_indexes``. Not recorded by
-        change tracking."""
-        invariant(self._changes is None, "install_encoded while changes are recorded")
-        tab = self._table(table)
-        enc = self._writable_encoded(table)
+        bytes read and their digests (0 for a delete), into a Storage being loaded
+        (``_loading``). Old rows are hashed out from their bytes. ``digests`` None
+        leaves ``state_hash`` stale: the chain loader's path for the deltas of a chain,
+        whose caller then sets the hash once from every row (``rehash_pending``)
+        instead of hashing each overwritten row out. Indexes are left to
+        ``rebuild_indexes``."""
+        self._loading(table)
         p = self.pending.setdefault(table, {})
-        state = 0
         if digests is not None:
-            old_data = list(map(enc.get, keys))
-            state = sum(digests) - sum(map(_digest, filter(None, old_data)))
-            if len(enc) != len(tab) + len(p):
-                # Old rows without an encoding (a hand-built Storage): pack them once.
-                # (With as many encodings as rows, every row has one: while nothing is
-                # recorded, ``encoded`` holds only keys the table holds, or nothing.)
-                olds = list(map(tab.get, keys))
-                unknown = map(and_, map(is_, old_data, _NONES), map(is_not, olds, _NONES))
-                pack = self._pack
-                for key, old in compress(zip(keys, olds, strict=True), unknown):
-                    state -= _digest(pack((table, key, old)))
-        if tab:
-            list(map(tab.pop, keys, _NONES))
+            old = sum(map(_digest, filter(None, map(p.get, keys))))
+            self.state_hash = (self.state_hash + sum(digests) - old) & MASK64
         p.update(zip(keys, encodings, strict=True))
-        enc.update(zip(keys, encodings, strict=True))
         for i in deleted:
             del p[keys[i]]
-            del enc[keys[i]]
         if not p:
             del self.pending[table]
-        self._encoded_held = True
-        self.state_hash = (self.state_hash + state) & MASK64
 
-    def rehash_from_encoded(self) -> int:
-        """Set ``state_hash`` from the encodings of every partitioned row (each must have
-        one, as after a load) and return it."""
+    def rehash_pending(self) -> int:
+        """Set ``state_hash`` from the bytes of every partitioned row, all pending (a
+        Storage just loaded), and return it."""
         total = 0
         for name, t in self.tables.items():
-            if self._replicated[name]:
-                continue
-            enc = self.encoded[name]
-            rows = len(t) + len(self.pending.get(name, ()))
-            invariant(len(enc) == rows, f"{name}: a row without its encoding")
-            total += sum(map(_digest, enc.values()))
+            if not self._replicated[name]:
+                invariant(not t, f"{name}: a decoded row in a Storage being loaded")
+                total += sum(map(_digest, self.pending.get(name, {}).values()))
         self.state_hash = total & MASK64
         return self.state_hash
 
@@ -590,7 +576,7 @@ class Storage:
         enc = self._writable_encoded(table)
         p = self.pending.get(table, {})
         if len(enc) != len(t) + len(p):
-            enc.update(p)  # dropped since the load (a pending row's bytes are its row's)
+            enc.update(p)  # a pending row's bytes are its row's (never written since)
             pack = self._pack
             for key in t.keys() - enc.keys():
                 enc[key] = pack((table, key, t[key]))

@@ -30,7 +30,7 @@ from executor.replay.boundaries import Boundary, scan_checkpoints
 from executor.replay.diagnosis import dependency_suspects
 from executor.replay.intervals import IntervalTask
 from executor.replay.reconstruct import reconstruct
-from executor.replay.spark_jobs import load_epochs, split_runs
+from executor.replay.spark_jobs import LOAD_ROWS_PER_EPOCH, load_epochs, split_runs
 from executor.replay.spec import ReplaySpec, log_first_epoch, log_last_epoch
 from executor.replay.tables import history_layout, history_rows, split_epochs
 from executor.replay.verdicts import (
@@ -665,11 +665,12 @@ def test_runs_are_cut_where_the_longest_run_is_shortest_counting_each_runs_load(
         ends = None if end is None else Boundary(end, ("a", "b"), (1, 1))
         return IntervalTask(i, spec, Boundary(start, ("a", "b"), (1, 1), rows=rows), ends)
 
+    scale = LOAD_ROWS_PER_EPOCH / 7_500  # the rows below are for 7,500 rows per epoch
     even = [task(i, 100 * i, 100 * (i + 1), 0) for i in range(6)]
     assert [len(r) for r in split_runs(even, 2)] == [3, 3]
     assert [len(r) for r in split_runs(even, 3)] == [2, 2, 2]
     # A long chain at 300 (300 epochs' worth to load), a fresh base at 400.
-    loads = [0, 10_000, 20_000, 3_000_000, 50_000, 60_000]
+    loads = [round(r * scale) for r in (0, 10_000, 20_000, 3_000_000, 50_000, 60_000)]
     costly = [task(i, 100 * i, 100 * (i + 1), rows) for i, rows in enumerate(loads)]
     cut = split_runs(costly, 2)
     assert [len(r) for r in cut] == [4, 2] and cut[1][0].start.epoch == 400
@@ -678,9 +679,9 @@ def test_runs_are_cut_where_the_longest_run_is_shortest_counting_each_runs_load(
     # A chain's delta rows weigh more than a base's: the same rows, cut at the base.
     # At 200: 1,000,000 rows, all in deltas (200 epochs' worth, not 133); at 300: a base
     # of 1,875,000 (250 epochs); elsewhere too costly to start.
-    loads = [0, 9_000_000, 1_000_000, 1_875_000, 9_000_000, 9_000_000]
+    loads = [round(r * scale) for r in (0, 9_000_000, 1_000_000, 1_875_000, 9_000_000, 9_000_000)]
     weighed = [task(i, 100 * i, 100 * (i + 1), rows) for i, rows in enumerate(loads)]
-    weighed[2] = replace(weighed[2], start=replace(weighed[2].start, delta_rows=1_000_000))
+    weighed[2] = replace(weighed[2], start=replace(weighed[2].start, delta_rows=loads[2]))
     assert load_epochs(weighed[2].start) == 200 and load_epochs(weighed[3].start) == 250
     assert [len(r) for r in split_runs(weighed, 2)] == [3, 3]
     weighed[2] = replace(weighed[2], start=replace(weighed[2].start, delta_rows=0))
