@@ -27,16 +27,16 @@ Each file is a sequence of frames in the command log's frame encoding (``<II`` l
               kind, 0 if none, -1 if the writer did not say; a boundary between the two
               was not written by this partition: its writer was busy or failed. Replay
               tooling tells such a gap from a lost file.)
-  frames 1..n rows    b"R", u32 n, n x u32 (little-endian) encoded lengths, u32 m and
-                       a keys block of m bytes, msgpack([table, [n keys], [positions of
-                       deleted rows]]), then a msgpack array of n [table, key, row]:
-                       each element is exactly msgpack([table, key, row]), the bytes the
-                       state hash digests, so a loader hashes the bytes it read instead
-                       of packing rows again, and takes keys from the keys block without
-                       decoding rows (they stay pending in the Storage until read). A
-                       key is checked against its row wherever the row is decoded
-                       (``Storage._fault``, a full check's ``_decode_rows``). Version 2
-                       files (no keys block) are still read, their rows decoded for keys.
+  frames 1..n rows    b"R", then msgpack([table, [n keys], [positions of deleted
+                       rows], [n rows as bin]]): each row is exactly the bytes
+                       msgpack([table, key, row]), which the state hash digests, so a
+                       loader hashes the bytes it read instead of packing rows again, and
+                       one unpacking of the frame gives keys and each row's bytes
+                       without decoding a row (rows stay pending in the Storage until
+                       read). A key is checked against its row wherever the row is
+                       decoded (``Storage._fault``, a full check's ``_decode_rows``).
+                       (Version 2 frames, still read: b"R", u32 n, n x u32 lengths, then
+                       a msgpack array of the n rows; no keys: rows are decoded.)
                        At most ROWS_PER_FRAME rows of ONE table, cut once the frame
                        holds limits.checkpoint_frame_bytes_max bytes (a frame stays under
                        log_frame_bytes_max whatever the rows). Tables in name order;
@@ -87,7 +87,7 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate, compress, repeat
 from operator import itemgetter
@@ -273,23 +273,7 @@ Captured = tuple[str, list[tuple] | None, dict[tuple, bytes | None], bool]
 def _rows_frame(
     packer: msgpack.Packer, table: str, keys: list[tuple], deleted: list[int], parts: list[bytes]
 ) -> bytes:
-    lengths = array("I", map(len, parts))
-    if sys.byteorder != "little":
-        lengths.byteswap()
-    block = packer.pack((table, keys, deleted))
-    return encode_frame(
-        b"".join(
-            (
-                _ROWS_TAG,
-                _U32.pack(len(parts)),
-                lengths.tobytes(),
-                _U32.pack(len(block)),
-                block,
-                packer.pack_array_header(len(parts)),
-                *parts,
-            )
-        )
-    )
+    return encode_frame(_ROWS_TAG + packer.pack((table, keys, deleted, parts)))
 
 
 def _cut(parts: list[bytes], frame_bytes_max: int) -> Iterator[tuple[int, int]]:
@@ -833,76 +817,76 @@ def read_info(path: Path) -> CheckpointInfo:
     return _header(first, path)
 
 
-def _frame_rows(
-    payload: bytes, path: Path, epoch: int | None, keyed: bool
-) -> tuple[bytes, list[bytes], bytes | None]:
-    """(body, each row's bytes, the keys block or None if not ``keyed``) of one rows
-    frame, from its bytes alone: its n lengths must add up to its body after a msgpack
-    array header of n."""
+def _frame_rows(payload: bytes, path: Path, epoch: int | None) -> tuple[bytes, list[bytes]]:
+    """(body, each row's bytes) of one version 2 rows frame, from its bytes alone: its n
+    lengths must add up to its body after a msgpack array header of n."""
     try:
         (n,) = _U32.unpack_from(payload, 1)
-        pos = 5 + 4 * n
+        lengths_end = 5 + 4 * n
         lengths = array("I")
-        lengths.frombytes(payload[5:pos])
-        block = None
-        if keyed:
-            (m,) = _U32.unpack_from(payload, pos)
-            block = payload[pos + 4 : pos + 4 + m]
-            if len(block) != m:
-                raise ValueError("a keys block past the frame's end")
-            pos += 4 + m
+        lengths.frombytes(payload[5:lengths_end])
     except Exception as e:
         raise CheckpointInvalid(f"{path}: undecodable rows frame: {e}", epoch) from None
     if sys.byteorder != "little":
         lengths.byteswap()
-    body = payload[pos:]
+    body = payload[lengths_end:]
     first = len(body) - sum(lengths)
     header = _ARRAY_HEADER(n)
     if len(lengths) != n or first != len(header) or body[:first] != header:
         raise CheckpointInvalid(f"{path}: rows frame does not match its lengths", epoch)
     offsets = list(accumulate(lengths, initial=first))
-    return body, list(map(body.__getitem__, map(slice, offsets, offsets[1:]))), block
+    return body, list(map(body.__getitem__, map(slice, offsets, offsets[1:])))
 
 
-# A rows frame's keys: (table, keys, positions of deleted rows), one per encoding.
+# A rows frame's keys: (table, keys, positions of deleted rows), one per row.
 Keyed = tuple[str, tuple, tuple]
 
 
-def _keys_block(block: bytes, count: int, path: Path, epoch: int | None) -> Keyed:
-    """A version 3 frame's keys block, checked for shape (that each key is its row's
-    is checked where a row is decoded: ``Storage._fault``, ``_decode_rows``)."""
+def _keyed_frame(payload: bytes, path: Path, epoch: int | None) -> tuple[Keyed, tuple]:
+    """((table, keys, deleted positions), each row's bytes) of one version 3 rows frame,
+    checked for shape, rows not decoded (that each key is its row's is checked where a
+    row is decoded: ``Storage._fault``, ``_decode_rows``)."""
     try:
-        keyed = msgpack.unpackb(block, use_list=False)
-        table, keys, deleted = keyed
+        table, keys, deleted, rows = msgpack.unpackb(memoryview(payload)[1:], use_list=False)
         ok = (
             type(table) is str
             and type(keys) is tuple
-            and len(keys) == count
+            and type(rows) is tuple
+            and len(keys) == len(rows)
+            and set(map(type, rows)) <= {bytes}
             and type(deleted) is tuple
-            and all(type(i) is int and 0 <= i < count for i in deleted)
+            and all(type(i) is int and 0 <= i < len(rows) for i in deleted)
         )
     except Exception:
         ok = False
     if not ok:
-        raise CheckpointInvalid(f"{path}: malformed keys block", epoch)
-    return keyed  # type: ignore[no-any-return]
+        raise CheckpointInvalid(f"{path}: malformed rows frame", epoch)
+    return (table, keys, deleted), rows
+
+
+def _frame_encodings(payload: bytes, path: Path, epoch: int | None, keyed: bool) -> Sequence[bytes]:
+    """Each row's bytes of one rows frame (version 3 if ``keyed``, else 2)."""
+    return _keyed_frame(payload, path, epoch)[1] if keyed else _frame_rows(payload, path, epoch)[1]
 
 
 def _decode_rows(
     payload: bytes, path: Path, epoch: int | None, keyed: bool, digests: bool = True
-) -> tuple[tuple, list[bytes], list[int] | None]:
+) -> tuple[tuple, Sequence[bytes], list[int] | None]:
     """(rows, each row's bytes, their digests or None if not ``digests``) of one rows
-    frame; its keys block (if ``keyed``) must name each row's table and key and its
-    deleted rows."""
-    body, encodings, block = _frame_rows(payload, path, epoch, keyed)
+    frame; its keys (version 3, ``keyed``) must be each row's table and key, and its
+    deleted positions the rows of None."""
+    if keyed:
+        (table, keys, deleted), encodings = _keyed_frame(payload, path, epoch)
+        body = _ARRAY_HEADER(len(encodings)) + b"".join(encodings)
+    else:
+        body, encodings = _frame_rows(payload, path, epoch)  # type: ignore[assignment]
     try:
         rows = msgpack.unpackb(body, use_list=False)
     except Exception as e:
         raise CheckpointInvalid(f"{path}: undecodable rows frame: {e}", epoch) from None
     if not isinstance(rows, tuple) or len(rows) != len(encodings):
         raise CheckpointInvalid(f"{path}: rows frame does not match its lengths", epoch)
-    if block is not None:
-        table, keys, deleted = _keys_block(block, len(rows), path, epoch)
+    if keyed:
         try:
             same = (
                 all(r[0] == table for r in rows)
@@ -918,23 +902,21 @@ def _decode_rows(
 
 def _frame_keys(
     payload: bytes, path: Path, epoch: int | None, keyed: bool
-) -> tuple[Keyed, list[bytes]]:
-    """((table, keys, deleted positions), each row's bytes) of one rows frame: from its
-    keys block, rows not decoded (version 3), or by decoding its rows (version 2)."""
-    if not keyed:
-        rows, encodings, _ = _decode_rows(payload, path, epoch, False, digests=False)
-        try:
-            tables = set(map(_first, rows))
-            deleted = tuple(i for i, r in enumerate(rows) if r[2] is None)
-            keys = tuple(map(_second, rows))
-        except (TypeError, IndexError) as e:
-            raise CheckpointInvalid(f"{path}: malformed rows: {e}", epoch) from None
-        if len(tables) != 1 or not all(type(t) is str for t in tables):
-            raise CheckpointInvalid(f"{path}: a rows frame mixes tables", epoch)
-        return (tables.pop(), keys, deleted), encodings
-    _body, encodings, block = _frame_rows(payload, path, epoch, True)
-    assert block is not None
-    return _keys_block(block, len(encodings), path, epoch), encodings
+) -> tuple[Keyed, Sequence[bytes]]:
+    """((table, keys, deleted positions), each row's bytes) of one rows frame: rows not
+    decoded (version 3), or decoded for their keys (version 2)."""
+    if keyed:
+        return _keyed_frame(payload, path, epoch)
+    rows, encodings, _ = _decode_rows(payload, path, epoch, False, digests=False)
+    try:
+        tables = set(map(_first, rows))
+        deleted = tuple(i for i, r in enumerate(rows) if r[2] is None)
+        keys = tuple(map(_second, rows))
+    except (TypeError, IndexError) as e:
+        raise CheckpointInvalid(f"{path}: malformed rows: {e}", epoch) from None
+    if len(tables) != 1 or not all(type(t) is str for t in tables):
+        raise CheckpointInvalid(f"{path}: a rows frame mixes tables", epoch)
+    return (tables.pop(), keys, deleted), encodings
 
 
 # What ``_frames`` yields per rows frame.
@@ -963,7 +945,7 @@ def _frames(path: Path, expect: CheckpointInfo | None, what: str = _ROWS) -> Ite
             for payload in frames:
                 if payload[:1] == _ROWS_TAG:
                     if what == _BYTES:
-                        encodings = _frame_rows(payload, path, epoch, keyed)[1]
+                        encodings = _frame_encodings(payload, path, epoch, keyed)
                         count += len(encodings)
                         yield encodings
                     elif what == _DIGESTS:
@@ -1008,7 +990,7 @@ def _footer(payload: bytes, path: Path, info: CheckpointInfo, count: int) -> Non
 
 def _frame_digests(payload: bytes, path: Path, epoch: int | None, keyed: bool) -> tuple[int, int]:
     """(rows, sum of their digests) of one rows frame, without decoding the rows."""
-    _body, encodings, _block = _frame_rows(payload, path, epoch, keyed)
+    encodings = _frame_encodings(payload, path, epoch, keyed)
     return len(encodings), sum(map(_digest, encodings))
 
 
@@ -1145,7 +1127,7 @@ def _insert_rows(
     table: str,
     keys: tuple,
     deleted: tuple,
-    encodings: list[bytes],
+    encodings: Sequence[bytes],
     path: Path,
     epoch: int,
 ) -> None:
@@ -1166,7 +1148,7 @@ def _apply_delta_rows(
     table: str,
     keys: tuple,
     deleted: tuple,
-    encodings: list[bytes],
+    encodings: Sequence[bytes],
     hashed: bool,
     path: Path,
     epoch: int,
@@ -1330,7 +1312,7 @@ def _delta_is_record(path: Path, info: CheckpointInfo, record: Changes) -> bool:
             marked: tuple[int, ...] = ()
             if dead_keys:
                 marked = tuple(compress(range(len(keys)), map(dead_keys.__contains__, keys)))
-            if marked != deleted or list(map(pool.pop, keys, repeat(None))) != encodings:
+            if marked != deleted or tuple(map(pool.pop, keys, repeat(None))) != tuple(encodings):
                 return False  # a row not written since the parent, twice, or unmarked
     except Exception:  # any reading or decoding problem: the decoding path says what
         return False

@@ -612,12 +612,12 @@ def test_check_reads_a_delta_by_its_bytes_in_any_order_and_decodes_what_differs(
     )
     assert checkpoint.check(p2, replayed, since).epoch == 2
     head, accounts, orders, footer = _frames_of(p2)
-    body = checkpoint._frame_rows(orders, p2, None, True)[1]
+    body = list(checkpoint._keyed_frame(orders, p2, None)[1])
     shuffled = _rows_payload(body[::-1])
     _rewrite(p2, [head, accounts, shuffled, footer])
     assert checkpoint.check(p2, replayed, since).epoch == 2
     assert fast == [True, True]
-    mixed = checkpoint._frame_rows(accounts, p2, None, True)[1] + body
+    mixed = [*checkpoint._keyed_frame(accounts, p2, None)[1], *body]
     _rewrite(p2, [head, _rows_payload(mixed), footer])
     with pytest.raises(checkpoint.CheckpointInvalid, match="does not name its rows"):
         checkpoint.check(p2, replayed, since)
@@ -843,27 +843,23 @@ def test_a_loaded_chain_keeps_rows_pending_and_behaves_as_the_state_it_loads(
 
 
 def _rewrite_keys(path: Path, change: Callable[[list], list], version: int | None = None) -> None:
-    """Rewrite every rows frame's keys block through ``change`` (None: drop the block and
-    write the header as ``version``), CRCs valid."""
+    """Rewrite every rows frame's keys through ``change``, CRCs valid; with ``version``
+    (2) write the file in that format instead (no keys)."""
     frames = _frames_of(path)
     head = list(msgpack.unpackb(frames[0]))
     if version is not None:
         head[1] = version
     out = [msgpack.packb(head)]
     for payload in frames[1:-1]:
-        body, parts, block = checkpoint._frame_rows(payload, path, None, True)
-        table, keys, deleted = msgpack.unpackb(block)
-        (n,) = struct.unpack_from("<I", payload, 1)
+        table, keys, deleted, parts = msgpack.unpackb(payload[1:])
         if version is None:
-            block = msgpack.packb([table, change(keys), deleted])
-            out.append(
-                payload[: 5 + 4 * n]
-                + struct.pack("<I", len(block))
-                + block
-                + payload[len(payload) - len(body) :]
-            )
+            out.append(b"R" + msgpack.packb([table, change(keys), deleted, parts]))
         else:
-            out.append(payload[: 5 + 4 * n] + payload[len(payload) - len(body) :])
+            lengths = struct.pack(f"<{len(parts)}I", *map(len, parts))
+            array_header = msgpack.Packer().pack_array_header(len(parts))
+            out.append(
+                b"R" + struct.pack("<I", len(parts)) + lengths + array_header + b"".join(parts)
+            )
     _rewrite(path, [*out, frames[-1]])
 
 
