@@ -107,12 +107,16 @@ log = logging.getLogger("ordo.checkpoint")
 MAGIC = "ORDO-CKPT"
 END = "END"
 VERSION = 3
-_VERSIONS = (2, 3)  # read; version 2's rows frames have no keys block (keys are decoded)
+_VERSIONS = (2, 3)  # read; version 2's rows frames carry no keys (its rows are decoded)
 BASE, DELTA, STATIC = "base", "delta", "static"
 ROWS_PER_FRAME = 4096
 # A delta's row costs a load about this many base rows (it lands in a full table: a
 # TPC-C chain of seven deltas, W=2, measured 2026-11-25); chain policy and replay's
-# run planning (executor.replay.spark_jobs.load_epochs) share it.
+# run planning (executor.replay.spark_jobs.load_epochs) share it. Since rows load
+# pending (2026-11-26) a base row costs 0.40-0.49 us and a delta row 0.6-1.05 us (an
+# overwrite finds its key in a full dict), ~2x; kept at 1.5: a higher weight writes
+# bases more often, which costs live throughput, and the loads are half as long as
+# when it was set.
 DELTA_ROW_LOAD_WEIGHT = 1.5
 _HEADER_FIELDS = 20
 _ROWS_TAG = b"R"
@@ -212,7 +216,7 @@ class CheckpointInfo:
     base_rows: int = 0
     chain_rows: int = 0
     previous_epoch: int = -1  # this partition's previous written checkpoint (0: none, -1: ?)
-    version: int = VERSION  # the file's format (2: rows frames without a keys block)
+    version: int = VERSION  # the file's format (2: rows frames without keys)
 
     @property
     def tip(self) -> ChainTip:
@@ -864,11 +868,6 @@ def _keyed_frame(payload: bytes, path: Path, epoch: int | None) -> tuple[Keyed, 
     return (table, keys, deleted), rows
 
 
-def _frame_encodings(payload: bytes, path: Path, epoch: int | None, keyed: bool) -> Sequence[bytes]:
-    """Each row's bytes of one rows frame (version 3 if ``keyed``, else 2)."""
-    return _keyed_frame(payload, path, epoch)[1] if keyed else _frame_rows(payload, path, epoch)[1]
-
-
 def _decode_rows(
     payload: bytes, path: Path, epoch: int | None, keyed: bool, digests: bool = True
 ) -> tuple[tuple, Sequence[bytes], list[int] | None]:
@@ -896,7 +895,7 @@ def _decode_rows(
         except (TypeError, IndexError):
             same = False
         if not same:
-            raise CheckpointInvalid(f"{path}: a keys block does not name its rows", epoch)
+            raise CheckpointInvalid(f"{path}: a rows frame's keys do not name its rows", epoch)
     return rows, encodings, list(map(_digest, encodings)) if digests else None
 
 
@@ -920,16 +919,15 @@ def _frame_keys(
 
 
 # What ``_frames`` yields per rows frame.
-_ROWS, _ROWS_UNHASHED, _KEYS, _DIGESTS, _BYTES = "rows", "rows-unhashed", "keys", "digests", "bytes"
+_ROWS, _KEYS, _DIGESTS = "rows", "keys", "digests"
 
 
 def _frames(path: Path, expect: CheckpointInfo | None, what: str = _ROWS) -> Iterator[Any]:
     """Every rows frame of one file, after checking its header (equal to ``expect``'s if
-    given), as ``what`` says: _ROWS (rows, encodings, digests); _ROWS_UNHASHED (rows,
-    encodings, None); _KEYS ((table, keys, deleted positions), encodings) without
-    decoding rows (version 3); _DIGESTS (rows, sum of their digests) and _BYTES (its
-    rows' encodings), both without decoding them. Checks CRCs, the footer and the row
-    count, and raises CheckpointInvalid after the last frame if anything is wrong."""
+    given), as ``what`` says: _ROWS (rows, encodings, digests); _KEYS ((table, keys,
+    deleted positions), encodings), rows not decoded (version 3); _DIGESTS (rows, sum
+    of their digests), rows not decoded. Checks CRCs, the footer and the row count, and
+    raises CheckpointInvalid after the last frame if anything is wrong."""
     epoch = _epoch_of(path) if expect is None else expect.epoch
     try:
         with open(path, "rb") as f:
@@ -944,11 +942,7 @@ def _frames(path: Path, expect: CheckpointInfo | None, what: str = _ROWS) -> Ite
             count = 0
             for payload in frames:
                 if payload[:1] == _ROWS_TAG:
-                    if what == _BYTES:
-                        encodings = _frame_encodings(payload, path, epoch, keyed)
-                        count += len(encodings)
-                        yield encodings
-                    elif what == _DIGESTS:
+                    if what == _DIGESTS:
                         summed = _frame_digests(payload, path, epoch, keyed)
                         count += summed[0]
                         yield summed
@@ -957,7 +951,7 @@ def _frames(path: Path, expect: CheckpointInfo | None, what: str = _ROWS) -> Ite
                         count += len(found[1])
                         yield found
                     else:
-                        decoded = _decode_rows(payload, path, epoch, keyed, what == _ROWS)
+                        decoded = _decode_rows(payload, path, epoch, keyed)
                         count += len(decoded[0])
                         yield decoded
                     continue
@@ -990,7 +984,10 @@ def _footer(payload: bytes, path: Path, info: CheckpointInfo, count: int) -> Non
 
 def _frame_digests(payload: bytes, path: Path, epoch: int | None, keyed: bool) -> tuple[int, int]:
     """(rows, sum of their digests) of one rows frame, without decoding the rows."""
-    encodings = _frame_encodings(payload, path, epoch, keyed)
+    if keyed:
+        encodings: Sequence[bytes] = _keyed_frame(payload, path, epoch)[1]
+    else:
+        encodings = _frame_rows(payload, path, epoch)[1]
     return len(encodings), sum(map(_digest, encodings))
 
 
@@ -1288,7 +1285,7 @@ def _delta_is_record(path: Path, info: CheckpointInfo, record: Changes) -> bool:
     (each written key's row as packed, a deleted key packed as a row of None), each
     once, one table per frame, under their keys (and a deleted one marked deleted):
     then it holds the rows written since its parent and loads. Checked by the rows'
-    bytes and keys, decoding no row (a version 2 file has no keys block: its rows are
+    bytes and keys, decoding no row (a version 2 file's frames carry no keys: its rows are
     decoded for their keys); the order within a table is not compared (a live
     partition records keys in the order its transactions finished, which concurrency
     may change; a replay in serial order). False (a row not in the record or twice, one

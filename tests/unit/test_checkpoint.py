@@ -619,7 +619,7 @@ def test_check_reads_a_delta_by_its_bytes_in_any_order_and_decodes_what_differs(
     assert fast == [True, True]
     mixed = [*checkpoint._keyed_frame(accounts, p2, None)[1], *body]
     _rewrite(p2, [head, _rows_payload(mixed), footer])
-    with pytest.raises(checkpoint.CheckpointInvalid, match="does not name its rows"):
+    with pytest.raises(checkpoint.CheckpointInvalid, match="do not name its rows"):
         checkpoint.check(p2, replayed, since)
     twice = _rows_payload([*body[:-1], body[0]])
     _rewrite(p2, [head, accounts, twice, footer])
@@ -800,7 +800,7 @@ def test_a_cloned_storage_writes_bases_of_its_own_rows(tmp_path: Path) -> None:
     assert _state(checkpoint.load(path)[1]) == _state(clone)
 
 
-# Rows loaded pending: keys from the keys block, rows decoded on first read ---------------
+# Rows loaded pending: keys from their frames, rows decoded on first read ----------------
 def test_a_loaded_chain_keeps_rows_pending_and_behaves_as_the_state_it_loads(
     tmp_path: Path,
 ) -> None:
@@ -863,11 +863,11 @@ def _rewrite_keys(path: Path, change: Callable[[list], list], version: int | Non
     _rewrite(path, [*out, frames[-1]])
 
 
-def test_a_keys_block_naming_another_row_fails_where_the_row_is_decoded(
+def test_keys_naming_another_row_fail_where_the_row_is_decoded(
     tmp_path: Path,
 ) -> None:
-    """The keys block is the writer's word (CRCs vouch for its bytes): a load trusts
-    it, and wherever a row is decoded its table and key must be the ones it was
+    """A frame's keys are the writer's word (CRCs vouch for their bytes): a load trusts
+    them, and wherever a row is decoded its table and key must be the ones it was
     loaded under; a full check decodes every row and names the file."""
     s = _storage(100)
     path = _write(tmp_path, 3, s)
@@ -876,14 +876,14 @@ def test_a_keys_block_naming_another_row_fails_where_the_row_is_decoded(
     assert loaded.state_hash == s.state_hash
     with pytest.raises(InvariantViolation, match="not the row of its key"):
         loaded.get("account", (0,))
-    with pytest.raises(checkpoint.CheckpointInvalid, match="does not name its rows") as bad:
+    with pytest.raises(checkpoint.CheckpointInvalid, match="do not name its rows") as bad:
         checkpoint.check(path)
     assert bad.value.epoch == 3
     with pytest.raises(InvariantViolation, match="not its key's"):
         checkpoint.load(path)[1].materialize()
 
 
-def test_version_2_files_without_keys_blocks_still_load(tmp_path: Path) -> None:
+def test_version_2_files_without_keys_still_load(tmp_path: Path) -> None:
     _, paths, states = _history(tmp_path, epochs=3)
     for p in [*paths, *tmp_path.glob("static-*.ckpt")]:
         _rewrite_keys(p, lambda keys: keys, version=2)
