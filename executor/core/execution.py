@@ -34,7 +34,15 @@ from executor.core.storage import (
     failure_text,
 )
 from txn_library import limits
-from txn_library.errors import ABORTED, ERR_PROCEDURE_FAILED, ERROR, OK, RESTART, FootprintViolation
+from txn_library.errors import (
+    ABORTED,
+    ERR_PROCEDURE_FAILED,
+    ERROR,
+    OK,
+    RESTART,
+    FootprintViolation,
+    InvariantViolation,
+)
 from txn_library.procedure import Abort, Procedure, Restart
 
 _packb = msgpack.packb
@@ -63,6 +71,10 @@ def run_body(proc: Procedure, args: tuple, ctx: TxnContext) -> tuple[int, Any, b
         out = proc.body(ctx, *args)
     except FootprintViolation as e:
         return _outcome(ABORTED, f"footprint violation: {e}")
+    except InvariantViolation:
+        # Ordo's own state is wrong where the body read it (a loaded row under another
+        # key: Storage._fault): the process stops; it is never the call's result.
+        raise
     except Exception as e:  # a bug in the procedure: deterministic, so identical everywhere
         return _outcome(ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name} raised {failure_text(e)}"))
     value: Any  # not the abort reason's str: mypy would infer it (mypyc enforces it)

@@ -228,13 +228,14 @@ class Storage:
     def _fault(self, table: str, key: tuple) -> tuple | None:
         """``key``'s row if it is pending: decoded, checked and moved to ``tables``."""
         p = self.pending.get(table)
-        data = None if p is None else p.pop(key, None)
+        data = None if p is None else p.get(key)
         if data is None:
             return None
         assert p is not None
+        row = _decoded(table, key, data)  # raises before anything moves
+        del p[key]
         if not p:
             del self.pending[table]
-        row = _decoded(table, key, data)
         self.tables[table][key] = row
         return row
 

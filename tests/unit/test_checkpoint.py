@@ -25,6 +25,8 @@ from cluster.config import ClusterConfig
 from cluster.launcher import free_base_port
 from cluster.partition_server import PartitionServer
 from executor.core import checkpoint
+from executor.core.context import TxnContext, cover_set
+from executor.core.execution import run_body
 from executor.core.storage import Storage
 from executor.deterministic.replica import LocalReplica
 from sequencer.calls import make_batch
@@ -33,6 +35,7 @@ from tests.heap_checks import no_cycles
 from txn_library import limits
 from txn_library import wire as swire
 from txn_library.errors import InvariantViolation
+from txn_library.procedure import lookup
 
 
 def _storage(n: int, salt: int = 0) -> Storage:
@@ -876,6 +879,10 @@ def test_keys_naming_another_row_fail_where_the_row_is_decoded(
     assert loaded.state_hash == s.state_hash
     with pytest.raises(InvariantViolation, match="not the row of its key"):
         loaded.get("account", (0,))
+    reads = cover_set([("account", (1,))])
+    ctx = TxnContext(1, 0, 0, reads, frozenset(), loaded.get, loaded.scan)
+    with pytest.raises(InvariantViolation):  # stops the process, never a call's result
+        run_body(lookup("bank.balance"), (1,), ctx)
     with pytest.raises(checkpoint.CheckpointInvalid, match="do not name its rows") as bad:
         checkpoint.check(path)
     assert bad.value.epoch == 3
