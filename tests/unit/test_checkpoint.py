@@ -886,7 +886,7 @@ def test_keys_naming_another_row_fail_where_the_row_is_decoded(
     with pytest.raises(checkpoint.CheckpointInvalid, match="do not name its rows") as bad:
         checkpoint.check(path)
     assert bad.value.epoch == 3
-    with pytest.raises(InvariantViolation, match="not its key's"):
+    with pytest.raises(InvariantViolation, match="not the row of its key"):
         checkpoint.load(path)[1].materialize()
 
 
