@@ -305,11 +305,12 @@ class PartitionServer:
             self.checkpoint_dir, self.partition_id, self.config.checkpoint_keep
         )
         log.info(
-            "checkpoint at epoch %d written (%s, %d rows) in %.2fs: drain %.1fms, capture "
-            "%.1fms, packing %.2fs CPU in the loop; pruned %d old",
+            "checkpoint at epoch %d written (%s, %d rows, %d copied from the last base) in "
+            "%.2fs: drain %.1fms, capture %.1fms, packing %.2fs CPU in the loop; pruned %d old",
             planned.epoch,
             "base" if planned.parent is None else f"delta {planned.tip.depth}",
             planned.rows,
+            writer.copied_rows,
             time.monotonic() - self._writer_started,
             1000 * self._drain_s,
             1000 * self._capture_s,

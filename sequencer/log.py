@@ -178,6 +178,15 @@ def encode_frame(payload: bytes) -> bytes:
     return _HEADER.pack(len(payload), google_crc32c.value(payload)) + payload
 
 
+def frame_intact(frame: bytes) -> bool:
+    """Whether ``frame`` is exactly one whole frame (``encode_frame``) whose CRC holds."""
+    if len(frame) <= _HEADER_BYTES:
+        return False
+    length, crc = _HEADER.unpack_from(frame)
+    payload = frame[_HEADER_BYTES:]
+    return length == len(payload) and google_crc32c.value(payload) == crc
+
+
 def iter_file_frames(f: BinaryIO, path: str | Path) -> Iterator[bytes]:
     """Every frame of a whole file (not a log segment: no torn-tail leniency).
 

@@ -22,6 +22,9 @@ it. Invariant: ``encoded`` updated with the current change record holds, for eve
 it has, exactly the bytes of that key's row now; a missing key is packed when needed
 (``lend_encoded``). A transaction's write while nothing is recorded would break that,
 so it drops them all first (``apply``): an engine without checkpoints keeps none.
+A table whose encoded rows only grew at their end since a base lent them (every fold
+added new keys only) tells the next base how many of its first rows are unchanged
+(``lend_encoded``), so that base copies those rows' frames instead of packing them.
 
 Rows loaded but not decoded yet (``pending``, a checkpoint load: ``insert_encoded``,
 ``install_encoded``): ``pending[table][key]`` is msgpack([table, key, row]) of a row
@@ -197,6 +200,9 @@ class Storage:
         self.pending: dict[str, dict[tuple, bytes]] = {}  # see the module docstring
         self._encoded_held = False  # encoded holds any bytes (see the module docstring)
         self._lent: set[str] = set()  # tables whose encoded dict a writer holds (lend_encoded)
+        # Tables whose encoded rows have only grown at their end since they were last lent
+        # (table -> how many rows were lent then): see lend_encoded.
+        self._grown: dict[str, int] = {}
         # One Packer per Storage (a Storage is single-threaded): the same bytes as
         # msgpack.packb, without building a Packer per row.
         self._pack = msgpack.Packer(autoreset=True).pack
@@ -359,6 +365,7 @@ class Storage:
         keeping hash, encoded rows and index."""
         t = self._table(table)
         enc = self._writable_encoded(table)
+        self._grown.pop(table, None)  # not the transactions' path: no need to tell
         old = t.get(key)
         if old is None and self.pending:
             old = self._fault(table, key)
@@ -396,6 +403,7 @@ class Storage:
         for table, key, row in rows:
             t = self._table(table)
             enc = self._writable_encoded(table)
+            self._grown.pop(table, None)
             old = t.get(key)
             if old is None and self.pending:
                 old = self._fault(table, key)
@@ -437,16 +445,22 @@ class Storage:
         """Bring ``encoded`` up to date with a change record that is being let go."""
         if not record or not self._encoded_held:
             return
+        grown = self._grown
         for table, rows in record.items():
             enc = self._writable_encoded(table)
+            before = len(enc)
             enc.update(rows)  # type: ignore[arg-type]  # deleted keys: popped below
             if None in rows.values():
                 for key in [k for k, v in rows.items() if v is None]:
                     del enc[key]
+                grown.pop(table, None)
+            elif len(enc) - before != len(rows):  # a key it held changed: not an append
+                grown.pop(table, None)
 
     def _drop_encoded(self) -> None:
         self.encoded = {t: {} for t in self.encoded}  # new dicts: a writer may hold one
         self._lent.clear()
+        self._grown.clear()
         self._encoded_held = False
 
     def _writable_encoded(self, table: str) -> dict[tuple, bytes]:
@@ -555,13 +569,22 @@ class Storage:
         self.state_hash = total & MASK64
         return self.state_hash
 
-    def lend_encoded(self, table: str) -> dict[tuple, bytes]:
+    def lend_encoded(self, table: str) -> tuple[dict[tuple, bytes], int]:
         """``table``'s rows as msgpack([table, key, row]) by key, for a checkpoint writer
         to hold (not to change) until ``return_encoded``: this Storage copies the dict
         before it changes it meanwhile. Packs any row whose encoding is not held yet;
         the change record is folded in first (it may go on: folding it again later is
-        harmless)."""
+        harmless, but the table then counts as changed, below).
+
+        Also how many of its first rows (in dict order) are the rows lent last time,
+        the same keys with the same bytes in the same order: the rows then, if since
+        then every fold only added keys at the end (no key it held was written or
+        deleted, nothing was loaded or dropped), else 0. A base writer copies what the
+        previous base wrote of them instead of packing them again
+        (``CheckpointWriter``): append-only tables (TPC-C ORDER-LINE, HISTORY) and
+        tables nothing wrote (CUSTOMER under New Order) cost a copy of their frames."""
         self._fold(self._changes)
+        kept = self._grown.get(table, 0)
         t = self._table(table)
         enc = self._writable_encoded(table)
         p = self.pending.get(table, {})
@@ -571,9 +594,11 @@ class Storage:
             for key in t.keys() - enc.keys():
                 enc[key] = pack((table, key, t[key]))
         invariant(len(enc) == len(t) + len(p), f"{table}: an encoded row without its row")
+        invariant(kept <= len(enc), f"{table}: fewer encoded rows than when last lent")
         self._encoded_held = True
         self._lent.add(table)
-        return enc
+        self._grown[table] = len(enc)
+        return enc, kept
 
     def return_encoded(self) -> None:
         """The checkpoint writer that held encoded dicts is done with them."""

@@ -792,6 +792,134 @@ def test_a_base_writer_holds_the_encoded_rows_and_the_storage_copies_before_chan
     assert s.recompute_hash() == (s.state_hash, s.static_hash)
 
 
+def _base(d: Path, chain: checkpoint.CheckpointChain, epoch: int) -> checkpoint.CheckpointWriter:
+    """Write a base at ``epoch`` now; its writer (copied_rows, layout)."""
+    chain.tip = None  # the next one is a base
+    planned = chain.plan(epoch)
+    writer = chain.writer(
+        d, planned, replica=0, partition=0, partitions=2, next_txn_id=epoch, txns_applied=epoch
+    )
+    writer.finish()
+    chain.written(planned)
+    return writer
+
+
+def _table_bytes(writer: checkpoint.CheckpointWriter, table: str) -> list[bytes]:
+    data = writer.path.read_bytes()
+    return [data[o : o + n] for o, n, _ in writer.layout[table]]
+
+
+def test_a_base_copies_the_frames_of_tables_that_only_grew_since_the_last_base(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table whose rows were only added to since the last base (new keys: an
+    append-only table, or one nothing wrote) starts with that base's frames, copied as
+    they are; only its new rows are packed. A table with a key written or deleted is
+    packed whole. Every base loads to the live state either way."""
+    monkeypatch.setattr(checkpoint, "ROWS_PER_FRAME", 64)
+    s = _mixed_storage()
+    chain = checkpoint.CheckpointChain(s)
+    b1 = _base(tmp_path, chain, 1)
+    assert b1.copied_rows == 0  # the first base packs (held encodings, no frames to copy)
+    _txn(s, {("new_order", (1, 1, o)): (o, 1, 1) for o in range(301, 400)})
+    _txn(s, {("account", (a,)): (a,) for a in range(10)})  # written: packed again
+    _checkpoint(tmp_path, chain, 2)  # a delta between bases changes nothing here
+    _txn(s, {("new_order", (2, 1, o)): (o, 2, 1) for o in range(1, 50)})
+    b3 = _base(tmp_path, chain, 3)
+    assert b3.copied_rows == 300  # NEW-ORDER's rows at the first base
+    assert _table_bytes(b3, "new_order")[:5] == _table_bytes(b1, "new_order")
+    assert _state(checkpoint.load(b3.path)[1]) == _state(s)
+    checkpoint.check(b3.path)
+    _txn(s, {("new_order", (1, 1, 5)): None})  # a delete: NEW-ORDER is packed whole
+    b4 = _base(tmp_path, chain, 4)
+    assert b4.copied_rows == 2000  # ACCOUNT, not written since the third base
+    assert _state(checkpoint.load(b4.path)[1]) == _state(s)
+    _txn(s, {("new_order", (2, 1, 7)): (70, 2, 1)})  # an overwrite: the same
+    _txn(s, {("account", (5000,)): (1,)})  # a new key: ACCOUNT grew at its end
+    b5 = _base(tmp_path, chain, 5)
+    assert b5.copied_rows == 2000
+    assert _state(checkpoint.load(b5.path)[1]) == _state(s)
+    b6 = _base(tmp_path, chain, 6)  # nothing written: every frame copied
+    assert b6.copied_rows == s.partitioned_row_count()
+    assert b6.path.read_bytes()[8:] != b5.path.read_bytes()[8:]  # its own header
+    assert _state(checkpoint.load(b6.path)[1]) == _state(s)
+    chain.failed()  # after a failed writer the next base packs every row
+    assert _base(tmp_path, chain, 7).copied_rows == 0
+
+
+def test_a_base_never_copies_a_damaged_frame_or_from_a_replaced_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(checkpoint, "ROWS_PER_FRAME", 64)
+    s = _mixed_storage()
+    chain = checkpoint.CheckpointChain(s)
+    b1 = _base(tmp_path, chain, 1)
+    offset, length, _ = b1.layout["new_order"][2]
+    with open(b1.path, "r+b") as f:  # a bit flipped in NEW-ORDER's third frame
+        f.seek(offset + length - 3)
+        byte = f.read(1)
+        f.seek(offset + length - 3)
+        f.write(bytes([byte[0] ^ 1]))
+    _txn(s, {("new_order", (1, 1, 301)): (301, 1, 1)})
+    b2 = _base(tmp_path, chain, 2)
+    assert b2.copied_rows == 2000 + 128  # ACCOUNT (before NEW-ORDER), two good frames
+    assert "packs rows it would have copied" in caplog.text and "CRC" in caplog.text
+    assert _state(checkpoint.load(b2.path)[1]) == _state(s)
+    checkpoint.check(b2.path)
+    other = _mixed_storage()  # a file of the same name that is not the base written
+    checkpoint.write_checkpoint(
+        tmp_path,
+        other,
+        replica=0,
+        partition=0,
+        partitions=2,
+        epoch=2,
+        next_txn_id=9,
+        txns_applied=9,
+    )
+    _txn(s, {("new_order", (1, 1, 302)): (302, 1, 1)})
+    b3 = _base(tmp_path, chain, 3)
+    assert b3.copied_rows == 0 and "is not the base written" in caplog.text
+    assert _state(checkpoint.load(b3.path)[1]) == _state(s)
+    b3.path.unlink()  # gone: the next base packs
+    assert _base(tmp_path, chain, 4).copied_rows == 0
+    assert _state(checkpoint.load(tmp_path / checkpoint.checkpoint_name(4, 0))[1]) == _state(s)
+
+
+def test_bases_copying_frames_load_to_the_state_under_random_appends_and_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mostly new keys (appends), some overwrites and deletes, deltas and bases at
+    random: every checkpoint loads to the live state, and bases copy rows."""
+    monkeypatch.setattr(checkpoint, "ROWS_PER_FRAME", 32)
+    rng = random.Random(11)
+    s = _mixed_storage()
+    chain = checkpoint.CheckpointChain(s)
+    copied = 0
+    next_order = 1000
+    for epoch in range(1, 40):
+        for _ in range(rng.randrange(0, 30)):
+            r = rng.random()
+            if r < 0.8:
+                next_order += 1
+                _txn(s, {("new_order", (1 + next_order % 3, 1, next_order)): (next_order, 1, 1)})
+            elif r < 0.9:
+                _txn(s, {("account", (rng.randrange(2100),)): (rng.randrange(99),)})
+            else:
+                o = rng.randrange(1, next_order)
+                _txn(
+                    s, {("new_order", (1 + o % 3, 1, o)): None if rng.random() < 0.5 else (o, 1, 1)}
+                )
+        if rng.random() < 0.4:
+            writer = _base(tmp_path, chain, epoch)
+            copied += writer.copied_rows
+            path = writer.path
+        else:
+            path = _checkpoint(tmp_path, chain, epoch)
+        assert _state(checkpoint.load(path)[1]) == _state(s)
+    assert copied > 10_000
+
+
 def test_a_cloned_storage_writes_bases_of_its_own_rows(tmp_path: Path) -> None:
     """The simulator's genesis clones share rows, not encodings (a copy of them would go
     stale at the clone's first write): a base of a clone is the clone's state."""
