@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +192,8 @@ def in_process(spec: ReplaySpec, ckpt: Path, last_epoch: int) -> dict[str, Any]:
     runs = split_runs(tasks, 2)
     t2 = time.perf_counter()
     with multiprocessing.get_context("fork").Pool(len(runs)) as pool:
-        two = [row for rows_ in pool.map(verify_run, runs) for row in rows_]
+        # as Spark tasks do: the state is retired, not freed, before the rows go back
+        two = [row for rows_ in pool.map(partial(verify_run, keep=True), runs) for row in rows_]
     two_s = time.perf_counter() - t2
     t1 = time.perf_counter()
     rc = reconstruct(spec, [], last_epoch)  # genesis + the whole log, one replica

@@ -45,13 +45,14 @@ import time
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from executor.core.checkpoint import DELTA_ROW_LOAD_WEIGHT
-from executor.core.storage import release_heap
+from executor.core.storage import release_heap, release_retired
 from executor.replay.boundaries import Boundary, peer_checkpoint_dirs, scan_checkpoints
 from executor.replay.intervals import VERIFY_COLUMNS, IntervalTask
 from executor.replay.reconstruct import reconstruct
@@ -252,7 +253,9 @@ def run_verify(
     sc = spark.sparkContext
     cut = split_runs(tasks, runs if runs is not None else parallelism(spark))
     t0 = time.perf_counter()
-    rows = sc.parallelize(cut, max(1, len(cut))).flatMap(verify_run).collect()
+    # each run's state is retired, not freed, so its rows come back at once
+    run = partial(verify_run, keep=True)
+    rows = sc.parallelize(cut, max(1, len(cut))).flatMap(run).collect()
     job_s = time.perf_counter() - t0
     peers = {
         r: scan_checkpoints(d, spec.partitions)
@@ -396,6 +399,7 @@ class StateReport:
 
 def build_state(task: StateTask) -> dict[str, Any]:
     """Worker side of ``state``: rebuild the replica at task.epoch and write every table."""
+    release_retired()
     rc = reconstruct(task.spec, task.boundaries, task.epoch)
     t0 = time.perf_counter()
     out = Path(task.out)

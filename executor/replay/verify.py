@@ -38,7 +38,7 @@ from typing import Any
 
 from executor.core import checkpoint
 from executor.core.checkpoint import CheckpointInvalid
-from executor.core.storage import release_heap
+from executor.core.storage import release_heap, release_retired, retire
 from executor.deterministic.replica import LocalReplica
 from executor.replay.batches import Replayer, ReplayFailure, ReplayStats
 from executor.replay.boundaries import (
@@ -81,23 +81,35 @@ def verify_interval(task: IntervalTask) -> dict[str, Any]:
     return _verify(task, None)[0]
 
 
-def verify_run(tasks: Iterable[IntervalTask]) -> list[dict[str, Any]]:
+def verify_run(tasks: Iterable[IntervalTask], *, keep: bool = False) -> list[dict[str, Any]]:
     """Verify consecutive intervals in order in this process (one Spark task); each
-    starts from the state the previous one verified, when it verified it."""
+    starts from the state the previous one verified, when it verified it.
+
+    The run's last state is freed before returning, or with ``keep`` retired
+    (``storage.retire``: freed when this process next loads a state; Spark tasks)."""
+    release_retired()
     rows = []
     carried: LocalReplica | None = None
+    last: LocalReplica | None = None
     for task in tasks:
-        row, carried = _verify(task, carried)
+        if carried is None:
+            last = None  # not carried on: freed before the next state loads
+        row, last, verified = _verify(task, carried)
+        carried = last if verified else None
         rows.append(row)
-    del carried
+    if keep:
+        retire(last)
+        return rows
+    del carried, last
     release_heap()  # the run's states are gone; the worker runs other tasks next
     return rows
 
 
 def _verify(
     task: IntervalTask, carried: LocalReplica | None
-) -> tuple[dict[str, Any], LocalReplica | None]:
-    """(the interval's row, the replica in its end state if that state is verified)."""
+) -> tuple[dict[str, Any], LocalReplica | None, bool]:
+    """(the interval's row, the replica it replayed if any, whether that replica's
+    state is the verified end state)."""
     t_start, cpu_start = time.perf_counter(), time.process_time()
     spec = task.spec
     spec.prepare()
@@ -113,18 +125,17 @@ def _verify(
     if end is not None:
         res.expected_hash = _hex(end.state_hash)
         res.partition_hashes_expected = _hexes(end.hashes)
-    verified = None
     try:
-        verified = _verify_into(task, res, carried)
+        replica, verified = _verify_into(task, res, carried)
     finally:
         res.total_s = round(time.perf_counter() - t_start, 4)
         res.cpu_s = round(time.process_time() - cpu_start, 4)
-    return res.to_row(), verified
+    return res.to_row(), replica, verified
 
 
 def _verify_into(
     task: IntervalTask, res: IntervalResult, carried: LocalReplica | None
-) -> LocalReplica | None:
+) -> tuple[LocalReplica | None, bool]:
     spec, end = task.spec, task.end
     last = None if end is None else end.epoch
     if task.start.epoch + 1 < task.log_first_epoch:
@@ -133,7 +144,7 @@ def _verify_into(
             f"the log starts at epoch {task.log_first_epoch}: epochs "
             f"{task.start.epoch + 1}..{task.log_first_epoch - 1} were pruned"
         )
-        return None
+        return None, False
     t0 = time.perf_counter()
     if carried is not None and carried.last_epoch == task.start.epoch:
         loaded: tuple[LocalReplica, Boundary] | None = (carried, task.start)
@@ -142,7 +153,7 @@ def _verify_into(
         loaded = _load_with_fallback(task, res)
     res.load_s = round(time.perf_counter() - t0, 4)
     if loaded is None:
-        return None
+        return None, False
     replica, used = loaded
     res.start_source = "genesis" if used.epoch == 0 and not used.paths else "checkpoint"
     replayer = Replayer(replica, spec.partitions, record_hashes=task.locate)
@@ -162,7 +173,7 @@ def _verify_into(
     res.actual_hash = _hex(replica.state_hash)
     res.partition_hashes_actual = _hexes([p.storage.state_hash for p in replica.parts])
     if failure:
-        return None
+        return replica, False
     t2 = time.perf_counter()
     try:
         _judge(task, res, replica, replayer, used)
@@ -173,10 +184,10 @@ def _verify_into(
         ):
             for part in replica.parts:
                 part.storage.stop_tracking()
-            return replica
+            return replica, True
     finally:
         res.check_s = round(time.perf_counter() - t2, 4)
-    return None
+    return replica, False
 
 
 def _end_files_valid(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import random
 import struct
+import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -391,6 +392,23 @@ def test_a_verify_run_gives_what_it_froze_back(tmp_path: Path) -> None:
     b = build_history(tmp_path, epochs=20)
     rows = verify_local(b.spec, b.ckpt)
     assert verdicts(rows) == ["ok", "ok", TAIL]
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_spark_run_retires_its_state_and_the_next_run_frees_it_first(tmp_path: Path) -> None:
+    """A Spark task's run keeps its last state (freeing it would delay the rows); the
+    next run in that worker frees it and gives the frozen heap back before loading."""
+    from executor.core import storage
+
+    b = build_history(tmp_path, epochs=20)
+    tasks = plan_verify(b.spec, scan_checkpoints(b.ckpt, 2))
+    assert verdicts(verify_run(tasks, keep=True)) == ["ok", "ok", TAIL]
+    (state,) = storage._retired
+    retired = weakref.ref(state)
+    del state
+    assert gc.get_freeze_count() > 0
+    assert verdicts(verify_run(tasks[:1])) == ["ok"]
+    assert retired() is None and not storage._retired
     assert gc.get_freeze_count() == 0
 
 
