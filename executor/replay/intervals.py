@@ -32,6 +32,7 @@ class IntervalTask:
     log_first_epoch: int = 1
     locate: bool = True
     log_last_epoch: int | None = None  # the log's last epoch when planned (the tail's size)
+    log_next_txn_id: int | None = None  # the txn id after the log's last batch then
 
     @property
     def cost(self) -> int:
@@ -42,6 +43,15 @@ class IntervalTask:
                 return 1
             return max(1, self.log_last_epoch - self.start.epoch)
         return self.end.epoch - self.start.epoch
+
+    @property
+    def txns(self) -> int | None:
+        """Transactions it replays, for balancing runs, from the boundaries' (or for the
+        tail, the log's last batch's) next txn ids: None if unknown."""
+        end = self.log_next_txn_id if self.end is None else self.end.next_txn_id
+        if end is None or (self.end is not None and not self.end.next_txn_id):
+            return None  # (a boundary that does not say: 0)
+        return max(0, end - self.start.next_txn_id)
 
 
 # Parquet/Spark schema of the verify table: (column, type) with types in

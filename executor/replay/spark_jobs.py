@@ -7,14 +7,16 @@ in-process (LocalReplica). Task layout:
 
 - verify: the intervals between consecutive checkpoints (genesis first, then the tail
   after the last checkpoint) cut into one run of consecutive intervals per slot, about
-  equal in epochs (``split_runs``), one task each. A task loads the state at its first
-  interval's start, then for each interval replays its epochs, compares hashes, checks
-  the end checkpoint's files and, on a mismatch, locates the bad epoch; a verified end
-  state is the next interval's start (executor.replay.verify.verify_run), so a task
-  loads one state, not one per interval. Each interval gives one small row; the
-  driver annotates them across intervals (a checkpoint found corrupt when loaded as a
-  start marks the interval that ends at it; the other replicas' checkpoint hashes)
-  and writes them as one Parquet file.
+  equal in transactions and load (``split_runs``), one task each. A task loads the
+  state at its first interval's start, then for each interval replays its epochs,
+  compares hashes, checks the end checkpoint's files and, on a mismatch, locates the
+  bad epoch; a verified end state is the next interval's start
+  (executor.replay.verify.verify_run), so a task loads one state, not one per
+  interval, and retires its last state instead of freeing it before its rows go back
+  (executor.core.storage.retire). Each interval gives one small row; the driver
+  annotates them across intervals (a checkpoint found corrupt when loaded as a start
+  marks the interval that ends at it; the other replicas' checkpoint hashes) and
+  writes them as one Parquet file.
 - state: one task (the state at E depends on every epoch before it, from the nearest
   checkpoint) rebuilds the replica and writes each table with pyarrow, directly to the
   output directory: ``OUT/<table>/`` with the catalog's column names, hive-partitioned
@@ -282,13 +284,25 @@ LOAD_ROWS_PER_EPOCH = 15_000  # checkpoint rows a task loads in the time it repl
 SPLIT_EXACT_MAX = 400  # intervals up to which split_runs finds the best cut exactly
 
 
-def run_cost(run: Sequence[IntervalTask]) -> float:
-    """Estimated time of one run, in epochs replayed: its intervals' epochs plus the
-    load of its first interval's start (``load_epochs``; an estimate for balancing
-    only, never for correctness)."""
-    if not run:
-        return 0.0
-    return load_epochs(run[0].start) + sum(t.cost for t in run)
+EMPTY_EPOCH_SHARE = 0.02  # of an epoch's replay time that does not depend on its txns
+
+
+def interval_costs(tasks: Sequence[IntervalTask]) -> list[float]:
+    """Each interval's estimated replay time, in epochs of the history's mean density:
+    its transactions times the history's epochs per transaction (plus a small share per
+    epoch, ``EMPTY_EPOCH_SHARE``), or its epochs where its transactions are not known.
+    An estimate for balancing only (never for correctness): live throughput varies
+    over a history, and the tail after a finished run holds many empty epochs."""
+    known = [t for t in tasks if t.txns is not None]
+    txns = sum(t.txns or 0 for t in known)
+    if not txns:
+        return [float(t.cost) for t in tasks]
+    per_txn = sum(t.cost for t in known) / txns
+    share = EMPTY_EPOCH_SHARE
+    return [
+        float(t.cost) if t.txns is None else share * t.cost + (1 - share) * per_txn * t.txns
+        for t in tasks
+    ]
 
 
 def load_epochs(boundary: Boundary) -> float:
@@ -303,17 +317,18 @@ def load_epochs(boundary: Boundary) -> float:
 
 def split_runs(tasks: Sequence[IntervalTask], runs: int) -> list[list[IntervalTask]]:
     """The intervals, in order, cut into at most ``runs`` runs of consecutive intervals
-    whose longest estimated time (``run_cost``: epochs, plus the checkpoint load at a
-    run's start) is as small as it can be. Every run pays one state load, so there are
-    no more runs than slots: a run per slot keeps every slot busy, and a cut where the
-    load is cheap (just after a base) is preferred. Exact (dynamic programming) up to
-    ``SPLIT_EXACT_MAX`` intervals; beyond, cut greedily at the smallest limit that packs."""
+    whose longest estimated time (``interval_costs``, plus the checkpoint load at a
+    run's start: ``load_epochs``) is as small as it can be. Every run pays one state
+    load, so there are no more runs than slots: a run per slot keeps every slot busy,
+    and a cut where the load is cheap (just after a base) is preferred. Exact (dynamic
+    programming) up to ``SPLIT_EXACT_MAX`` intervals; beyond, cut greedily at the
+    smallest limit that packs."""
     ordered = sorted(tasks, key=lambda t: t.index)
     n = len(ordered)
     runs = max(1, min(runs, n))
     if runs == 1:
         return [ordered]
-    prefix = list(accumulate((t.cost for t in ordered), initial=0))
+    prefix = list(accumulate(interval_costs(ordered), initial=0.0))
     loads = [load_epochs(t.start) for t in ordered]
 
     def cost(i: int, j: int) -> float:  # the run ordered[i:j]

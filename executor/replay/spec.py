@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sequencer.log import LogCorruption, iter_frames
+from txn_library import wire
 from txn_library.procedure import load_modules
 
 _SEGMENT_NAME = re.compile(r"segment-(\d{12,})\.log")
@@ -64,19 +65,30 @@ def log_first_epoch(log_dir: str | Path) -> int:
 
 def log_last_epoch(log_dir: str | Path) -> int:
     """Last whole epoch in the log (reads only the last segment; 0 for an empty log)."""
+    return _log_end(log_dir)[0]
+
+
+def _log_end(log_dir: str | Path) -> tuple[int, bytes | None]:
+    """(the last whole epoch in the log, its batch's bytes) from the last segment."""
     firsts = log_segments(log_dir)
     if not firsts:
-        return 0
-    last = firsts[-1] - 1
-    for epoch, _payload in iter_frames(log_dir, firsts[-1]):
-        last = epoch
-    return last
+        return 0, None
+    last, payload = firsts[-1] - 1, None
+    for last, payload in iter_frames(log_dir, firsts[-1]):  # noqa: B007  (the last one)
+        pass
+    return last, payload
 
 
-def planned_last_epoch(log_dir: str | Path) -> int | None:
-    """The log's last epoch for planning only (sizing the tail): None if the log does
-    not read to its end (a corrupt frame); the verification itself reports that."""
+def planned_log_end(log_dir: str | Path) -> tuple[int | None, int | None]:
+    """The log's last epoch and the txn id after its batch, for planning only (sizing
+    the tail): None where the log does not read to its end or that batch does not
+    decode; the verification itself reports those."""
     try:
-        return log_last_epoch(log_dir)
+        last, payload = _log_end(log_dir)
     except (LogCorruption, OSError):
-        return None
+        return None, None
+    try:
+        next_txn_id = None if payload is None else wire.decode_batch(payload).next_txn_id
+    except Exception:  # a bad batch: the verification reports it
+        next_txn_id = None
+    return last, next_txn_id

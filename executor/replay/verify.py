@@ -50,7 +50,7 @@ from executor.replay.boundaries import (
 )
 from executor.replay.diagnosis import diagnose
 from executor.replay.intervals import IntervalResult, IntervalTask, join_detail
-from executor.replay.spec import ReplaySpec, log_first_epoch, planned_last_epoch
+from executor.replay.spec import ReplaySpec, log_first_epoch, planned_log_end
 from executor.replay.verdicts import (
     BAD_CHECKPOINT,
     BY_BATCH,
@@ -357,13 +357,14 @@ def plan_verify(
     tail: bool = True,
     locate: bool = True,
     log_last_epoch: int | None = None,
+    log_next_txn_id: int | None = None,
 ) -> list[IntervalTask]:
     """One task per interval between consecutive boundaries (genesis first), plus the tail.
 
     Boundaries past the end of the log are kept: their intervals report the missing
     epochs. Each task may fall back to earlier usable boundaries if its start is bad.
-    ``log_last_epoch`` (optional) sizes the tail for balancing runs; the tail replays
-    to the end of the log whatever it says.
+    ``log_last_epoch`` and ``log_next_txn_id`` (optional) size the tail for balancing
+    runs; the tail replays to the end of the log whatever they say.
     """
     # Genesis first: the partitions' epoch-0 base files if they wrote them (loading them
     # is cheaper than running the genesis function; a wrong one cannot reproduce the
@@ -384,7 +385,15 @@ def plan_verify(
         fallbacks = (*(b for b in reversed(points[:i]) if b.usable), *last_resort)
         tasks.append(
             IntervalTask(
-                i, spec, points[i], None, fallbacks, max(1, log_first_epoch), locate, log_last_epoch
+                i,
+                spec,
+                points[i],
+                None,
+                fallbacks,
+                max(1, log_first_epoch),
+                locate,
+                log_last_epoch,
+                log_next_txn_id,
             )
         )
     return tasks
@@ -394,14 +403,17 @@ def plan_history(
     spec: ReplaySpec, checkpoint_dir: str | Path, *, tail: bool = True, locate: bool = True
 ) -> list[IntervalTask]:
     """``plan_verify`` over the replica's checkpoints and its log as they are now (the
-    log's extent read once: its first epoch, and its last to size the tail)."""
+    log's extent read once: its first epoch, and its last epoch and txn id to size the
+    tail)."""
+    last_epoch, next_txn_id = planned_log_end(spec.log_dir)
     return plan_verify(
         spec,
         scan_checkpoints(checkpoint_dir, spec.partitions),
         log_first_epoch=log_first_epoch(spec.log_dir),
         tail=tail,
         locate=locate,
-        log_last_epoch=planned_last_epoch(spec.log_dir),
+        log_last_epoch=last_epoch,
+        log_next_txn_id=next_txn_id,
     )
 
 

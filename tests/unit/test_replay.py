@@ -31,7 +31,12 @@ from executor.replay.boundaries import Boundary, scan_checkpoints
 from executor.replay.diagnosis import dependency_suspects
 from executor.replay.intervals import IntervalTask
 from executor.replay.reconstruct import reconstruct
-from executor.replay.spark_jobs import LOAD_ROWS_PER_EPOCH, load_epochs, split_runs
+from executor.replay.spark_jobs import (
+    LOAD_ROWS_PER_EPOCH,
+    interval_costs,
+    load_epochs,
+    split_runs,
+)
 from executor.replay.spec import ReplaySpec, log_first_epoch, log_last_epoch
 from executor.replay.tables import history_layout, history_rows, split_epochs
 from executor.replay.verdicts import (
@@ -48,7 +53,13 @@ from executor.replay.verdicts import (
     PRUNED,
     TAIL,
 )
-from executor.replay.verify import plan_verify, verify_interval, verify_local, verify_run
+from executor.replay.verify import (
+    plan_history,
+    plan_verify,
+    verify_interval,
+    verify_local,
+    verify_run,
+)
 from sequencer.calls import make_batch
 from sequencer.log import CommandLog, encode_frame, iter_frames, rewrite_payloads
 from tests.heap_checks import no_cycles
@@ -672,6 +683,34 @@ def test_the_genesis_bases_are_the_first_start_and_a_corrupt_one_is_reported(
     assert (rows[0]["verdict"], rows[0]["bad_epoch"]) == (BAD_CHECKPOINT, 0)
     assert rows[0]["start_source"] == "genesis"  # replayed from the genesis function
     assert verdicts(rows)[1:] == ["ok"] * 5 + [TAIL]
+
+
+def test_the_plan_counts_each_intervals_transactions_and_the_tails(tmp_path: Path) -> None:
+    b = build_history(tmp_path)
+    tasks = plan_history(b.spec, b.ckpt)
+    assert [t.txns for t in tasks] == [r["txns"] for r in verify_run(tasks)]
+    assert tasks[-1].end is None and tasks[-1].log_next_txn_id == max(b.txn_epochs) + 1
+
+
+def test_runs_balance_transactions_where_the_boundaries_count_them() -> None:
+    """Intervals of equal epochs need not hold equal transactions (live throughput
+    varies; a finished run's tail is mostly empty epochs): runs are cut by the
+    transactions the boundaries' (and the log's last batch's) txn ids count."""
+    spec = ReplaySpec("unused", 2, ())
+    ids = [0, 1000, 2000, 3000, 4000, 4100, 4200]  # next txn id at each 100-epoch boundary
+
+    def b(i: int) -> Boundary:
+        return Boundary(100 * i, ("a", "b"), (1, 1), next_txn_id=ids[i])
+
+    tasks = [IntervalTask(i, spec, b(i), b(i + 1)) for i in range(6)]
+    assert [t.txns for t in tasks] == [1000] * 4 + [100] * 2
+    assert sum(interval_costs(tasks)) == pytest.approx(600)  # in epochs of mean density
+    assert [len(r) for r in split_runs(tasks, 2)] == [2, 4]  # by epochs: [3, 3]
+    tail = IntervalTask(4, spec, b(4), None, log_last_epoch=2000, log_next_txn_id=4010)
+    assert (tail.cost, tail.txns) == (1600, 10)
+    assert [len(r) for r in split_runs([*tasks[:4], tail], 2)] == [2, 3]  # by epochs: [4, 1]
+    unknown = replace(tail, log_next_txn_id=None)  # the log's last batch did not decode
+    assert unknown.txns is None and interval_costs([*tasks[:4], unknown])[-1] == 1600
 
 
 def test_runs_are_cut_where_the_longest_run_is_shortest_counting_each_runs_load() -> None:
