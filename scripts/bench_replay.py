@@ -5,7 +5,9 @@ Runs a live cluster (bank transfers, or TPC-C New-Order through `tpcc.driver` wi
 the live rate and the replicas' final hashes, stops the cluster, then replays the
 same log. With --baseline N it first runs the same live workload N times with and
 without checkpoints, alternating (A B A B: a change in the machine's load hits both),
-for the cost of checkpoints on the live rate. Then:
+for the cost of checkpoints on the live rate, and on the partitions' CPU per txn
+(from /proc, steadier than the rate on a shared host); --baseline-only stops there.
+Then:
 
   - in this process, no Spark: every interval one after another (verify_local), and
     one replay of the whole log from genesis (reconstruct at the last epoch);
@@ -65,6 +67,19 @@ from txn_library.client import Client  # noqa: E402
 
 def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
+
+
+def cpu_s(procs: dict[str, Any]) -> dict[str, float]:
+    """CPU seconds (user + system) each cluster process has used so far (/proc)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for name, proc in procs.items():
+        try:
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[name] = (int(fields[11]) + int(fields[12])) / hz
+    return out
 
 
 def live_bank(
@@ -135,7 +150,9 @@ def live_tpcc(
             out=None,
             progress=False,
         )
+        before = cpu_s(lc.procs)
         result = driver.run(opts)
+        used = cpu_s(lc.procs)
         with Client(cfg.client_addr) as c:
             status = wait_quiescent(c, a.replicas, a.partitions, timeout_s=300)
         lc.check_alive()
@@ -149,6 +166,16 @@ def live_tpcc(
         "measured_s": s["measured_s"],
         "multi_partition_share": s["multi_partition_share"],
         "tpcc_check_ok": result.get("check", {}).get("ok"),
+        # CPU per txn in the measured window (steadier than throughput on a noisy host)
+        "cpu_us_per_txn": {
+            role: round(
+                1e6
+                * sum(t - before[n] for n, t in used.items() if n in before and n.startswith(pre))
+                / max(1.0, s["txn_per_s"] * s["measured_s"]),
+                1,
+            )
+            for role, pre in (("partitions", "r"), ("sequencer", "sequencer"))
+        },
     }
     return cfg, status, live
 
@@ -166,6 +193,7 @@ def baseline(a: argparse.Namespace) -> dict[str, Any]:
                 out[key].append(
                     {
                         "txn_per_s": live["txn_per_s"],
+                        "cpu_us_per_txn": live.get("cpu_us_per_txn"),
                         "epochs": status["epoch"],
                         "load_before": before,
                         "load_after": load(),
@@ -175,6 +203,17 @@ def baseline(a: argparse.Namespace) -> dict[str, Any]:
     mean = {k: sum(r["txn_per_s"] for r in v) / len(v) for k, v in out.items() if v}
     out["mean_txn_per_s"] = {k: round(v, 1) for k, v in mean.items()}
     out["ratio"] = round(mean["with_checkpoints"] / mean["without"], 3)
+    cpu = {
+        k: [r["cpu_us_per_txn"]["partitions"] for r in v if r.get("cpu_us_per_txn")]
+        for k, v in out.items()
+        if k in ("with_checkpoints", "without")
+    }
+    if all(cpu.values()):  # what checkpoints add to the partitions' CPU per txn
+        mean_cpu = {k: sum(v) / len(v) for k, v in cpu.items()}
+        out["partition_cpu_us_per_txn"] = {k: round(v, 1) for k, v in mean_cpu.items()}
+        out["partition_cpu_overhead"] = round(
+            mean_cpu["with_checkpoints"] / mean_cpu["without"] - 1, 3
+        )
     return out
 
 
@@ -367,6 +406,11 @@ def main() -> None:
     )
     ap.add_argument("--repeat", type=int, default=1, help="verify runs per master")
     ap.add_argument(
+        "--baseline-only",
+        action="store_true",
+        help="run only the --baseline comparison (live with and without checkpoints)",
+    )
+    ap.add_argument(
         "--baseline",
         type=int,
         default=0,
@@ -400,6 +444,10 @@ def main() -> None:
         result = {"args": vars(a), "cpus": os.cpu_count(), "load": {}}
         if a.baseline:
             result["baseline"] = baseline(a)
+            if a.baseline_only:
+                Path(a.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
+                print(json.dumps(result["baseline"], indent=2, default=str))
+                return
         result["load"]["before_live"] = load()
         cfg, status, live = (live_tpcc if a.workload == "tpcc" else live_bank)(a, data)
         result["load"]["after_live"] = load()
