@@ -740,15 +740,13 @@ class _FrameCopier:
             self.copy = {}
             return
         try:
-            fd = os.open(base.path, os.O_RDONLY)
+            self._fd = os.open(base.path, os.O_RDONLY)
+            same = os.pread(self._fd, len(base.stamp), 0) == base.stamp
         except OSError as e:
-            self._give_up(f"{e}")
+            self._give_up(str(e))
             return
-        if os.pread(fd, len(base.stamp), 0) != base.stamp:
-            os.close(fd)
+        if not same:
             self._give_up(f"{base.path} is not the base written")
-            return
-        self._fd = fd
 
     def frames(self, table: str) -> Iterator[tuple[bytes, int]]:
         for offset, length, rows in self.copy.get(table, ()):
