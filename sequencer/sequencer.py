@@ -435,7 +435,10 @@ class Sequencer:
         if isinstance(seen, Done):
             self.reply(identity, key[1], seen.status, seen.value)
         elif isinstance(seen, Logged):
-            # Logged before a restart: fetch the original result, never re-execute.
+            # Logged before a restart: fetch the original result, never re-execute (a
+            # fail-stopped sequencer cannot read its log: the client retries elsewhere).
+            if self.failed is not None:
+                raise BadRequest(ERR_UNAVAILABLE, f"sequencer stopped: {self.failed}")
             self._lookup_logged(identity, key, seen)
         else:
             seen.identity = identity  # in flight: answer the retry's connection

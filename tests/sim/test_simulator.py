@@ -35,9 +35,10 @@ CHUNK = 50
 
 # Seeds that found engine bugs (fixed): query ids reused across sequencer
 # incarnations (47, 62, 65, 110, 161, 368), a fail-stopped sequencer dying on a log
-# fetch (14, 48, 84, 186), and a query lost with its partition never re-sent (19, 33,
-# 57). They run with liveness checked strictly: every call must be answered.
-REGRESSION_SEEDS = (14, 19, 33, 47, 48, 57, 62, 65, 84, 110, 161, 186, 368)
+# fetch (14, 48, 84, 186) or on a client's retry of a logged call (510), and a query
+# lost with its partition never re-sent (19, 33, 57). They run with liveness checked
+# strictly: every call must be answered.
+REGRESSION_SEEDS = (14, 19, 33, 47, 48, 57, 62, 65, 84, 110, 161, 186, 368, 510)
 
 
 def _explain(results: list[SimResult]) -> str:
