@@ -8,8 +8,10 @@ turn runs: checkpoint if drained, repair, progress, flush (peer reads, results,
 status every ``STATUS_EVERY_S``). At start it loads its newest durable checkpoint (or
 genesis), asks its peers to resend reads (MSG_RESEND) and fetches every later epoch.
 
-Checkpoints: at the drain the image is taken (the fork: a file written from the state
-at that instant, or an in-memory copy), the boundary is recorded and batches resume;
+Checkpoints: at the drain the image is taken (files: the process's checkpoint chain,
+as the live process keeps one, writes a base or a delta at once, a base copying the
+frames of tables that only grew since the last one; or an in-memory copy), the
+boundary is recorded and batches resume;
 the checkpoint becomes durable a random while later (the writer's run time), unless
 the partition crashes first (then the file never reaches its name; a torn ``.tmp``
 is left behind, as a killed writer leaves it). A boundary reached while a writer runs
@@ -24,6 +26,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -79,6 +82,18 @@ class CheckpointStore:
         self._staged: tuple[int, Path | None, tuple[Restored, Storage] | None] | None = None
         self._memory: list[tuple[Restored, Storage]] = []
         self.durable = 0
+        # Files: the running process's chain (as PartitionServer keeps one), from the
+        # checkpoint it loaded (``begin``); its deltas and bases, copying frames.
+        self.chain: checkpoint.CheckpointChain | None = None
+        self._loaded: checkpoint.CheckpointInfo | None = None
+        self._planned: checkpoint.PlannedCheckpoint | None = None
+        self._copied = 0  # rows the staged base copied from the last base
+        self.deltas = 0  # durable deltas
+        self.copied_rows = 0  # rows durable bases copied
+
+    def begin(self, storage: Storage) -> None:
+        """A process starts on ``storage`` (the checkpoint ``load`` returned, or genesis)."""
+        self.chain = None if self.in_memory else checkpoint.CheckpointChain(storage, self._loaded)
 
     def stage(self, part: Partition) -> None:
         """The image at the drain (what the forked writer sees)."""
@@ -88,17 +103,19 @@ class CheckpointStore:
         if self.in_memory:
             self._staged = (epoch, None, (meta, clone_storage(part.storage)))
             return
-        path = checkpoint.write_checkpoint(
+        assert self.chain is not None
+        self._planned = self.chain.plan(epoch)
+        writer = self.chain.writer(
             self._staging,
-            part.storage,
+            self._planned,
             replica=self.replica,
             partition=self.partition,
             partitions=self.partitions,
-            epoch=epoch,
             next_txn_id=part.next_txn_id,
             txns_applied=part.txns_applied,
         )
-        self._staged = (epoch, path, None)
+        self._staged = (epoch, writer.finish(), None)
+        self._copied = writer.copied_rows
 
     def commit(self, epoch: int) -> None:
         """The writer finished: the checkpoint is in place and durable."""
@@ -111,14 +128,23 @@ class CheckpointStore:
             self._memory.append(staged[2])
             del self._memory[: -self.keep]
             return
-        assert staged[1] is not None
+        assert staged[1] is not None and self.chain is not None and self._planned is not None
         self.directory.mkdir(parents=True, exist_ok=True)
-        os.replace(staged[1], self.directory / staged[1].name)
+        path = self.directory / staged[1].name
+        os.replace(staged[1], path)
+        self.chain.written(self._planned)
+        self.deltas += self._planned.parent is not None
+        self.copied_rows += self._copied
+        base = self.chain.base
+        if base is not None and base.path == staged[1]:  # the next base copies from here
+            self.chain.base = replace(base, path=path)
+        self._planned = None
         checkpoint.prune(self.directory, self.partition, self.keep)
 
     def abort(self, rng: random.Random) -> None:
         """The partition died while its writer ran: only a torn temp file remains."""
         staged, self._staged = self._staged, None
+        self.chain = self._planned = None  # the process is gone
         if staged is None or staged[1] is None:
             return
         data = staged[1].read_bytes()
@@ -142,6 +168,7 @@ class CheckpointStore:
                 found = checkpoint.load(path)
             except (checkpoint.CheckpointInvalid, OSError):
                 found = None
+        self._loaded = None if found is None else found[0]
         if found is None:
             return None
         info, storage = found
@@ -230,6 +257,7 @@ class PartitionNode:
             storage = clone_storage(sim.image.partitions[self.partition])
         else:
             storage = restored[1]
+        self.store.begin(storage)
         part = Partition(
             self.replica,
             self.partition,

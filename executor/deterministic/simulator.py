@@ -679,6 +679,8 @@ class Simulator:
             torn_tails=seq.torn_tails,
             truncated_bytes=seq.truncated_bytes,
             checkpoints=sum(p.store.durable for replica in self.parts for p in replica),
+            checkpoint_deltas=sum(p.store.deltas for replica in self.parts for p in replica),
+            base_rows_copied=sum(p.store.copied_rows for replica in self.parts for p in replica),
             log_fetches=sum(p.log_fetches for replica in self.parts for p in replica),
             early_results=sum(p.early_results for replica in self.parts for p in replica),
             events=self.loop.events,

@@ -60,8 +60,19 @@ def test_bank_seeds_pass_every_check_under_faults(first: int) -> None:
     assert totals["sequencer_fail_stops"] >= 2 and totals["torn_tails"] >= 5
     assert totals["pub_drops"] >= 100 and totals["lost_in_crash"] >= 100
     assert totals["client_retries"] >= 100 and totals["checkpoints"] >= 300
+    assert totals["base_rows_copied"] >= 50  # bases copy frames of the last base
     assert totals["multi_partition_txns"] >= 2000
     assert totals["early_results"] >= 100  # results crossing mid-batch (even replicas)
+
+
+def test_partitions_write_checkpoint_chains_under_faults() -> None:
+    """File checkpoints are the live process's chains: deltas, and bases that copy the
+    frames of tables that only grew, through crashes, torn writers and corrupt files."""
+    results = [run_seed(seed, "bank") for seed in range(50, 100)]
+    assert all(r.ok for r in results), _explain(results)
+    totals = {k: sum(r.counters[k] for r in results) for k in results[0].counters}
+    assert totals["checkpoint_deltas"] >= 20 and totals["base_rows_copied"] >= 50
+    assert totals["partition_crashes"] >= 20
 
 
 def test_rare_recovery_paths_pass_every_check() -> None:
