@@ -553,7 +553,7 @@ class CheckpointWriter:
         tables: list[Captured]
         static: list[tuple[str, dict[tuple, bytes]]] = []
         copy: FrameMap = {}  # table -> frames of copy_from to copy
-        self.layout: FrameMap = {}  # where this file holds each table's rows
+        self.layout: FrameMap = {}  # where this base holds each table's rows
         if parent is None:
             tables = []
             for n in sorted(storage.tables):
@@ -673,7 +673,7 @@ class CheckpointWriter:
                     return
                 if frame is not None:
                     table, rows, data = frame
-                    if table is not None:
+                    if table is not None and self.planned.parent is None:  # a base's frames
                         self.layout.setdefault(table, []).append((self._written, len(data), rows))
                     self._write(data)
                 if time.perf_counter() >= deadline:

@@ -49,8 +49,8 @@ class IntervalTask:
         """Transactions it replays, for balancing runs, from the boundaries' (or for the
         tail, the log's last batch's) next txn ids: None if unknown."""
         end = self.log_next_txn_id if self.end is None else self.end.next_txn_id
-        if end is None or (self.end is not None and not self.end.next_txn_id):
-            return None  # (a boundary that does not say: 0)
+        if not end:  # a header that does not say (0), or a log not read
+            return None
         return max(0, end - self.start.next_txn_id)
 
 
