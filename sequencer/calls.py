@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from txn_library import limits, placement, wire
+from txn_library import limits, wire
 from txn_library import partition_wire as ewire
 from txn_library.errors import ERR_BAD_ARGUMENTS, RESTART, STATUS_NAMES, BadRequest
 from txn_library.partition_wire import PartitionStatus
@@ -23,12 +23,12 @@ from txn_library.wire import Batch, LogFetch, Txn, unpack
 def participants(proc: Procedure, args: tuple, partitions: int) -> tuple[int, ...]:
     """Partitions a call touches (txn_library.placement), its footprint checked first."""
     try:
-        fp = proc.footprint_of(args)  # checked: every key is at least its placement prefix
+        # checked: every key is at least its placement prefix
+        return proc.participants_of(args, partitions)
     except BadRequest:
         raise
     except Exception as e:  # the procedure's footprint function raised on these args
         raise BadRequest(ERR_BAD_ARGUMENTS, f"footprint of {proc.name} failed: {e}") from None
-    return placement.participants(fp.reads, fp.writes, partitions)
 
 
 def make_batch(

@@ -172,11 +172,28 @@ class Procedure:
     def footprint_of(self, args: Sequence[Any]) -> Footprint:
         """The declared footprint, with every entry checked against the catalog."""
         fp = self.footprint(*args)
+        self._checked_places(fp, 1)
+        return fp
+
+    def participants_of(self, args: Sequence[Any], partitions: int) -> tuple[int, ...]:
+        """The partitions the call touches (txn_library.placement.participants) of its
+        footprint, checked as ``footprint_of`` checks it: both in one pass (this runs
+        for every call at the sequencer and again in replay)."""
+        places = self._checked_places(self.footprint(*args), partitions)
+        return tuple(sorted(places)) if places else (0,)
+
+    def _checked_places(self, fp: Footprint, partitions: int) -> set[int]:
+        """Raise BadRequest unless every entry of ``fp`` fits its table; the partitions
+        of its non-replicated entries (none are computed for one partition)."""
+        places: set[int] = set()
+        place = places.add if partitions > 1 else None
         read_only = self.read_only
-        table = catalog.table
+        specs: dict[str, catalog.Table] = {}  # each table looked up once per call
         for is_read, entries in ((True, fp.reads), (False, fp.writes)):
             for t, key in entries:
-                spec = table(t)
+                spec = specs.get(t)
+                if spec is None:
+                    spec = specs[t] = catalog.table(t)
                 n = spec.place_prefix if read_only else spec.lock_prefix
                 k = len(key) if isinstance(key, tuple) else -1
                 if not n <= k <= spec.key_len:
@@ -194,7 +211,9 @@ class Procedure:
                         )
                 elif spec.replicated:
                     raise BadRequest(ERR_BAD_ARGUMENTS, f"{self.name}: writes replicated {t}")
-        return fp
+                if place is not None and not spec.replicated:
+                    place(spec.placement(key[: spec.place_prefix], partitions))
+        return places
 
 
 _REGISTRY: dict[str, Procedure] = {}

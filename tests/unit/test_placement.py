@@ -4,13 +4,17 @@ old code is kept here, verbatim in substance, as the reference."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from txn_library import catalog, placement
 from txn_library.catalog import REPLICATED, Table, place_by_first_int, register_table
+from txn_library.errors import BadRequest
+from txn_library.procedure import Footprint, Procedure
 
 HASHED = register_table(Table("pl_hashed", key_len=2, columns=("v",)))
 BY_INT = register_table(
@@ -153,3 +157,15 @@ def test_placement_equals_every_old_call_site(reads: tuple, writes: tuple, parti
         share = placement.LocalShare(reads, writes, parts, me, partitions)
         got = {name: getattr(share, name) for name in old}
         assert got == old
+    # The sequencer's one pass (footprint checks and participants together) is this rule.
+    for read_only in (False, True):
+        proc = Procedure(
+            "pl_call", (), lambda: Footprint(reads, writes), lambda ctx: None, read_only=read_only
+        )
+        try:
+            proc.footprint_of(())
+        except BadRequest as e:
+            with pytest.raises(BadRequest, match=re.escape(e.message)):
+                proc.participants_of((), partitions)
+            continue
+        assert proc.participants_of((), partitions) == parts
