@@ -88,11 +88,12 @@ class TxnContext:
         return self._rng
 
     def get(self, table: str, key: tuple) -> tuple | None:
-        if (table, key) not in self._reads and not covered(self._reads, table, key):
+        entry = (table, key)
+        if entry not in self._reads and not covered(self._reads, table, key):
             raise FootprintViolation(f"read of {table}{key!r} outside the footprint")
         w = self.writes
-        if w and (table, key) in w:
-            return w[(table, key)]
+        if w and entry in w:
+            return w[entry]
         return self._get(table, key)
 
     def scan(self, table: str, prefix: tuple) -> list[tuple[tuple, tuple]]:
@@ -109,11 +110,12 @@ class TxnContext:
         return sorted((k, v) for k, v in merged.items() if v is not None)
 
     def put(self, table: str, key: tuple, row: tuple) -> None:
-        if (table, key) not in self._writes and not covered(self._writes, table, key):
+        entry = (table, key)
+        if entry not in self._writes and not covered(self._writes, table, key):
             raise FootprintViolation(f"write of {table}{key!r} outside the footprint")
         if not isinstance(row, tuple):
             raise TypeError(f"rows are tuples, got {type(row).__name__}")
-        self.writes[(table, key)] = row
+        self.writes[entry] = row
 
     def delete(self, table: str, key: tuple) -> None:
         if not covered(self._writes, table, key):

@@ -327,7 +327,13 @@ class Storage:
             tab = tables.get(t)
             if tab is None:
                 tab = self._table(t)
-            old = tab.get(key)
+            if row is None:
+                old = tab.get(key)
+            else:  # one probe of the table when the key is new (most writes insert)
+                n = len(tab)
+                old = tab.setdefault(key, row)
+                if len(tab) != n:
+                    old = None  # inserted here: the index and hash follow below
             old_data = None
             if old is None and pending:  # a pending row is hashed out from its bytes
                 p = pending.get(t)
@@ -343,7 +349,6 @@ class Storage:
             if old is None and old_data is None:
                 if row is None:
                     continue
-                tab[key] = row
                 idx = indexes.get(t)
                 if idx is not None:
                     idx.add(key)
