@@ -60,6 +60,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         options["plant"] = args.plant
     if args.no_faults:
         options["faults"] = False
+    if args.checkpoint_store:
+        options["checkpoint_store"] = args.checkpoint_store
     return options
 
 
@@ -138,6 +140,12 @@ def main() -> int:
         help="> 1: a replicated ordering layer (leader kills and cut-offs, failover)",
     )
     ap.add_argument("--no-faults", action="store_true")
+    ap.add_argument(
+        "--checkpoint-store",
+        choices=("file", "memory"),
+        help="partitions' checkpoints: files (chains, as live) or memory copies "
+        "(default: the workload's; TPC-C keeps them in memory, bank in files)",
+    )
     ap.add_argument("--strict-liveness", action="store_true")
     ap.add_argument("--json", help="write the sweep's summary to this file")
     args = ap.parse_args()

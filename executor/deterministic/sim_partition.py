@@ -138,6 +138,13 @@ class CheckpointStore:
         base = self.chain.base
         if base is not None and base.path == staged[1]:  # the next base copies from here
             self.chain.base = replace(base, path=path)
+        # The writer wrote the replicated tables' file, if it had to, beside its temp
+        # file (a live writer works in the checkpoint directory itself). It is named by
+        # its content's hash and written once, so the directory gets that very file.
+        for static in self._staging.glob(f"static-p{self.partition}-*.ckpt"):
+            target = self.directory / static.name
+            if not target.exists():
+                os.link(static, target)
         self._planned = None
         checkpoint.prune(self.directory, self.partition, self.keep)
 
