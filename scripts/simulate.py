@@ -143,8 +143,8 @@ def main() -> int:
     ap.add_argument(
         "--checkpoint-store",
         choices=("file", "memory"),
-        help="partitions' checkpoints: files (chains, as live) or memory copies "
-        "(default: the workload's; TPC-C keeps them in memory, bank in files)",
+        help="partitions' checkpoints: files, as live (chains of a base and deltas; the "
+        "default of every workload), or copies in memory",
     )
     ap.add_argument("--strict-liveness", action="store_true")
     ap.add_argument("--json", help="write the sweep's summary to this file")
