@@ -1226,8 +1226,8 @@ def _load_file(
     info: CheckpointInfo, storage: Storage, charged_to: int | None, hashed: bool = True
 ) -> None:
     """Apply one file to ``storage``, validating it; its hash must then equal its
-    header's (unless not ``hashed``, a delta of a chain whose caller hashes the state
-    at its end: ``load``). Rows are not decoded: each key's bytes become a pending row
+    header's (unless not ``hashed``: a file of a chain whose caller hashes the state
+    at its end, ``load``). Rows are not decoded: each key's bytes become a pending row
     of the Storage (the writer wrote ``msgpack([table, key, row])`` and the CRC
     vouches for the bytes, so they are what packing would give; the key it is loaded
     under is checked when the row is decoded, ``Storage._fault``). Indexes are left to
@@ -1239,7 +1239,9 @@ def _load_file(
             if info.kind == DELTA:
                 _apply_delta_rows(storage, table, keys, deleted, encodings, hashed, path, epoch)
             else:
-                _insert_rows(storage, info.kind, table, keys, deleted, encodings, path, epoch)
+                _insert_rows(
+                    storage, info.kind, table, keys, deleted, encodings, hashed, path, epoch
+                )
     except CheckpointInvalid as e:
         raise CheckpointInvalid(str(e), epoch) from None
     if not hashed:
@@ -1261,6 +1263,7 @@ def _insert_rows(
     keys: tuple,
     deleted: tuple,
     encodings: Sequence[bytes],
+    hashed: bool,
     path: Path,
     epoch: int,
 ) -> None:
@@ -1269,7 +1272,8 @@ def _insert_rows(
     try:
         if storage.is_replicated(table) != (kind == STATIC):
             raise CheckpointInvalid(f"{path}: table {table} does not belong in a {kind}", epoch)
-        added = storage.insert_encoded(table, keys, encodings, sum(map(_digest, encodings)))
+        digests = sum(map(_digest, encodings)) if hashed else 0
+        added = storage.insert_encoded(table, keys, encodings, digests)
     except (TypeError, ValueError, KeyError, IndexError) as e:
         raise CheckpointInvalid(f"{path}: malformed rows: {e}", epoch) from None
     if added != len(keys):
@@ -1303,11 +1307,11 @@ def load(path: Path) -> tuple[CheckpointInfo, Storage]:
     """Load and fully validate one checkpoint (its chain and static file) into a fresh
     Storage. Raises CheckpointInvalid naming the file at fault (``.epoch``).
 
-    A chain's deltas are installed without hashing each overwritten row out; the
-    state's hash is then computed once from every row's bytes and must equal the last
-    file's header (the base, the static file and every file's CRCs, counts and links
-    are validated as they are read). If it does not, the chain is loaded again file by
-    file, each file's hash checked, to name the file at fault."""
+    A chain's files (its base and deltas) are loaded unhashed, without hashing each
+    overwritten row out; the state's hash is then computed once from every row's bytes
+    and must equal the last file's header (the static file's hash, and every file's
+    CRCs, counts and links, are validated as they are read). If it does not, the chain
+    is loaded again file by file, each file's hash checked, to name the file at fault."""
     chain = chain_of(path)
     if len(chain) > 1:
         storage = _load_chain(path, chain, per_file=False)
@@ -1318,10 +1322,10 @@ def load(path: Path) -> tuple[CheckpointInfo, Storage]:
 
 
 def _load_chain(path: Path, chain: list[CheckpointInfo], per_file: bool) -> Storage:
-    """The state of ``chain`` in a fresh Storage. ``per_file``: each delta's hash checked
-    against its header as it is applied (CheckpointInvalid naming it); else the deltas
-    are installed unhashed and the Storage's hash recomputed from its rows at the end,
-    for the caller to compare."""
+    """The state of ``chain`` in a fresh Storage. ``per_file``: each file's hash checked
+    against its header as it is applied (CheckpointInvalid naming it); else the base and
+    deltas are loaded unhashed and the Storage's hash recomputed from its rows at the
+    end, for the caller to compare (each base row is digested once, not twice)."""
     storage = Storage()
     with gc_paused(freeze=True):  # the loaded state is long-lived: see settle_heap
         static_hash = chain[0].static_hash
@@ -1335,7 +1339,7 @@ def _load_chain(path: Path, chain: list[CheckpointInfo], per_file: bool) -> Stor
                 raise CheckpointInvalid(str(e), chain[0].epoch) from None
             _load_file(info, storage, chain[0].epoch)
         for info in chain:
-            _load_file(info, storage, None, hashed=per_file or info.kind != DELTA)
+            _load_file(info, storage, None, hashed=per_file)
         if not per_file:
             storage.rehash_pending()
         storage.rebuild_indexes()  # loading leaves them to the end: one sort per table

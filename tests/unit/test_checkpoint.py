@@ -563,6 +563,25 @@ def test_a_chain_loads_its_deltas_unhashed_and_checks_the_state_it_returns(
     assert bad.value.epoch == 2  # the first file whose state is wrong
 
 
+def test_a_chain_loads_its_base_unhashed_too(tmp_path: Path) -> None:
+    """A chain's base is not hashed on its own either (each base row is digested once,
+    in the state's hash at the end): a doctored base row that a delta overwrites still
+    loads the later state, which is right; loading the base's own epoch fails."""
+    s = _mixed_storage()
+    chain = checkpoint.CheckpointChain(s)
+    p1 = _checkpoint(tmp_path, chain, 1)
+    rows, _, _ = checkpoint._decode_rows(_frames_of(p1)[1], p1, None, True)
+    table, key, row = rows[0]  # the row _doctor_first_row changes
+    _txn(s, {(table, key): (row[0] + 7, *row[1:])})
+    p2 = _checkpoint(tmp_path, chain, 2)
+    _doctor_first_row(p1)
+    info, loaded = checkpoint.load(p2)
+    assert _state(loaded) == _state(s) and info.epoch == 2
+    with pytest.raises(checkpoint.CheckpointInvalid, match="hash to") as bad:
+        checkpoint.load(p1)
+    assert bad.value.epoch == 1
+
+
 def test_check_validates_a_delta_against_a_replayed_state(tmp_path: Path) -> None:
     """Replay's way: the state at the parent plus the changes recorded while replaying
     the interval validate the delta without loading its chain."""
