@@ -501,7 +501,8 @@ class Storage:
         self, table: str, keys: Sequence[tuple], encodings: Sequence[bytes], digests: int
     ) -> int:
         """Bulk insert rows of one table as pending rows (see the module docstring): each
-        key with its encoding (the bytes read, whose digests sum to ``digests``).
+        key with its encoding (the bytes read, whose digests sum to ``digests``; 0 from
+        a chain's loader, which sets the hash once at the end: ``rehash_pending``).
 
         The checkpoint loader's path for a base or static file, into a Storage being
         loaded (``_loading``): rows come from a validated file. Returns how many keys
