@@ -10,7 +10,10 @@ Rules:
   the msgpack-encoded prefix, or e.g. the TPC-C warehouse number); a replicated
   table's keys live everywhere (``REPLICATED``) and are never locked.
 - The *participants* of a transaction are the partitions its footprint touches
-  (sorted); a footprint of replicated tables only goes to partition 0.
+  (sorted); a footprint of replicated tables only goes to partition 0. They are
+  computed where the footprint's entries are checked, in the same pass over them
+  (``Procedure.participants_of``: the sequencer, replay, the simulator's checks), by
+  this rule: a key's partition as above.
 - Its *executors* are the participants holding some of its writes (all of them run
   the whole body and apply their local writes); if it writes nothing, the lowest
   participant. Its *reporter* (the one partition per replica that answers) is the
@@ -52,20 +55,6 @@ def partition_of(table_name: str, key: tuple, partitions: int) -> int:
 
 def lock_name(table_name: str, key: tuple) -> tuple:
     return (table_name, key[: catalog.table(table_name).lock_prefix])
-
-
-def participants(reads: FootprintEntries, writes: FootprintEntries, partitions: int) -> tuple:
-    """Partitions a footprint touches, sorted; replicated-only footprints: (0,)."""
-    if partitions == 1:
-        return (0,)
-    parts = set()
-    table = catalog.table
-    for entries in (reads, writes):
-        for t, key in entries:
-            spec = table(t)
-            if not spec.replicated:
-                parts.add(spec.placement(key[: spec.place_prefix], partitions))
-    return tuple(sorted(parts)) if parts else (0,)
 
 
 def executors(writes: FootprintEntries, participants_: tuple, partitions: int) -> tuple:

@@ -176,9 +176,10 @@ class Procedure:
         return fp
 
     def participants_of(self, args: Sequence[Any], partitions: int) -> tuple[int, ...]:
-        """The partitions the call touches (txn_library.placement.participants) of its
-        footprint, checked as ``footprint_of`` checks it: both in one pass (this runs
-        for every call at the sequencer and again in replay)."""
+        """The partitions the call's footprint touches, sorted (a footprint of
+        replicated tables only: partition 0; the rule of txn_library.placement),
+        checked as ``footprint_of`` checks it: both in one pass (this runs for every
+        call at the sequencer and again in replay)."""
         places = self._checked_places(self.footprint(*args), partitions)
         return tuple(sorted(places)) if places else (0,)
 
