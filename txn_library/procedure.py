@@ -213,8 +213,28 @@ class Procedure:
                 elif spec.replicated:
                     raise BadRequest(ERR_BAD_ARGUMENTS, f"{self.name}: writes replicated {t}")
                 if place is not None and not spec.replicated:
-                    place(spec.placement(key[: spec.place_prefix], partitions))
+                    if spec.by_first_int:  # place_by_first_int, inline (a call costs more)
+                        first = key[0]
+                        if type(first) is not int:
+                            raise self._unplaceable(t, key)
+                        place((first - 1) % partitions)
+                    else:
+                        p = spec.placement(key[: spec.place_prefix], partitions)
+                        if type(p) is not int or not 0 <= p < partitions:
+                            raise self._unplaceable(t, key)
+                        place(p)
         return places
+
+    def _unplaceable(self, t: str, key: Any) -> BadRequest:
+        """A footprint entry whose key places it on no partition: under
+        place_by_first_int a first key part that is not an int (a float gave a
+        participant 0.5, a call that no partition took as its own), or a placement
+        function's answer outside 0..partitions-1."""
+        return BadRequest(
+            ERR_BAD_ARGUMENTS,
+            f"{self.name}: footprint entry {t}{brief(key)} places on no partition "
+            f"(its placement prefix must be what the table's placement takes)",
+        )
 
 
 _REGISTRY: dict[str, Procedure] = {}

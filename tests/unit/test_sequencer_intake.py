@@ -17,8 +17,10 @@ import txn_library.builtin  # noqa: F401
 from sequencer.log import CommandLog, iter_frames
 from sequencer.sequencer import Sequencer
 from txn_library import limits, wire
-from txn_library.errors import ERROR, OK
+from txn_library.catalog import Table, place_by_first_int, register_table
+from txn_library.errors import ERR_BAD_ARGUMENTS, ERROR, OK
 from txn_library.partition_wire import MSG_RESULTS, PartitionStatus
+from txn_library.procedure import Arg, Footprint, procedure
 
 STATUS = (1, 1, 0, 0, 1, 0, 0, 0, False, 1, 0, 0, 0, 0)  # a well-formed partition status
 
@@ -321,3 +323,34 @@ def test_answered_calls_give_the_collector_nothing_to_walk(tmp_path: Path) -> No
     s.on_calls(b"id", b"c1", ((2, "kv.get", ("k",)),))  # a retry: the same answer
     assert s.take_client_out()[b"id"] == [(2, OK, (7, "x", ((1, "a", 2.5), (2, "b", None))))]
     assert not s.take_query_out()
+
+
+register_table(
+    Table("intake_by_int", key_len=2, lock_len=1, placement=place_by_first_int, columns=("v",))
+)
+
+
+@procedure(
+    "intake.touch",
+    [Arg("intake_first", "any")],  # a name no other procedure's argument has
+    lambda intake_first: Footprint(writes=(("intake_by_int", (intake_first, 1)),)),
+)
+def _touch(ctx: object, intake_first: object) -> None:
+    return None
+
+
+def test_a_key_that_places_on_no_partition_is_refused_and_not_sequenced(tmp_path: Path) -> None:
+    """A float first key part under place_by_first_int gave participant 0.5: a call
+    logged for a partition that does not exist, which no partition would run."""
+    s = _seq(tmp_path)
+    bad = [1.5, True, "2", None]
+    s.on_frame(b"c", _frame(b"c1", *[[i, "intake.touch", [v]] for i, v in enumerate(bad)]))
+    s.on_frame(b"c", _frame(b"c1", [len(bad), "intake.touch", [2]]))
+    s.run_intake()
+    errors = _errors(s, b"c")
+    assert sorted(e[0] for e in errors) == list(range(len(bad)))
+    assert all(e[2][0] == ERR_BAD_ARGUMENTS for e in errors)
+    assert s.tick(1000) is not None
+    assert [(t.args, t.participants) for t in _logged_txns(tmp_path)] == [((2,), (1,))]
+    with pytest.raises(TypeError):
+        place_by_first_int((1.5,), 2)
