@@ -186,6 +186,13 @@ class Procedure:
     def _checked_places(self, fp: Footprint, partitions: int) -> set[int]:
         """Raise BadRequest unless every entry of ``fp`` fits its table; the partitions
         of its non-replicated entries (none are computed for one partition)."""
+        try:  # partitions make sets and lock names of them: hashable, or refused here
+            hash(tuple(fp.reads))
+            hash(tuple(fp.writes))
+        except TypeError as e:
+            raise BadRequest(
+                ERR_BAD_ARGUMENTS, f"{self.name}: footprint keys must be hashable ({e})"
+            ) from None
         places: set[int] = set()
         place = places.add if partitions > 1 else None
         read_only = self.read_only

@@ -354,3 +354,33 @@ def test_a_key_that_places_on_no_partition_is_refused_and_not_sequenced(tmp_path
     assert [(t.args, t.participants) for t in _logged_txns(tmp_path)] == [((2,), (1,))]
     with pytest.raises(TypeError):
         place_by_first_int((1.5,), 2)
+
+
+register_table(Table("intake_hashed", key_len=1, columns=("v",)))  # placed by hash
+
+
+@procedure(
+    "intake.touch_hashed",
+    [Arg("intake_key", "any")],
+    lambda intake_key: Footprint(writes=(("intake_hashed", (intake_key,)),)),
+)
+def _touch_hashed(ctx: object, intake_key: object) -> None:
+    return None
+
+
+def test_a_footprint_key_no_partition_can_hash_is_refused_and_not_sequenced(
+    tmp_path: Path,
+) -> None:
+    """A map argument that a procedure puts into a footprint key reached the batch, and
+    every partition then raised at admission (a set of the footprint's entries): the
+    same call on replay again, a replica that could never come back."""
+    s = _seq(tmp_path)
+    s.on_frame(b"c", _frame(b"c1", [0, "intake.touch_hashed", [{"a": 1}]]))
+    s.on_frame(b"c", _frame(b"c1", [1, "intake.touch_hashed", [[1, {"b": 2}]]]))
+    s.on_frame(b"c", _frame(b"c1", [2, "intake.touch_hashed", [3]]))
+    s.run_intake()
+    errors = _errors(s, b"c")
+    assert [(e[0], e[2][0]) for e in errors] == [(0, ERR_BAD_ARGUMENTS), (1, ERR_BAD_ARGUMENTS)]
+    assert "hashable" in errors[0][2][1]
+    assert s.tick(1000) is not None
+    assert [t.args for t in _logged_txns(tmp_path)] == [(3,)]
