@@ -218,6 +218,16 @@ def ha_layout(cfg: ClusterConfig) -> ClusterConfig:
     )
 
 
+# What ``ordo up`` keeps of an existing cluster.json (no flag of it sets these).
+_KEPT_BY_UP = (
+    "genesis",
+    "genesis_args",
+    "checkpoint_every_s",
+    "checkpoint_keep",
+    "log_segment_bytes",
+)
+
+
 def _config_for_up(
     data_dir: str,
     replicas: int,
@@ -228,8 +238,15 @@ def _config_for_up(
     modules: tuple[str, ...],
     checkpoint_every: int,
 ) -> ClusterConfig:
+    """The config ``ordo up`` runs with: its flags, over what the data directory's
+    cluster.json holds if there is one. The database's own settings are the directory's,
+    never the flags' defaults: its shape (replicas x partitions: another is refused),
+    its genesis (the state its command log starts from: a restart without it would
+    replay the log over empty tables, a wrong state served as live), its procedure
+    modules (the flags' are added), checkpoint retention and log segment size."""
     base = ClusterConfig()
     mods = tuple(dict.fromkeys(base.procedure_modules + modules))
+    kept: dict[str, Any] = {}
     existing = Path(data_dir) / CONFIG_FILE
     if existing.exists():
         old = load_config(data_dir)
@@ -239,6 +256,7 @@ def _config_for_up(
                 f"to start over or the same --replicas/--partitions"
             )
         mods = tuple(dict.fromkeys(old.procedure_modules + mods))
+        kept = {name: getattr(old, name) for name in _KEPT_BY_UP}
     return ClusterConfig(
         replicas=replicas,
         partitions=partitions,
@@ -248,6 +266,7 @@ def _config_for_up(
         fsync=fsync,
         procedure_modules=mods,
         checkpoint_every_epochs=checkpoint_every,
+        **kept,
     )
 
 

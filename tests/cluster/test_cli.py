@@ -305,3 +305,32 @@ def test_up_refuses_to_switch_a_data_dir_between_single_and_replicated(tmp_path:
     ClusterConfig(data_dir=str(tmp_path)).save()
     out = CliRunner().invoke(main, ["up", "--ha", "--data-dir", str(tmp_path)])
     assert out.exit_code != 0 and "--fresh" in out.output
+
+
+def test_up_keeps_the_data_dirs_genesis_and_retention(tmp_path: Path) -> None:
+    """`ordo up` on a directory that `ordo tpcc run --keep-data` made built its config
+    from its flags and dropped the genesis: the partitions replayed the command log
+    over empty tables and served that state as live (every state hash 0)."""
+    from cluster.cli import _config_for_up
+
+    ClusterConfig(
+        data_dir=str(tmp_path),
+        procedure_modules=("txn_library.builtin", "tpcc.procedures"),
+        genesis="tpcc.loader:genesis",
+        genesis_args={"warehouses": 2, "seed": 1, "load_ts_ms": 1_700_000_000_000},
+        checkpoint_every_s=30.0,
+        checkpoint_keep=7,
+        log_segment_bytes=1 << 20,
+    ).save()
+    cfg = _config_for_up(str(tmp_path), 2, 2, free_base_port(), 5, True, ("kv.extra",), 100)
+    assert cfg.genesis == "tpcc.loader:genesis"
+    assert cfg.genesis_args == {"warehouses": 2, "seed": 1, "load_ts_ms": 1_700_000_000_000}
+    assert (cfg.checkpoint_every_s, cfg.checkpoint_keep, cfg.log_segment_bytes) == (
+        30.0,
+        7,
+        1 << 20,
+    )
+    assert cfg.procedure_modules == ("txn_library.builtin", "tpcc.procedures", "kv.extra")
+    assert (cfg.epoch_duration_ms, cfg.checkpoint_every_epochs) == (5, 100)  # the flags'
+    fresh = _config_for_up(str(tmp_path / "new"), 2, 2, free_base_port(), 10, True, (), 0)
+    assert fresh.genesis is None and fresh.checkpoint_keep == ClusterConfig().checkpoint_keep
