@@ -104,6 +104,11 @@ def up(
     default=None,
     help="Embedded cluster directory (default: a temporary one, removed afterwards).",
 )
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Delete --data-dir first if it exists (without it, an existing one is refused).",
+)
 @click.option("--keep-data", is_flag=True, help="Keep the temporary data directory.")
 @click.option(
     "--mix",
@@ -146,6 +151,7 @@ def run(
     epoch_ms: int,
     attach: str | None,
     data_dir: str | None,
+    fresh: bool,
     keep_data: bool,
     mix: str,
     duration: float,
@@ -194,13 +200,14 @@ def run(
         check=check,
         attach=attach,
         data_dir=data_dir,
+        fresh=fresh,
         keep_data=keep_data,
         out=out or None,
         progress=not quiet,
     )
     try:
         result = run_driver(opts)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
         raise click.ClickException(str(e)) from None
     if check and not result.get("check", {}).get("ok", False):
         sys.exit(1)

@@ -72,6 +72,7 @@ class RunOptions:
     check: bool = True
     attach: str | None = None
     data_dir: str | None = None
+    fresh: bool = False  # an existing data_dir is deleted first (else refused)
     keep_data: bool = False
     out: str | None = "results/tpcc_run.json"
     progress: bool = True
@@ -327,6 +328,12 @@ def run(opts: RunOptions, log: Callable[[str], None] = _stderr) -> dict[str, Any
         if data_dir is None:
             data_dir = tmp_dir = tempfile.mkdtemp(prefix="ordo-tpcc-")
         elif Path(data_dir).exists():
+            if not opts.fresh:  # a database lives there: never deleted unasked
+                raise FileExistsError(
+                    f"{data_dir} exists; pass --fresh to start a new TPC-C database there "
+                    f"(it is deleted first), or --attach {data_dir} to drive the cluster "
+                    f"running there"
+                )
             shutil.rmtree(data_dir)
         cfg = embedded_config(opts, data_dir, free_base_port())
     load_before = os.getloadavg()

@@ -334,3 +334,13 @@ def test_up_keeps_the_data_dirs_genesis_and_retention(tmp_path: Path) -> None:
     assert (cfg.epoch_duration_ms, cfg.checkpoint_every_epochs) == (5, 100)  # the flags'
     fresh = _config_for_up(str(tmp_path / "new"), 2, 2, free_base_port(), 10, True, (), 0)
     assert fresh.genesis is None and fresh.checkpoint_keep == ClusterConfig().checkpoint_keep
+
+
+def test_tpcc_run_never_deletes_an_existing_data_dir_unasked(tmp_path: Path) -> None:
+    """`ordo tpcc run --data-dir D` deleted D first, whatever database it held."""
+    d = tmp_path / "ordo-data"
+    d.mkdir()
+    (d / CONFIG_FILE).write_text("{}")
+    r = CliRunner().invoke(main, ["tpcc", "run", "--data-dir", str(d), "--duration", "1"])
+    assert r.exit_code != 0 and "--fresh" in r.output and "--attach" in r.output, r.output
+    assert (d / CONFIG_FILE).read_text() == "{}"
