@@ -748,7 +748,7 @@ def dump(replica: int, out_dir: str, fmt: str, timeout: float, data_dir: str) ->
     """
     from cluster.launcher import cluster_client
     from executor.core import checkpoint as ckpt
-    from executor.replay.export import export_rows
+    from executor.replay.export import export_rows, prepare_output, write_marker
 
     cfg = load_config(data_dir)
     _load_modules(cfg)
@@ -758,17 +758,29 @@ def dump(replica: int, out_dir: str, fmt: str, timeout: float, data_dir: str) ->
         )
     if cfg.checkpoint_keep <= 0:
         raise click.ClickException("checkpoints are disabled (checkpoint_keep = 0)")
+    try:  # before the checkpoint: a refused --out costs the cluster nothing
+        out = prepare_output(out_dir, "dump")
+    except FileExistsError as e:
+        raise click.ClickException(str(e)) from None
     with cluster_client(cfg, leader_address(cfg)) as c:
         epoch = _request_checkpoint(c)
         _wait_checkpoint_durable(c, epoch, [replica], cfg.partitions, timeout)
+    files = _checkpoint_files(cfg, replica, epoch)
+    # Marked first: a dump that stops half way is replaced by the next one to this --out.
+    write_marker(out, "dump", {"replica": replica, "epoch": epoch, "complete": False})
     totals: dict[str, int] = {}
-    for p, path in enumerate(_checkpoint_files(cfg, replica, epoch)):
+    for p, path in enumerate(files):
         try:
-            written = export_rows(ckpt.iter_rows(path), Path(out_dir), p, fmt)
+            written = export_rows(ckpt.iter_rows(path), out, p, fmt)
         except (ckpt.CheckpointInvalid, OSError) as e:
             raise click.ClickException(f"export incomplete ({out_dir}): {e}") from None
         for t, n in written.items():
             totals[t] = totals.get(t, 0) + n
+    write_marker(
+        out,
+        "dump",
+        {"replica": replica, "epoch": epoch, "complete": True, "format": fmt, "rows": totals},
+    )
     click.echo(f"replica {replica} at epoch {epoch} -> {out_dir} ({fmt})")
     for t, n in sorted(totals.items()):
         click.echo(f"  {t:<20} {n:>10} rows")

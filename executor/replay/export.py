@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable
+import shutil
+import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from txn_library import catalog
 
 CHUNK_ROWS = 50_000
+MARKER = "_ordo.json"  # in an output directory Ordo wrote (dump, replay), with what wrote it
 _SCALARS = (int, str, float, bool)
 
 
@@ -123,3 +126,28 @@ def export_rows(
         for w in writers.values():
             w.close()
     return {t: w.count for t, w in writers.items()}
+
+
+# Output directories -----------------------------------------------------------------------
+def prepare_output(out: str | Path, command: str) -> Path:
+    """Make ``out`` writable for ``command``: an empty or missing directory, or one Ordo
+    wrote before (its MARKER: emptied first, so no file of an older output is left to be
+    read with the new one); anything else is refused, never replaced."""
+    path = Path(out)
+    if path.exists():
+        if not path.is_dir():
+            raise FileExistsError(f"{path} exists and is not a directory")
+        if any(path.iterdir()) and not (path / MARKER).exists():
+            raise FileExistsError(
+                f"{path} is not empty and was not written by `ordo {command}` or another "
+                f"ordo command; choose another --out"
+            )
+        shutil.rmtree(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_marker(out: Path, command: str, info: Mapping[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    body = {"command": command, "written_at": time.strftime("%Y-%m-%d %H:%M:%S"), **info}
+    (out / MARKER).write_text(json.dumps(body, indent=2, default=str) + "\n")

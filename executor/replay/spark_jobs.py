@@ -38,9 +38,7 @@ goes with them as a zip of PACKAGES.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -56,6 +54,7 @@ from urllib.parse import urlparse
 from executor.core.checkpoint import DELTA_ROW_LOAD_WEIGHT
 from executor.core.storage import release_heap, release_retired
 from executor.replay.boundaries import Boundary, peer_checkpoint_dirs, scan_checkpoints
+from executor.replay.export import prepare_output, write_marker
 from executor.replay.intervals import VERIFY_COLUMNS, IntervalTask
 from executor.replay.reconstruct import reconstruct
 from executor.replay.spec import ReplaySpec, log_last_epoch, log_segments
@@ -73,7 +72,6 @@ from executor.replay.verdicts import PASSED, UNCHECKED
 from executor.replay.verify import annotate_results, plan_history, verify_run
 from txn_library.errors import invariant
 
-MARKER = "_ordo.json"
 # What a task may import: the engine below cluster/, and workloads' procedures (tpcc).
 PACKAGES = ("executor", "scheduler", "sequencer", "tpcc", "txn_library")
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -140,28 +138,6 @@ def _code_zip() -> Path:
 
 def parallelism(spark: Any) -> int:
     return int(spark.sparkContext.defaultParallelism)
-
-
-# Output directories -----------------------------------------------------------------------
-def prepare_output(out: str | Path, command: str) -> Path:
-    """Make ``out`` writable for ``command``: refuse to replace anything we did not write."""
-    path = Path(out)
-    if path.exists():
-        if not path.is_dir():
-            raise FileExistsError(f"{path} exists and is not a directory")
-        if any(path.iterdir()) and not (path / MARKER).exists():
-            raise FileExistsError(
-                f"{path} is not empty and was not written by `ordo replay`; choose another --out"
-            )
-        shutil.rmtree(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def write_marker(out: Path, command: str, info: Mapping[str, Any]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    body = {"command": command, "written_at": time.strftime("%Y-%m-%d %H:%M:%S"), **info}
-    (out / MARKER).write_text(json.dumps(body, indent=2, default=str) + "\n")
 
 
 def _ts(ms: int | None) -> dt.datetime | None:

@@ -122,6 +122,19 @@ def test_ordo_up_call_status_dump_and_ctrl_c(tmp_path: Path) -> None:
                 for rec in csv.DictReader(fh):
                     balances[int(rec["key_0"])] = int(rec["balance"])
         assert balances[1] == 70 and balances[2] == 130 and sum(balances.values()) == 1000
+        # A second dump to the same --out replaces the first whole: no file of the old one
+        # is left to be read with it. A directory Ordo did not write is never replaced.
+        stale = out / "account" / "part-0007.csv"
+        stale.write_text("key_0,balance\n1,999999\n")
+        r = _ordo("dump", "--replica", "0", "--out", str(out), "--format", "csv", data_dir=data)
+        assert r.returncode == 0, r.stderr
+        assert not stale.exists() and json.loads((out / "_ordo.json").read_text())["complete"]
+        foreign = tmp_path / "mine"
+        foreign.mkdir()
+        (foreign / "notes.txt").write_text("keep me")
+        r = _ordo("dump", "--out", str(foreign), data_dir=data)
+        assert r.returncode == 1 and "choose another --out" in r.stderr, r.stderr
+        assert (foreign / "notes.txt").read_text() == "keep me"
 
         r = _ordo("log", "prune", data_dir=data)
         assert r.returncode == 0, r.stderr
