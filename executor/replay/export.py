@@ -139,8 +139,8 @@ def prepare_output(out: str | Path, command: str) -> Path:
             raise FileExistsError(f"{path} exists and is not a directory")
         if any(path.iterdir()) and not (path / MARKER).exists():
             raise FileExistsError(
-                f"{path} is not empty and was not written by `ordo {command}` or another "
-                f"ordo command; choose another --out"
+                f"{path} is not empty and was not written by `ordo dump` or `ordo replay`; "
+                f"choose another --out for {command}"
             )
         shutil.rmtree(path)
     path.parent.mkdir(parents=True, exist_ok=True)
