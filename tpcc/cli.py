@@ -3,7 +3,7 @@
   ordo tpcc up       start a TPC-C cluster (partitions load their warehouses), foreground
   ordo tpcc run      embedded cluster (or --attach DATA_DIR), drive terminals, report,
                      check consistency and replica hashes, write JSON
-  ordo tpcc check    consistency conditions 1-4 + replica hashes on a running cluster
+  ordo tpcc check    consistency conditions 1-7 + replica hashes on a running cluster
 
 Registered on the ``ordo`` group by cluster/cli.py. Top-level imports stay light
 (click only) so that ``ordo --help`` does not pay for the driver.
@@ -218,7 +218,7 @@ def run(
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--timeout", default=120.0, show_default=True)
 def check(data_dir: str, as_json: bool, timeout: float) -> None:
-    """Consistency conditions 1-4 on every warehouse of every replica, and equal replica
+    """Consistency conditions 1-7 on every warehouse of every replica, and equal replica
     state hashes, on the running cluster in DATA_DIR."""
     from cluster.cli import load_config
     from tpcc.driver import check_cluster, warehouses_of

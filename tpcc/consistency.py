@@ -1,4 +1,4 @@
-"""TPC-C consistency conditions 1-4 (clauses 3.3.2.1-3.3.2.4) over in-memory tables.
+"""TPC-C consistency conditions 1-7 (clauses 3.3.2.1-3.3.2.7) over in-memory tables.
 
 ``tables`` maps a table name to a mapping key -> row in the layout of
 ``tpcc.schema``. Every condition is checked per warehouse / district, for the given
@@ -12,6 +12,16 @@ same data always gives the same list. An empty list means consistent.
 3. max(NO_O_ID) - min(NO_O_ID) + 1 = number of NEW-ORDER rows in each district
    (again only where there are any).
 4. sum(O_OL_CNT) = number of ORDER-LINE rows in each district.
+5. O_CARRIER_ID is null iff the order has a NEW-ORDER row.
+6. O_OL_CNT = number of the order's ORDER-LINE rows.
+7. OL_DELIVERY_D is null iff its order's O_CARRIER_ID is null (a line without its
+   order is a violation).
+
+Conditions 5-7 are per order (or line): at most ``PER_ROW_SHOWN`` violations of each
+are listed, then one line with how many more (a result must stay small). Conditions
+8-12 need HISTORY and customers of other warehouses (a payment's customer may live
+elsewhere), so a partition cannot check them alone; they hold on dumps (checked
+off-line, docs/TPCC.md).
 """
 
 from __future__ import annotations
@@ -24,7 +34,9 @@ from tpcc.schema import (
     D_YTD,
     DISTRICT,
     NEW_ORDER,
+    O_CARRIER_ID,
     O_OL_CNT,
+    OL_DELIVERY_D,
     ORDER_LINE,
     ORDERS,
     W_YTD,
@@ -33,10 +45,11 @@ from tpcc.schema import (
 
 Tables = Mapping[str, Mapping[tuple, tuple]]
 DistrictId = tuple[int, int]  # (w_id, d_id)
+PER_ROW_SHOWN = 10  # violations listed per per-order condition (5-7); then a count
 
 
 def check_consistency(tables: Tables, warehouses: Iterable[int]) -> list[str]:
-    """Violations of consistency conditions 1-4 for ``warehouses`` (empty: consistent)."""
+    """Violations of consistency conditions 1-7 for ``warehouses`` (empty: consistent)."""
     wanted = frozenset(warehouses)
     districts = sorted(k for k in tables.get(DISTRICT, {}) if k[0] in wanted)
     return [
@@ -44,6 +57,9 @@ def check_consistency(tables: Tables, warehouses: Iterable[int]) -> list[str]:
         *condition_2(tables, wanted, districts),
         *condition_3(tables, wanted, districts),
         *condition_4(tables, wanted, districts),
+        *condition_5(tables, wanted),
+        *condition_6(tables, wanted),
+        *condition_7(tables, wanted),
     ]
 
 
@@ -127,6 +143,72 @@ def condition_4(tables: Tables, wanted: frozenset[int], districts: list[District
         for w_d in districts
         if ol_cnt_sum[w_d] != lines[w_d]
     ]
+
+
+def condition_5(tables: Tables, wanted: frozenset[int]) -> list[str]:
+    """Clause 3.3.2.5: O_CARRIER_ID is null iff there is a NEW-ORDER row for the order."""
+    new_order = tables.get(NEW_ORDER, {})
+    return _shown(
+        5,
+        (
+            f"order {key}: o_carrier_id {row[O_CARRIER_ID]!r}, "
+            f"{'a' if key in new_order else 'no'} new-order row"
+            for key, row in sorted(tables.get(ORDERS, {}).items())
+            if key[0] in wanted and (row[O_CARRIER_ID] is None) != (key in new_order)
+        ),
+    )
+
+
+def condition_6(tables: Tables, wanted: frozenset[int]) -> list[str]:
+    """Clause 3.3.2.6: O_OL_CNT = the number of the order's ORDER-LINE rows."""
+    lines: Counter[tuple] = Counter(
+        key[:3] for key in tables.get(ORDER_LINE, {}) if key[0] in wanted
+    )
+    return _shown(
+        6,
+        (
+            f"order {key}: o_ol_cnt {row[O_OL_CNT]} != {lines[key]} order-line rows"
+            for key, row in sorted(tables.get(ORDERS, {}).items())
+            if key[0] in wanted and row[O_OL_CNT] != lines[key]
+        ),
+    )
+
+
+def condition_7(tables: Tables, wanted: frozenset[int]) -> list[str]:
+    """Clause 3.3.2.7: OL_DELIVERY_D is null iff its order's O_CARRIER_ID is null."""
+    orders = tables.get(ORDERS, {})
+
+    def wrong(key: tuple, row: tuple) -> str | None:
+        order = orders.get(key[:3])
+        if order is None:
+            return f"order line {key}: its order is missing"
+        if (row[OL_DELIVERY_D] is None) != (order[O_CARRIER_ID] is None):
+            return (
+                f"order line {key}: ol_delivery_d {row[OL_DELIVERY_D]!r}, "
+                f"o_carrier_id {order[O_CARRIER_ID]!r}"
+            )
+        return None
+
+    found = (
+        wrong(key, row)
+        for key, row in sorted(tables.get(ORDER_LINE, {}).items())
+        if key[0] in wanted
+    )
+    return _shown(7, (v for v in found if v is not None))
+
+
+def _shown(condition: int, violations: Iterable[str]) -> list[str]:
+    """The first PER_ROW_SHOWN violations of a per-order condition, then a count."""
+    out: list[str] = []
+    more = 0
+    for v in violations:
+        if len(out) < PER_ROW_SHOWN:
+            out.append(f"condition {condition}: {v}")
+        else:
+            more += 1
+    if more:
+        out.append(f"condition {condition}: {more} more")
+    return out
 
 
 def _max_third(rows: Mapping[tuple, tuple], wanted: frozenset[int]) -> dict[DistrictId, int]:

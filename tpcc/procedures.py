@@ -11,7 +11,7 @@ Procedures (positional arguments; money in cents, rates in basis points, dates i
       dependent: recon ``tpcc.delivery_recon``; appends a per-district prediction
   tpcc.order_status(w_id, d_id, c_id, c_last)    read-only; c_id 0 = by last name, 2.6
   tpcc.stock_level(w_id, d_id, threshold)        read-only                  clause 2.8
-  tpcc.check_warehouse(w_id)                     read-only; consistency conditions 1-4
+  tpcc.check_warehouse(w_id)                     read-only; consistency conditions 1-7
 
 Footprints and lock granularity (``tpcc.schema``): warehouse, district and customer
 rows and stock (w, i) are locked per row; orders, new_order, order_line,
@@ -743,7 +743,7 @@ def stock_level(ctx: Context, w_id: int, d_id: int, threshold: int) -> Any:
     read_only=True,
 )
 def check_warehouse(ctx: Context, w_id: int) -> list[str]:
-    """Consistency conditions 1-4 (clauses 3.3.2.1-3.3.2.4) on one warehouse's rows at
+    """Consistency conditions 1-7 (clauses 3.3.2.1-3.3.2.7) on one warehouse's rows at
     the replica that runs it; returns the violations (empty: consistent)."""
     w = ctx.get(WAREHOUSE, (w_id,))
     districts: dict[tuple, tuple] = {}

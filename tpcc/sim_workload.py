@@ -6,7 +6,7 @@ Payment by id and by last name (dependent: reconnaissance, prediction, re-check)
 Order-Status, Delivery (dependent) and Stock-Level. The database is the genesis
 ``tpcc.loader:genesis``, built once per process and cloned (simulator workloads).
 
-Checker: consistency conditions 1-4 (tpcc.consistency) on the serial oracle and, for
+Checker: consistency conditions 1-7 (tpcc.consistency) on the serial oracle and, for
 every replica, on each warehouse at the partition that holds it.
 
 Registered in ``executor.deterministic.workloads.WORKLOADS`` as "tpcc"; it lives here

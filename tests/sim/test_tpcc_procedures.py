@@ -507,7 +507,7 @@ def test_stock_level_counts_distinct_low_items_of_the_last_20_orders(sim: Sim) -
 def test_standard_mix_partitioned_equals_serial_and_stays_consistent(sim: Sim) -> None:
     """1,500 calls of the standard mix (45/43/4/4/4) through the sequencer: every batch
     gives the same results and state hashes on both 2-partition replicas and on the
-    serial oracle (checked by Sim), and consistency conditions 1-4 hold after."""
+    serial oracle (checked by Sim), and consistency conditions 1-7 hold after."""
     inputs = TpccInputs(WAREHOUSES, PARTITIONS, seed=9, load_seed=SEED, mix="standard")
     terminals = terminals_for(20, WAREHOUSES)
     counts: dict[str, list[int]] = {}

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpcc import schema as s
-from tpcc.consistency import check_consistency
+from tpcc.consistency import PER_ROW_SHOWN, check_consistency
 from tpcc.loader import generate, generate_items, generate_warehouse, load_c
 from tpcc.tpcc_random import (
     ALPHANUMERIC,
@@ -346,7 +346,7 @@ def test_rows_do_not_depend_on_process_hash_seed() -> None:
         assert out.stdout.strip() == here
 
 
-# --- consistency conditions 1-4 (clause 3.3.2) -------------------------------------
+# --- consistency conditions 1-7 (clause 3.3.2) -------------------------------------
 
 
 def test_loaded_database_is_consistent(w1: Tables) -> None:
@@ -399,7 +399,8 @@ def test_missing_new_order_violates_condition_3(w1: Tables) -> None:
     del new_order[1, 7, 2500]
     violations = check_consistency(_with(w1, s.NEW_ORDER, new_order), [1])
     assert violations == [
-        "condition 3: district (1, 7): max(no_o_id) - min(no_o_id) + 1 = 900 != 899 new-order rows"
+        "condition 3: district (1, 7): max(no_o_id) - min(no_o_id) + 1 = 900 != 899 new-order rows",
+        "condition 5: order (1, 7, 2500): o_carrier_id None, no new-order row",
     ]
 
 
@@ -407,7 +408,44 @@ def test_missing_order_line_violates_condition_4(w1: Tables) -> None:
     order_line = dict(w1[s.ORDER_LINE])
     del order_line[1, 9, 42, 1]
     violations = check_consistency(_with(w1, s.ORDER_LINE, order_line), [1])
-    assert len(violations) == 1 and violations[0].startswith("condition 4: district (1, 9)")
+    assert len(violations) == 2 and violations[0].startswith("condition 4: district (1, 9)")
+    assert violations[1] == "condition 6: order (1, 9, 42): o_ol_cnt 5 != 4 order-line rows"
+
+
+def test_a_carrier_on_an_undelivered_order_violates_conditions_5_and_7(w1: Tables) -> None:
+    orders = dict(w1[s.ORDERS])
+    orders[1, 2, 2999] = _replace(orders[1, 2, 2999], s.O_CARRIER_ID, 4)  # still a new order
+    violations = check_consistency(_with(w1, s.ORDERS, orders), [1])
+    assert violations[0] == "condition 5: order (1, 2, 2999): o_carrier_id 4, a new-order row"
+    lines = orders[1, 2, 2999][s.O_OL_CNT]  # each of its lines is still undelivered
+    shown = min(lines, PER_ROW_SHOWN)
+    assert violations[1 : 1 + shown] == [
+        f"condition 7: order line (1, 2, 2999, {n}): ol_delivery_d None, o_carrier_id 4"
+        for n in range(1, shown + 1)
+    ]
+    assert violations[1 + shown :] == (
+        [f"condition 7: {lines - shown} more"] if lines > shown else []
+    )
+
+
+def test_a_delivery_date_on_an_undelivered_line_violates_condition_7(w1: Tables) -> None:
+    order_line = dict(w1[s.ORDER_LINE])
+    order_line[1, 5, 2700, 1] = _replace(order_line[1, 5, 2700, 1], s.OL_DELIVERY_D, LOAD_TS_MS)
+    violations = check_consistency(_with(w1, s.ORDER_LINE, order_line), [1])
+    assert violations == [
+        f"condition 7: order line (1, 5, 2700, 1): ol_delivery_d {LOAD_TS_MS}, o_carrier_id None"
+    ]
+
+
+def test_per_order_violations_are_listed_up_to_a_bound_then_counted(w1: Tables) -> None:
+    """A result must stay small: a systematic error lists PER_ROW_SHOWN orders and how
+    many more (here: every delivered order of district 3 loses its carrier)."""
+    orders = {
+        k: _replace(r, s.O_CARRIER_ID, None) if k[1] == 3 else r for k, r in w1[s.ORDERS].items()
+    }
+    violations = check_consistency(_with(w1, s.ORDERS, orders), [1])
+    five = [v for v in violations if v.startswith("condition 5")]
+    assert len(five) == PER_ROW_SHOWN + 1 and five[-1] == "condition 5: 2090 more"
 
 
 def test_missing_warehouse_is_reported(w1: Tables) -> None:
