@@ -218,7 +218,10 @@ def ha_layout(cfg: ClusterConfig) -> ClusterConfig:
     )
 
 
-# What ``ordo up`` keeps of an existing cluster.json (no flag of it sets these).
+# Every ClusterConfig field, by what ``ordo up`` does with it on a directory that holds a
+# cluster (tests/cluster/test_cli.py checks that each field is in exactly one group, so
+# a new field has to be placed here):
+# kept from its cluster.json (no flag sets these: they are the database's own)
 _KEPT_BY_UP = (
     "genesis",
     "genesis_args",
@@ -226,6 +229,30 @@ _KEPT_BY_UP = (
     "checkpoint_keep",
     "log_segment_bytes",
 )
+# the flags' (--replicas/--partitions must match; --module adds to the modules)
+_SET_BY_UP_FLAGS = (
+    "replicas",
+    "partitions",
+    "procedure_modules",
+    "base_port",
+    "data_dir",
+    "epoch_duration_ms",
+    "fsync",
+    "checkpoint_every_epochs",
+)
+# --ha's layout (ha_layout; a switch between single and replicated is refused)
+_SET_BY_HA = (
+    "sequencers",
+    "zookeeper_servers",
+    "hosts",
+    "sequencer_hosts",
+    "zookeeper_hosts",
+    "partition_hosts",
+    "zookeeper_root",
+    "curve",
+)
+# tests' fault injection: never carried into a cluster a person starts
+_NOT_KEPT_BY_UP = ("fault_drop_every_nth_batch",)
 
 
 def _config_for_up(

@@ -349,6 +349,18 @@ def test_up_keeps_the_data_dirs_genesis_and_retention(tmp_path: Path) -> None:
     assert fresh.genesis is None and fresh.checkpoint_keep == ClusterConfig().checkpoint_keep
 
 
+def test_up_places_every_config_field() -> None:
+    """Each ClusterConfig field is kept by `ordo up`, set by its flags, set by --ha, or
+    deliberately dropped: a new field cannot be lost on a restart unnoticed."""
+    from dataclasses import fields
+
+    from cluster import cli
+
+    groups = (cli._KEPT_BY_UP, cli._SET_BY_UP_FLAGS, cli._SET_BY_HA, cli._NOT_KEPT_BY_UP)
+    placed = [name for group in groups for name in group]
+    assert sorted(placed) == sorted(f.name for f in fields(ClusterConfig))
+
+
 def test_tpcc_run_never_deletes_an_existing_data_dir_unasked(tmp_path: Path) -> None:
     """`ordo tpcc run --data-dir D` deleted D first, whatever database it held."""
     d = tmp_path / "ordo-data"
