@@ -151,9 +151,10 @@ def condition_5(tables: Tables, wanted: frozenset[int]) -> list[str]:
     return _shown(
         5,
         (
-            f"order {key}: o_carrier_id {row[O_CARRIER_ID]!r}, "
-            f"{'a' if key in new_order else 'no'} new-order row"
-            for key, row in sorted(tables.get(ORDERS, {}).items())
+            (key, f"order {key}: o_carrier_id {row[O_CARRIER_ID]!r}, a new-order row")
+            if key in new_order
+            else (key, f"order {key}: o_carrier_id None, no new-order row")
+            for key, row in tables.get(ORDERS, {}).items()
             if key[0] in wanted and (row[O_CARRIER_ID] is None) != (key in new_order)
         ),
     )
@@ -167,8 +168,8 @@ def condition_6(tables: Tables, wanted: frozenset[int]) -> list[str]:
     return _shown(
         6,
         (
-            f"order {key}: o_ol_cnt {row[O_OL_CNT]} != {lines[key]} order-line rows"
-            for key, row in sorted(tables.get(ORDERS, {}).items())
+            (key, f"order {key}: o_ol_cnt {row[O_OL_CNT]} != {lines[key]} order-line rows")
+            for key, row in tables.get(ORDERS, {}).items()
             if key[0] in wanted and row[O_OL_CNT] != lines[key]
         ),
     )
@@ -190,24 +191,21 @@ def condition_7(tables: Tables, wanted: frozenset[int]) -> list[str]:
         return None
 
     found = (
-        wrong(key, row)
-        for key, row in sorted(tables.get(ORDER_LINE, {}).items())
+        (key, wrong(key, row))
+        for key, row in tables.get(ORDER_LINE, {}).items()
         if key[0] in wanted
     )
-    return _shown(7, (v for v in found if v is not None))
+    return _shown(7, ((key, v) for key, v in found if v is not None))
 
 
-def _shown(condition: int, violations: Iterable[str]) -> list[str]:
-    """The first PER_ROW_SHOWN violations of a per-order condition, then a count."""
-    out: list[str] = []
-    more = 0
-    for v in violations:
-        if len(out) < PER_ROW_SHOWN:
-            out.append(f"condition {condition}: {v}")
-        else:
-            more += 1
-    if more:
-        out.append(f"condition {condition}: {more} more")
+def _shown(condition: int, violations: Iterable[tuple[tuple, str]]) -> list[str]:
+    """A per-order condition's violations (key, text) in key order, the first
+    PER_ROW_SHOWN of them, then a count of the rest. Only the violations are sorted
+    (a consistent database has none), not the tables."""
+    found = sorted(violations)
+    out = [f"condition {condition}: {text}" for _key, text in found[:PER_ROW_SHOWN]]
+    if len(found) > PER_ROW_SHOWN:
+        out.append(f"condition {condition}: {len(found) - PER_ROW_SHOWN} more")
     return out
 
 
