@@ -20,7 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
@@ -79,7 +79,8 @@ def run_body(proc: Procedure, args: tuple, ctx: TxnContext) -> tuple[int, Any, b
         return _outcome(ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name} raised {failure_text(e)}"))
     value: Any  # not the abort reason's str: mypy would infer it (mypyc enforces it)
     if isinstance(out, Abort):
-        status, value, what = ABORTED, out.reason, "abort reason"
+        # Read untyped: a body may put anything in it (mypyc would check for str here).
+        status, value, what = ABORTED, cast(Any, out).reason, "abort reason"
     elif isinstance(out, Restart):
         status, value, what = RESTART, out.prediction, "restart prediction"
     else:
@@ -107,9 +108,10 @@ def run_txn(
     packer: the outcome does not depend on what it holds.
     """
     status, value, data = run_body(proc, args, ctx)
-    if status != OK or not ctx.writes:
+    body_writes: Any = ctx.writes  # a body may have replaced it: prepare_writes checks
+    if status != OK or (type(body_writes) is dict and not body_writes):
         return status, value, data, []
-    writes, problem = storage.prepare_writes(ctx.writes)
+    writes, problem = storage.prepare_writes(body_writes)
     if problem is not None:
         return (*_outcome(ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name}: {problem}")), [])
     return OK, value, data, writes

@@ -263,9 +263,7 @@ class Storage:
         data = None if row is None else self._pack((table, key, row))
         self._install(table, key, row, data)
 
-    def prepare_writes(
-        self, writes: dict[tuple[str, tuple], tuple | None]
-    ) -> tuple[list[PreparedWrite], str | None]:
+    def prepare_writes(self, writes: Any) -> tuple[list[PreparedWrite], str | None]:
         """Validate a transaction's whole write set; (prepared writes, None) or ([], why).
 
         Checked per write, in the body's order (so the reason is the same everywhere):
@@ -275,13 +273,23 @@ class Storage:
         table and key. The footprint was enforced when the body wrote (TxnContext).
         Depends on nothing this Storage holds. This runs for every write of every
         transaction: the common case costs one type-tuple comparison and one packing.
+        ``writes`` is the body's ``ctx.writes``, which a body may have changed itself:
+        anything but a dict of (table, key) entries is rejected too (typed Any, so
+        that compiled and pure code reject the same things the same way).
         """
+        if type(writes) is not dict:
+            return [], f"write rejected: the write set is {type(writes).__name__}, not a dict"
         out: list[PreparedWrite] = []
         append = out.append
         pack = self._pack
         spec_of = catalog.table_or_none
         row_bytes_max = limits.row_bytes_max
-        for (t, key), row in writes.items():
+        entry: Any
+        row: Any
+        for entry, row in writes.items():
+            if type(entry) is not tuple or len(entry) != 2:
+                return [], f"write rejected: an entry is {type(entry).__name__}, not (table, key)"
+            t, key = entry
             spec = spec_of(t)
             types = spec.key_types if spec is not None else None
             if (

@@ -88,6 +88,19 @@ def _bad_keys(ctx: Any, k: int, case: str) -> int:
     return k
 
 
+@procedure("pp.bad_entry", [Arg("k", "int"), Arg("case", "str")], lambda k, case: _w(PLAIN, (k,)))
+def _bad_entry(ctx: Any, k: int, case: str) -> int:
+    """A good write, then a write buffer a body broke itself (entries not (table, key))."""
+    ctx.put(PLAIN, (k,), (1,))
+    if case == "int":
+        ctx.writes[5] = (1,)
+    elif case == "triple":
+        ctx.writes[(PLAIN, (k,), 0)] = (1,)
+    else:  # compiled, the assignment itself raises TypeError; pure, the executor refuses
+        ctx.writes = 5
+    return k
+
+
 @procedure(
     "pp.ordered_put",
     [Arg("a", "int"), Arg("b", "any")],
@@ -230,6 +243,9 @@ def test_bad_remote_write_of_a_multi_partition_txn_aborts_at_every_executor() ->
         (("pp.bad_keys", (5, "bool")), ["key part 0 is bool"]),  # not k=1: (True,) == (1,)
         (("pp.bad_keys", (1, "float")), ["key part 0 is float"]),
         (("pp.bad_keys", (1, "huge")), ["integer out of range"]),
+        (("pp.bad_entry", (1, "int")), ["an entry is int, not (table, key)"]),
+        (("pp.bad_entry", (1, "triple")), ["an entry is tuple, not (table, key)"]),
+        (("pp.bad_entry", (1, "replaced")), []),
         (("pp.result", ("huge",)), ["result rejected: integer out of range"]),
         (("pp.result", ("big",)), ["exceeds result_bytes_max"]),
         (("pp.result", ("set",)), ["result rejected"]),
