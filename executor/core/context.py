@@ -10,6 +10,9 @@ Invariants:
   local writes) after the body returns OK, or none of it.
 - Time and randomness come only from the batch: ``timestamp_ms`` and ``rng`` (seeded
   from the batch seed and the txn id).
+- The methods a body calls take ``Any``: this module may run compiled (txn_library.native),
+  where a typed parameter is checked on entry; untyped, a body's bad argument fails the
+  same way compiled and pure.
 - ``hold_locks`` (a benchmark hook) only asks the live engine to keep the
   transaction's locks longer; it changes no value, so outcomes stay deterministic.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import msgpack
 import xxhash
@@ -36,7 +40,7 @@ def cover_set(entries: Iterable[tuple[str, tuple]]) -> frozenset[tuple[str, tupl
     return frozenset(entries)
 
 
-def covered(cover: frozenset, table: str, key: tuple) -> bool:
+def covered(cover: frozenset, table: Any, key: Any) -> bool:
     if (table, key) in cover:
         return True
     for n in range(len(key) - 1, 0, -1):
@@ -57,6 +61,7 @@ class TxnContext:
         "_scan",
         "writes",
         "hold_ms",
+        "_on_write",
     )
 
     def __init__(
@@ -68,6 +73,7 @@ class TxnContext:
         writes: frozenset,
         get: Getter,
         scan: Scanner,
+        on_write: Callable[[str, tuple], None] | None = None,
     ) -> None:
         self.txn_id = txn_id
         self.timestamp_ms = timestamp_ms
@@ -77,8 +83,9 @@ class TxnContext:
         self._writes = writes
         self._get = get
         self._scan = scan
-        self.writes: dict[tuple[str, tuple], tuple | None] = {}
+        self.writes: dict[Any, Any] = {}  # (table, key) -> row or None; a body may change it
         self.hold_ms = 0
+        self._on_write = on_write
 
     @property
     def rng(self) -> random.Random:
@@ -87,7 +94,7 @@ class TxnContext:
             self._rng = random.Random(txn_seed(self._seed, self.txn_id))
         return self._rng
 
-    def get(self, table: str, key: tuple) -> tuple | None:
+    def get(self, table: Any, key: Any) -> tuple | None:
         entry = (table, key)
         if entry not in self._reads and not covered(self._reads, table, key):
             raise FootprintViolation(f"read of {table}{key!r} outside the footprint")
@@ -96,7 +103,7 @@ class TxnContext:
             return w[entry]
         return self._get(table, key)
 
-    def scan(self, table: str, prefix: tuple) -> list[tuple[tuple, tuple]]:
+    def scan(self, table: Any, prefix: Any) -> list[tuple[tuple, tuple]]:
         """Rows whose key starts with ``prefix``, in key order, with own writes merged."""
         if not covered(self._reads, table, prefix):
             raise FootprintViolation(f"scan of {table}{prefix!r} outside the footprint")
@@ -109,20 +116,24 @@ class TxnContext:
         merged.update(mine)
         return sorted((k, v) for k, v in merged.items() if v is not None)
 
-    def put(self, table: str, key: tuple, row: tuple) -> None:
+    def put(self, table: Any, key: Any, row: Any) -> None:
         entry = (table, key)
         if entry not in self._writes and not covered(self._writes, table, key):
             raise FootprintViolation(f"write of {table}{key!r} outside the footprint")
         if not isinstance(row, tuple):
             raise TypeError(f"rows are tuples, got {type(row).__name__}")
         self.writes[entry] = row
+        if self._on_write is not None:
+            self._on_write(table, key)
 
-    def delete(self, table: str, key: tuple) -> None:
+    def delete(self, table: Any, key: Any) -> None:
         if not covered(self._writes, table, key):
             raise FootprintViolation(f"delete of {table}{key!r} outside the footprint")
         self.writes[(table, key)] = None
+        if self._on_write is not None:
+            self._on_write(table, key)
 
-    def hold_locks(self, ms: int) -> None:
+    def hold_locks(self, ms: Any) -> None:
         """BENCHMARK HOOK: ask the engine to keep this transaction's locks (and its
         result) for ``ms`` more milliseconds after the body returns, as if it were
         stalled on slow I/O, without blocking anything else. Changes no value, so

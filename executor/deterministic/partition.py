@@ -110,7 +110,7 @@ class _Txn:
     )
     txn_id: int
     proc: Procedure
-    args: tuple
+    args: Any
     ts: int
     seed: int
     reads: frozenset
@@ -148,7 +148,7 @@ class Partition:
         self._multi_active = 0  # how many of them are multi-partition
         self._ready: deque[_Txn] = deque()
         # Reads that arrived before their txn: txn id -> {from partition: (exact, prefixes)}.
-        self._early: dict[int, dict[int, tuple[tuple, tuple]]] = {}
+        self._early: dict[int, dict[int, tuple[Sequence[Any], Sequence[Any]]]] = {}
         self._early_purged_at = -1  # next_txn_id at the last purge of stale early reads
         self.inputs_dropped = 0  # reads and queries refused (not a peer, over a bound)
         # Waiting queries, a heap on min_txn_id: (min_txn_id, arrival, id, tag, proc, args).
@@ -335,7 +335,7 @@ class Partition:
 
     # Admission ----------------------------------------------------------------
     def _admit(
-        self, txn_id: int, proc_name: str, args: tuple, participants: tuple, ts: int, seed: int
+        self, txn_id: int, proc_name: str, args: Any, participants: tuple, ts: int, seed: int
     ) -> None:
         proc = lookup(proc_name)
         fp = proc.footprint(*args)
@@ -382,7 +382,7 @@ class Partition:
             self._ready.append(st)
             self._run()  # now, not at the batch's end: its reads go out, it may run
 
-    def _merge(self, st: _Txn, q: int, exact: tuple, prefixes: tuple) -> None:
+    def _merge(self, st: _Txn, q: int, exact: Sequence[Any], prefixes: Sequence[Any]) -> None:
         if q not in st.need:
             return  # a duplicate (the sender restarted and resent); reads are idempotent
         st.need.discard(q)

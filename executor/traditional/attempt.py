@@ -3,8 +3,8 @@
 A ``Call`` is one client request accepted by a coordinator; it lives until it is
 answered. Each run of its body is an ``Attempt`` with its own aid (coordinator, seq)
 and its own greenlet; a call whose attempt died under wait-die starts a new attempt
-with the same priority. ``LockingContext`` is the TxnContext a body runs with: its
-writes take the exclusive lock as they happen.
+with the same priority. A body runs with a TxnContext whose ``on_write`` hook (the
+coordinator's) takes the exclusive lock as each write happens.
 
 Invariants:
 - a call's priority (start_us, coordinator, seq) is fixed at acceptance and kept
@@ -15,12 +15,10 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import greenlet
 
-from executor.core.context import TxnContext
 from executor.core.storage import PreparedWrite
 from executor.traditional.messages import Aid, Prio
 from executor.traditional.options import HistoryEntry
@@ -138,21 +136,3 @@ class Attempt:
         self.local_writes: tuple = ()
         self.local_prepared: list[PreparedWrite] = []  # local_writes with their row digests
         self.hist: HistoryEntry | None = None
-
-
-class LockingContext(TxnContext):
-    """TxnContext whose put/delete take the exclusive lock as the write happens."""
-
-    __slots__ = ("_on_write",)
-
-    def __init__(self, *args: Any, on_write: Callable[[str, tuple], None]) -> None:
-        super().__init__(*args)
-        self._on_write = on_write
-
-    def put(self, table: str, key: tuple, row: tuple) -> None:
-        super().put(table, key, row)  # footprint check and buffering
-        self._on_write(table, key)
-
-    def delete(self, table: str, key: tuple) -> None:
-        super().delete(table, key)
-        self._on_write(table, key)

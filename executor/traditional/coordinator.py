@@ -43,7 +43,7 @@ from typing import Any
 
 import greenlet
 
-from executor.core.context import cover_set, covered
+from executor.core.context import TxnContext, cover_set, covered
 from executor.core.execution import run_txn
 from executor.core.storage import PreparedWrite, key_parts_problem
 from executor.traditional.attempt import (
@@ -53,7 +53,6 @@ from executor.traditional.attempt import (
     Attempt,
     Call,
     Killed,
-    LockingContext,
 )
 from executor.traditional.intake import Intake
 from executor.traditional.messages import (
@@ -151,7 +150,7 @@ class Coordinator:
 
     def _body(self, att: Attempt) -> Any:
         call = att.call
-        ctx = LockingContext(
+        ctx = TxnContext(
             att.aid[1],
             call.ts_ms,
             call.seed,
