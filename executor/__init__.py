@@ -6,3 +6,7 @@ oracle, the simulator) and traditional (the 2PL+2PC baseline), which never impor
 each other; replay sits on top. No sockets, clocks or configuration files here: the
 cluster layer runs these roles as processes (docs/ARCHITECTURE.md).
 """
+
+from txn_library import native
+
+native.install()  # before any compiled module is imported (txn_library.native)

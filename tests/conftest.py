@@ -15,10 +15,15 @@ import pytest
 
 from cluster.config import ClusterConfig
 from cluster.launcher import LocalCluster, free_base_port, wait_quiescent
+from txn_library import native
 
 __all__ = ["wait_quiescent", "free_base_port"]
 
 KINDS = ("unit", "sim", "cluster", "spark")
+
+
+def pytest_report_header() -> str:
+    return f"ordo engine: {native.describe()}"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -44,7 +44,7 @@ from cluster.config import ClusterConfig
 from cluster.loadgen import ClosedLoop, LoadGenerator, OpenLoop
 from cluster.measure import CpuMeter, KindStats, Window
 from tpcc.inputs import KINDS, NEW_ORDER, Call, TpccInputs, terminals_for
-from txn_library import limits
+from txn_library import limits, native
 
 GENESIS = "tpcc.loader:genesis"
 PROCEDURE_MODULES = ("txn_library.builtin", "tpcc.procedures")
@@ -339,6 +339,7 @@ def run(opts: RunOptions, log: Callable[[str], None] = _stderr) -> dict[str, Any
     load_before = os.getloadavg()
     try:
         if not opts.attach:
+            log(f"engine: {native.describe()}")
             lc = start_cluster(cfg, opts.progress, log)
         inputs = TpccInputs(
             opts.warehouses,
@@ -375,6 +376,8 @@ def run(opts: RunOptions, log: Callable[[str], None] = _stderr) -> dict[str, Any
                 "replicas": cfg.replicas,
                 "fsync": cfg.fsync,
                 "epoch_ms": cfg.epoch_duration_ms,
+                # The processes' choice (the same tree and environment as this one's).
+                "engine": "attached" if opts.attach else native.describe(),
             },
             "summary": summary,
             "machine": {

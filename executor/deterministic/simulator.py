@@ -43,6 +43,7 @@ use (plus the planted bugs, which are marked as such).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import random
@@ -689,6 +690,17 @@ class Simulator:
         for f in failures:
             self.trace.note(self.loop.now_us, f"check failed: {f}")
         self.trace.note(self.loop.now_us, f"counters {sorted(counters.items())}")
+        # The outcome, so that the trace digest fingerprints it: every partition's final
+        # state and every answer a client got (compiled and pure engines must agree).
+        states = [
+            (r, i, p.last_epoch, p.storage.state_hash)
+            for r, replica in enumerate(record.replicas)
+            for i, p in enumerate(replica)
+            if p is not None
+        ]
+        answers = [(r.answers, r.timed_out) for r in records]
+        answers_digest = hashlib.sha256(repr(answers).encode()).hexdigest()[:16]
+        self.trace.note(self.loop.now_us, f"final states {states} answers {answers_digest}")
         return SimResult(
             self.seed,
             self.workload.name,

@@ -60,6 +60,7 @@ def test_standard_mix_on_two_replicas_keeps_tpcc_consistent(make_cluster, tmp_pa
         "replicas": 2,
         "fsync": True,
         "epoch_ms": 10,
+        "engine": "attached",
     }
     per_type = summary["per_type"]
     assert set(per_type) == {"new_order", "payment", "order_status", "delivery", "stock_level"}

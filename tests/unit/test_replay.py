@@ -64,6 +64,7 @@ from sequencer.calls import make_batch
 from sequencer.log import CommandLog, encode_frame, iter_frames, rewrite_payloads
 from tests.heap_checks import no_cycles
 from txn_library import limits, placement, wire
+from txn_library.procedure import lookup
 
 ACCOUNTS = 200
 START = 1_000
@@ -478,22 +479,26 @@ def test_executor_bug_is_located_exactly_by_the_serial_oracle(
 ) -> None:
     b = build_history(tmp_path)
     bug_txn = 1 + 40 * 25 + 3  # some transfer of epoch 27
-    original = Partition._execute
+    original = LocalReplica.apply
 
-    def buggy(self: Partition, st) -> None:  # type: ignore[no-untyped-def]
-        original(self, st)
-        if st.txn_id == bug_txn:  # a lost update, as a broken executor would make
-            for t, key in st.writes:
-                if catalog_partition(t, key) == self.partition:
-                    row = self.storage.get(t, key)
-                    self.storage.put(t, key, (row[0] + 1,))
-                    break
+    # A lost update, as a broken executor would make: the replica's state is off by one
+    # right after the batch holding bug_txn (planted around LocalReplica.apply, which
+    # runs interpreted: Partition may be compiled, where patching a method changes no
+    # compiled caller).
+    def buggy(self: LocalReplica, batch, on_checkpoint=None) -> None:  # type: ignore[no-untyped-def]
+        original(self, batch, on_checkpoint)
+        first, txns = batch[2], batch[5]
+        if not first <= bug_txn < first + len(txns):
+            return
+        for t, key in (
+            lookup(txns[bug_txn - first][0]).footprint_of(txns[bug_txn - first][1]).writes
+        ):
+            part = self.parts[placement.partition_of(t, key, 2)]
+            row = part.storage.get(t, key)
+            part.storage.put(t, key, (row[0] + 1,))
+            break
 
-    def catalog_partition(t: str, key: tuple) -> int:
-
-        return placement.partition_of(t, key, 2)
-
-    monkeypatch.setattr(Partition, "_execute", buggy)
+    monkeypatch.setattr(LocalReplica, "apply", buggy)
     rows = verify_local(b.spec, b.ckpt)
     bad = by_end(rows, 30)
     assert (bad["verdict"], bad["located_by"], bad["bad_epoch"]) == (
