@@ -12,6 +12,10 @@ and their ratio. Both trees use this project's venv; each run's JSON (``ordo tpc
 The command is ``python -m cluster.cli tpcc run --warehouses 2 --partitions 2
 --replicas 1 --duration D --quiet --out FILE`` in each tree (``--args`` replaces the
 part after ``tpcc run``).
+
+The base tree's hot modules are compiled too when it has scripts/build_native.py, so
+both trees run as users run them. ``--base pure`` compares the work tree with itself
+run from source (ORDO_PURE=1): what compiling pays.
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ARGS = "--warehouses 2 --partitions 2 --replicas 1 --duration 20"
 
 
-def run_once(tree: Path, args: list[str], out: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(tree))
+def run_once(tree: Path, args: list[str], out: Path, pure: bool = False) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree), ORDO_PURE="1" if pure else "0")
     cmd = [sys.executable, "-m", "cluster.cli", "tpcc", "run", *args, "--quiet", "--out", str(out)]
     subprocess.run(cmd, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
@@ -73,7 +77,7 @@ def plot(rates: dict[str, list[float]], rev: str, path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--base", required=True, help="git revision to compare against")
+    ap.add_argument("--base", required=True, help="git revision to compare against, or 'pure'")
     ap.add_argument("--runs", type=int, default=2, help="runs per tree, alternating")
     ap.add_argument("--args", default=DEFAULT_ARGS, help="arguments after 'tpcc run'")
     ap.add_argument("--out-dir", default="results/compare")
@@ -81,28 +85,33 @@ def main() -> None:
     out_dir = ROOT / a.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     args = a.args.split()
-    rev = subprocess.run(
+    pure = a.base == "pure"
+    rev = "pure" if pure else subprocess.run(
         ["git", "rev-parse", "--short", a.base],
         cwd=ROOT,
         check=True,
         capture_output=True,
         text=True,
-    ).stdout.strip()
+    ).stdout.strip()  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="ordo-base-") as tmp:
-        base = Path(tmp) / "tree"
-        subprocess.run(
-            ["git", "worktree", "add", "--detach", str(base), rev],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-        )
+        base = ROOT if pure else Path(tmp) / "tree"
+        if not pure:
+            subprocess.run(
+                ["git", "worktree", "add", "--detach", str(base), rev],
+                cwd=ROOT,
+                check=True,
+                capture_output=True,
+            )
+            if (base / "scripts" / "build_native.py").exists():
+                subprocess.run([sys.executable, "scripts/build_native.py"], cwd=base, check=True)
         try:
             rates: dict[str, list[float]] = {"base": [], "work": []}
             cpu: dict[str, list[float]] = {"base": [], "work": []}
             latency: dict[str, list[dict[str, float]]] = {"base": [], "work": []}
             for i in range(a.runs):
                 for name, tree in (("base", base), ("work", ROOT)):
-                    run = run_once(tree, args, out_dir / f"{name}-{i + 1}.json")
+                    run_pure = pure and name == "base"
+                    run = run_once(tree, args, out_dir / f"{name}-{i + 1}.json", run_pure)
                     rates[name].append(new_orders_per_s(run))
                     cpu[name].append(cpu_us_per_txn(run))
                     latency[name].append(new_order_latency_ms(run))
@@ -111,11 +120,13 @@ def main() -> None:
                         f"run {i + 1} {name:4s} ({rev if name == 'base' else 'work tree'}): "
                         f"{rates[name][-1]:,.0f} New Order/s, "
                         f"{cpu[name][-1]:.0f} us CPU per txn (all processes), "
-                        f"p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms",
+                        f"p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms; "
+                        f"{run['cluster'].get('engine', 'pure Python')}",
                         flush=True,
                     )
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT)
+            if not pure:
+                subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT)
     mean = {k: round(statistics.fmean(v), 1) for k, v in rates.items()}
     cpu = {k: [round(x, 1) for x in v] for k, v in cpu.items()}
     ratio = mean["work"] / mean["base"]
