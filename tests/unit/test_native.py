@@ -76,7 +76,7 @@ import json
 from txn_library import native
 from executor.deterministic.simulator import run_seed
 out = {"engine": native.describe()}
-for workload, seed in (("bank", 11), ("bank", 12), ("tpcc", 3)):
+for workload, seed in (("bank", 11), ("tpcc", 3)):
     r = run_seed(seed, workload)
     out[f"{workload}/{seed}"] = [r.ok, r.trace_digest, sorted(r.counters.items())]
 print(json.dumps(out))
