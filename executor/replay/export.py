@@ -147,6 +147,25 @@ def prepare_output(out: str | Path, command: str) -> Path:
     return path
 
 
+def staging_dir(out: Path) -> Path:
+    """Where a job writes until its output is complete: a hidden sibling of ``out``,
+    emptied first (of what a failed run left there). ``publish_output`` moves it onto
+    ``out``, so a job that fails half way leaves ``out`` empty, and its retry runs."""
+    out = out.resolve()
+    stage = out.with_name(f".{out.name}.ordo-partial")
+    shutil.rmtree(stage, ignore_errors=True)
+    return stage
+
+
+def publish_output(stage: Path, out: Path, command: str, info: Mapping[str, Any]) -> None:
+    """Mark the complete ``stage`` as ``command``'s and move it onto ``out`` (which
+    ``prepare_output`` made ours, or emptied)."""
+    write_marker(stage, command, info)
+    if out.exists():
+        shutil.rmtree(out)
+    stage.rename(out)
+
+
 def write_marker(out: Path, command: str, info: Mapping[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     body = {"command": command, "written_at": time.strftime("%Y-%m-%d %H:%M:%S"), **info}

@@ -54,7 +54,7 @@ from urllib.parse import urlparse
 from executor.core.checkpoint import DELTA_ROW_LOAD_WEIGHT
 from executor.core.storage import release_heap, release_retired
 from executor.replay.boundaries import Boundary, peer_checkpoint_dirs, scan_checkpoints
-from executor.replay.export import prepare_output, write_marker
+from executor.replay.export import prepare_output, publish_output, staging_dir
 from executor.replay.intervals import VERIFY_COLUMNS, IntervalTask
 from executor.replay.reconstruct import reconstruct
 from executor.replay.spec import ReplaySpec, log_last_epoch, log_segments
@@ -243,11 +243,13 @@ def run_verify(
     report = VerifyReport(rows, None, job_s, sc.master, parallelism(spark))
     if out is not None:
         path = prepare_output(out, "verify")
+        stage = staging_dir(path)
         cols = VERIFY_COLUMNS
         data = [_convert(cols, [r[c] for c, _ in cols]) for r in rows]
         df = spark.createDataFrame(data, spark_schema(cols))
-        df.coalesce(1).write.mode("overwrite").parquet(str(path))
-        write_marker(
+        df.coalesce(1).write.mode("overwrite").parquet(str(stage))
+        publish_output(
+            stage,
             path,
             "verify",
             {"log_dir": spec.log_dir, "checkpoint_dir": str(checkpoint_dir), **report.summary()},
@@ -472,14 +474,15 @@ def run_state(
     if epoch is None:
         epoch = log_last_epoch(spec.log_dir)
     path = prepare_output(out, "state")
-    task = StateTask(spec, tuple(boundaries), epoch, str(path))
+    stage = staging_dir(path)
+    task = StateTask(spec, tuple(boundaries), epoch, str(stage))
     t0 = time.perf_counter()
     (result,) = spark.sparkContext.parallelize([task], 1).map(build_state).collect()
     job_s = time.perf_counter() - t0
     result["state_hash"] = int(result["state_hash"], 16)
     result["partition_hashes"] = [int(h, 16) for h in result["partition_hashes"]]
-    report = StateReport(**{**result, "job_s": round(job_s, 3)})
-    write_marker(path, "state", {"log_dir": spec.log_dir, **report.summary()})
+    report = StateReport(**{**result, "job_s": round(job_s, 3), "out": str(path)})
+    publish_output(stage, path, "state", {"log_dir": spec.log_dir, **report.summary()})
     return report
 
 
@@ -536,16 +539,18 @@ def run_history(
     layout = history_layout()
     ranges = history_ranges(spec.log_dir, tasks or 2 * parallelism(spark))
     path = prepare_output(out, "history")
+    stage = staging_dir(path)
     schema = spark_schema(layout.columns)
     t0 = time.perf_counter()
     rdd = spark.sparkContext.parallelize(ranges, max(1, len(ranges))).flatMap(
         lambda r: _history_chunk(spec, layout, r[0], r[1])
     )
     df = spark.createDataFrame(rdd, schema, verifySchema=False)
-    df.write.mode("overwrite").partitionBy("procedure").parquet(str(path))
-    report = history_summary(spark, path, len(ranges))
+    df.write.mode("overwrite").partitionBy("procedure").parquet(str(stage))
+    report = history_summary(spark, stage, len(ranges))
     report.job_s = round(time.perf_counter() - t0, 3)
-    write_marker(path, "history", {"log_dir": spec.log_dir, **report.summary()})
+    report.out = path  # where it will be
+    publish_output(stage, path, "history", {"log_dir": spec.log_dir, **report.summary()})
     return report
 
 

@@ -753,3 +753,23 @@ def test_runs_are_cut_where_the_longest_run_is_shortest_counting_each_runs_load(
     assert tail[-1].cost == 400
     assert [len(r) for r in split_runs(tail, 2)] == [4, 1]
     assert [len(r) for r in split_runs([*tail[:-1], task(4, 400, None, 0)], 2)] == [2, 3]
+
+
+# Output directories --------------------------------------------------------------------------
+def test_a_replay_job_that_fails_half_way_leaves_its_out_free_for_the_retry(tmp_path: Path) -> None:
+    from executor.replay.export import MARKER, prepare_output, publish_output, staging_dir
+
+    out = prepare_output(tmp_path / "verify", "verify")
+    stage = staging_dir(out)
+    stage.mkdir()
+    (stage / "part-0.parquet").write_bytes(b"half")  # the job dies here
+    out = prepare_output(tmp_path / "verify", "verify")  # the retry is not refused
+    stage = staging_dir(out)
+    assert not stage.exists()  # nor does it inherit the failed run's files
+    stage.mkdir()
+    (stage / "part-1.parquet").write_bytes(b"whole")
+    publish_output(stage, out, "verify", {"rows": 1})
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "part-1.parquet"]
+    assert not stage.exists()
+    again = prepare_output(tmp_path / "verify", "verify")  # a complete output: replaced
+    assert not again.exists() or not any(again.iterdir())
