@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: set up the venv if needed, then run the whole suite (the hot modules
-# compiled), then the unit tests on the pure-Python modules.
+# compiled), then the hot modules' unit tests on their pure-Python fallback.
 # Extra arguments go to the first pytest run (e.g. scripts/test.sh -k lock).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,10 +10,14 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache
 .venv/bin/python -m pytest "$@"
-# The hot modules run compiled above (txn_library/native.py); the unit tests again on
-# their pure-Python fallback (ORDO_PURE_PASS=0 skips this pass).
+# The hot modules run compiled above (txn_library/native.py); the unit tests of those
+# modules again on their pure-Python fallback (ORDO_PURE_PASS=0 skips this pass).
 if [ "${ORDO_PURE_PASS:-1}" != 0 ]; then
-  echo "test: the unit tests again with ORDO_PURE=1 (the hot modules from source)"
-  ORDO_PURE=1 .venv/bin/python -m pytest -q -m "not spark" tests/unit \
-    --deselect tests/unit/test_native.py::test_compiled_and_pure_engines_compute_the_same_histories
+  echo "test: the hot modules' unit tests again with ORDO_PURE=1 (from source)"
+  u=tests/unit
+  ORDO_PURE=1 .venv/bin/python -m pytest -q "$u/test_engine.py" "$u/test_poison_pill.py" \
+    "$u/test_storage_apply.py" "$u/test_lock_manager.py" \
+    "$u/test_ordered_index.py" "$u/test_placement.py" "$u/test_checkpoint.py" \
+    "$u/test_bench_procedures.py" "$u/test_native.py" \
+    --deselect "$u/test_native.py::test_compiled_and_pure_engines_compute_the_same_histories"
 fi
