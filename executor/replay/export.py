@@ -129,10 +129,11 @@ def export_rows(
 
 
 # Output directories -----------------------------------------------------------------------
-def prepare_output(out: str | Path, command: str) -> Path:
+def prepare_output(out: str | Path, command: str, keep: bool = False) -> Path:
     """Make ``out`` writable for ``command``: an empty or missing directory, or one Ordo
     wrote before (its MARKER: emptied first, so no file of an older output is left to be
-    read with the new one); anything else is refused, never replaced."""
+    read with the new one); anything else is refused, never replaced. ``keep``: check
+    only, the earlier output stays until ``publish_output`` replaces it whole."""
     path = Path(out)
     if path.exists():
         if not path.is_dir():
@@ -142,7 +143,8 @@ def prepare_output(out: str | Path, command: str) -> Path:
                 f"{path} is not empty and was not written by `ordo dump` or `ordo replay`; "
                 f"choose another --out for {command}"
             )
-        shutil.rmtree(path)
+        if not keep:
+            shutil.rmtree(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -150,7 +152,7 @@ def prepare_output(out: str | Path, command: str) -> Path:
 def staging_dir(out: Path) -> Path:
     """Where a job writes until its output is complete: a hidden sibling of ``out``,
     emptied first (of what a failed run left there). ``publish_output`` moves it onto
-    ``out``, so a job that fails half way leaves ``out`` empty, and its retry runs."""
+    ``out``, so a job that fails half way leaves ``out`` as it was, and its retry runs."""
     out = out.resolve()
     stage = out.with_name(f".{out.name}.ordo-partial")
     shutil.rmtree(stage, ignore_errors=True)
@@ -159,7 +161,7 @@ def staging_dir(out: Path) -> Path:
 
 def publish_output(stage: Path, out: Path, command: str, info: Mapping[str, Any]) -> None:
     """Mark the complete ``stage`` as ``command``'s and move it onto ``out`` (which
-    ``prepare_output`` made ours, or emptied)."""
+    ``prepare_output`` found empty, missing or Ordo's), replacing it whole."""
     write_marker(stage, command, info)
     if out.exists():
         shutil.rmtree(out)

@@ -242,7 +242,7 @@ def run_verify(
     rows = annotate_results(rows, peers)
     report = VerifyReport(rows, None, job_s, sc.master, parallelism(spark))
     if out is not None:
-        path = prepare_output(out, "verify")
+        path = prepare_output(out, "verify", keep=True)
         stage = staging_dir(path)
         cols = VERIFY_COLUMNS
         data = [_convert(cols, [r[c] for c, _ in cols]) for r in rows]
@@ -473,7 +473,7 @@ def run_state(
     boundaries = scan_checkpoints(checkpoint_dir, spec.partitions) if checkpoint_dir else []
     if epoch is None:
         epoch = log_last_epoch(spec.log_dir)
-    path = prepare_output(out, "state")
+    path = prepare_output(out, "state", keep=True)
     stage = staging_dir(path)
     task = StateTask(spec, tuple(boundaries), epoch, str(stage))
     t0 = time.perf_counter()
@@ -538,7 +538,7 @@ def run_history(
     spec.prepare()
     layout = history_layout()
     ranges = history_ranges(spec.log_dir, tasks or 2 * parallelism(spark))
-    path = prepare_output(out, "history")
+    path = prepare_output(out, "history", keep=True)
     stage = staging_dir(path)
     schema = spark_schema(layout.columns)
     t0 = time.perf_counter()

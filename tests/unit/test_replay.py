@@ -771,5 +771,15 @@ def test_a_replay_job_that_fails_half_way_leaves_its_out_free_for_the_retry(tmp_
     publish_output(stage, out, "verify", {"rows": 1})
     assert sorted(p.name for p in out.iterdir()) == [MARKER, "part-1.parquet"]
     assert not stage.exists()
-    again = prepare_output(tmp_path / "verify", "verify")  # a complete output: replaced
+    again = prepare_output(tmp_path / "verify", "verify", keep=True)
+    stage = staging_dir(again)
+    stage.mkdir()
+    (stage / "part-2.parquet").write_bytes(b"half")  # a later run dies: the output stays
+    assert sorted(p.name for p in again.iterdir()) == [MARKER, "part-1.parquet"]
+    stage = staging_dir(prepare_output(tmp_path / "verify", "verify", keep=True))
+    stage.mkdir()
+    (stage / "part-3.parquet").write_bytes(b"whole")
+    publish_output(stage, again, "verify", {"rows": 1})  # and its retry replaces it whole
+    assert sorted(p.name for p in again.iterdir()) == [MARKER, "part-3.parquet"]
+    again = prepare_output(tmp_path / "verify", "verify")  # without keep: emptied now
     assert not again.exists() or not any(again.iterdir())
