@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -90,9 +91,18 @@ def build() -> None:
         subprocess.run(cmd, cwd=ROOT, check=True)
         native.BUILD_DIR.mkdir(parents=True, exist_ok=True)
         group = native.group_lib_path(lib)
-        shutil.copy2(group, native.group_lib_path(native.BUILD_DIR))
+        _install(group, native.group_lib_path(native.BUILD_DIR))
         for m in native.MODULES:
-            shutil.copy2(native.extension_path(lib, m), native.extension_path(ROOT, m))
+            _install(native.extension_path(lib, m), native.extension_path(ROOT, m))
+
+
+def _install(built: Path, dest: Path) -> None:
+    """Put a built library at ``dest`` as a new file (a copy beside it, renamed over it):
+    a process that has the old one loaded keeps its mapping, where writing over the file
+    in place would crash it."""
+    part = dest.with_name(f".{dest.name}.part")
+    shutil.copy2(built, part)
+    os.replace(part, dest)
 
 
 def main() -> int:
