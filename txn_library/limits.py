@@ -130,6 +130,10 @@ _check(loadgen_frame_calls_max <= calls_per_frame_max, "the load generator's fra
 # Executor (write validation, inbox)
 row_bytes_max = 1 << 21  # one written row, encoded with its table and key; larger: ERROR
 result_bytes_max = 1 << 20  # one procedure result (or abort reason), encoded; larger: ERROR
+# digests of rows transactions overwrote that a Storage keeps, so that the next overwrite of
+# such a row hashes it out without packing it again (executor.core.storage); past it, all
+# are forgotten (~150 bytes each: TPC-C W=2 New Order keeps ~200k, its stock rows)
+overwritten_digests_max = 500_000
 early_reads_txns_max = sent_reads_txns_max  # txns whose peer reads arrived before the txn
 queries_pending_max = pending_calls_max  # unsequenced queries waiting at one partition
 # A partition on a host without cores to spare holds its next batch while a multi-partition txn

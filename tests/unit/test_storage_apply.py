@@ -1,8 +1,10 @@
 """Storage.apply against a plain dict: inserts, overwrites (with an equal row, with the
 very row object already held), deletes of present and absent keys, over rows pending
-from a load, on an unordered and an ordered table. The incremental hash must equal a
-recomputation and the index must hold exactly the keys (Storage.recompute_hash checks
-both)."""
+from a load, on an unordered and an ordered table, with trusted installs (``put``)
+between transactions and the kept digests of overwritten rows forgotten often (a tiny
+``overwritten_digests_max``). The incremental hash must equal a recomputation and the
+index must hold exactly the keys (Storage.recompute_hash checks both, and that every
+kept digest is its row's)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 
 import tpcc.schema as schema  # registers the TPC-C tables (DISTRICT plain, NEW-ORDER ordered)
 from executor.core.storage import Storage, row_digest
+from txn_library import limits
 
 TABLES = (schema.DISTRICT, schema.NEW_ORDER)
 
@@ -35,7 +38,7 @@ def _loaded(rows: dict[tuple[str, tuple], tuple]) -> Storage:
 write = st.tuples(
     st.sampled_from(TABLES),
     st.integers(1, 12),  # few keys: writes meet loaded rows and each other
-    st.sampled_from(["row", "same_row", "same_object", "delete"]),
+    st.sampled_from(["row", "same_row", "same_object", "delete", "put"]),
     st.integers(-1000, 1000),
 )
 
@@ -46,8 +49,18 @@ write = st.tuples(
         st.tuples(st.sampled_from(TABLES), st.integers(1, 12)), st.integers(-1000, 1000)
     ),
     txns=st.lists(st.lists(write, min_size=1, max_size=5), max_size=12),
+    digests_max=st.sampled_from([1, 3, limits.overwritten_digests_max]),
 )
-def test_apply_keeps_rows_hash_and_index(loaded: dict, txns: list) -> None:
+def test_apply_keeps_rows_hash_and_index(loaded: dict, txns: list, digests_max: int) -> None:
+    saved = limits.overwritten_digests_max
+    limits.overwritten_digests_max = digests_max
+    try:
+        _apply_against_model(loaded, txns)
+    finally:
+        limits.overwritten_digests_max = saved
+
+
+def _apply_against_model(loaded: dict, txns: list) -> None:
     model = {(t, _key(t, n)): (v,) for (t, n), v in loaded.items()}
     s = _loaded(model)
     for txn in txns:
@@ -57,7 +70,10 @@ def test_apply_keeps_rows_hash_and_index(loaded: dict, txns: list) -> None:
             # A read faults a pending row in, as a body's read does; blind writes and
             # deletes leave it pending for apply to hash out from its bytes.
             current = s.get(table, key) if how.startswith("same") else None
-            if how == "delete":
+            if how == "put":  # a trusted install, outside any transaction
+                s.put(table, key, (v,))
+                model[(table, key)] = (v,)
+            elif how == "delete":
                 writes[(table, key)] = None
             elif how == "same_object" and current is not None:
                 writes[(table, key)] = current  # setdefault finds this very object
