@@ -16,7 +16,7 @@ if [ "${ORDO_PURE_PASS:-1}" != 0 ]; then
   echo "test: the hot modules' unit tests again with ORDO_PURE=1 (from source)"
   u=tests/unit
   ORDO_PURE=1 .venv/bin/python -m pytest -q "$u/test_engine.py" "$u/test_poison_pill.py" \
-    "$u/test_storage_apply.py" "$u/test_lock_manager.py" \
+    "$u/test_storage_apply.py" "$u/test_row_encoding.py" "$u/test_lock_manager.py" \
     "$u/test_ordered_index.py" "$u/test_placement.py" "$u/test_checkpoint.py" \
     "$u/test_bench_procedures.py" "$u/test_native.py" \
     --deselect "$u/test_native.py::test_compiled_and_pure_engines_compute_the_same_histories"

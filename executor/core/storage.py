@@ -8,6 +8,13 @@ and partition layout (the sum over partitions equals the hash of the whole
 database), and costs O(1) per write (subtract the old row's digest, add the new).
 Replicated read-only tables (TPC-C ITEM) are hashed separately in ``static_hash``.
 
+Packing a row (``Storage.encode``) is most of a write's cost. msgspec's encoder writes
+the same bytes as msgpack's Packer for what rows are nearly always made of, and in a
+third to a half of the time: a key and row of plain scalars (exactly str, int, float,
+bool, None or bytes) go through it; anything else, and anything it refuses, goes
+through msgpack's Packer, whose bytes and errors define the encoding
+(tests/unit/test_row_encoding.py compares the two).
+
 Digests of overwritten rows (``_digests[table][key]``): a transaction's overwrite keeps
 the digest of the row it installs, so that the next overwrite of that row hashes it out
 with one dict look-up instead of packing it again (a New Order overwrites 11 rows, its
@@ -79,6 +86,7 @@ from itertools import chain
 from typing import Any
 
 import msgpack
+import msgspec
 import xxhash
 
 from executor.core.ordered_index import OrderedIndex
@@ -95,6 +103,7 @@ MASK64 = (1 << 64) - 1
 GC_THRESHOLDS = (5_000, 20, 100)
 KEY_INT_MIN, KEY_INT_MAX = -(1 << 63), (1 << 64) - 1  # what msgpack can encode
 _packb = msgpack.packb
+_encode = msgspec.msgpack.Encoder().encode  # see the module docstring: Storage.encode
 _digest = xxhash.xxh3_64_intdigest
 _KEY_PART_TYPES = frozenset(catalog.KEY_PART_TYPES)
 _REPR_CHARS_MAX = 120  # of a key quoted in an error message
@@ -126,6 +135,17 @@ def _decoded(table: str, key: tuple, data: bytes) -> tuple:
     ):
         invariant(False, f"{_quote(table, key)}: a loaded row is not the row of its key")
     return elem[2]  # type: ignore[index]
+
+
+def _plain(values: tuple) -> bool:
+    """Every value is exactly a str, int, float, bool, None or bytes: what msgspec
+    packs to msgpack's bytes (not a subclass, a container or a set, which msgpack
+    refuses and msgspec packs)."""
+    for v in values:
+        tp = type(v)
+        if not (tp is str or tp is int or v is None or tp is float or tp is bool or tp is bytes):
+            return False
+    return True
 
 
 def row_digest(table: str, key: tuple, row: tuple) -> int:
@@ -235,6 +255,17 @@ class Storage:
         self._digests: dict[str, dict[tuple, int]] = {}  # see the module docstring
         self._digests_held = 0  # how many, over all tables
 
+    def encode(self, table: Any, key: Any, row: Any) -> bytes:
+        """msgpack([table, key, row]), msgpack's bytes (see the module docstring), or
+        msgpack's error for what it cannot pack (a row's own code may raise anything)."""
+        plain = type(table) is str and type(key) is tuple and type(row) is tuple
+        if plain and _plain(key) and _plain(row):
+            try:
+                return _encode((table, key, row))
+            except Exception:
+                pass  # an int out of range, a lone surrogate: msgpack raises its error
+        return self._pack((table, key, row))
+
     def _forget_digests(self) -> None:
         for kept in self._digests.values():
             kept.clear()
@@ -294,7 +325,7 @@ class Storage:
 
         Transactions' writes go through ``prepare_writes`` and ``apply`` instead.
         """
-        data = None if row is None else self._pack((table, key, row))
+        data = None if row is None else self.encode(table, key, row)
         self._install(table, key, row, data)
 
     def prepare_writes(self, writes: Any) -> tuple[list[PreparedWrite], str | None]:
@@ -316,7 +347,7 @@ class Storage:
             return [], f"write rejected: the write set is {type(writes).__name__}, not a dict"
         out: list[PreparedWrite] = []
         append = out.append
-        pack = self._pack
+        encode = self.encode
         writable = _writable_key_types
         row_bytes_max = limits.row_bytes_max
         entry: Any
@@ -344,7 +375,7 @@ class Storage:
                     append((t, key, None, None))
                     continue
             try:
-                data = pack((t, key, row))
+                data = encode(t, key, row)
             # The row is the procedure's value: packing it may run its code
             # (subclasses), so anything it raises is the procedure's failure.
             except Exception as e:
@@ -363,7 +394,7 @@ class Storage:
         The hot path of every transaction, so ``_install`` is inlined: prepared writes
         never touch a replicated table, so only ``state_hash`` moves, once per call.
         """
-        tables, indexes, pack = self.tables, self.indexes, self._pack
+        tables, indexes, encode = self.tables, self.indexes, self.encode
         changes, pending, digests = self._changes, self.pending, self._digests
         if changes is None and self._encoded_held:
             self._drop_encoded()  # a write nothing records would leave them stale
@@ -405,7 +436,7 @@ class Storage:
             if old_digest is not None:
                 delta -= old_digest
             else:
-                delta -= _digest(pack((t, key, old)) if old_data is None else old_data)
+                delta -= _digest(encode(t, key, old) if old_data is None else old_data)
             if row is None:
                 tab.pop(key, None)
                 idx = indexes.get(t)
@@ -442,7 +473,7 @@ class Storage:
         self._note_change(table, key, data)
         delta = 0 if data is None else _digest(data)
         if old is not None:  # packed: its held encoding may be older than the record's
-            delta -= _digest(self._pack((table, key, old)))
+            delta -= _digest(self.encode(table, key, old))
         if row is None:
             del t[key]
             enc.pop(key, None)
@@ -467,7 +498,7 @@ class Storage:
         """Bulk insert (loader, checkpoint restore). Returns rows loaded."""
         n = 0
         pending_idx: dict[str, list[tuple]] = {}
-        pack = self._pack
+        encode = self.encode
         for table, key, row in rows:
             t = self._table(table)
             enc = self._writable_encoded(table)
@@ -476,11 +507,11 @@ class Storage:
             old = t.get(key)
             if old is None and self.pending:
                 old = self._fault(table, key)
-            data = pack((table, key, row))
+            data = encode(table, key, row)
             self._note_change(table, key, data)
             d = _digest(data)
             if old is not None:  # packed, as in _install
-                d -= _digest(pack((table, key, old)))
+                d -= _digest(encode(table, key, old))
             elif table in self.indexes:
                 pending_idx.setdefault(table, []).append(key)
             t[key] = row
@@ -665,9 +696,9 @@ class Storage:
         p = self.pending.get(table, {})
         if len(enc) != len(t) + len(p):
             enc.update(p)  # a pending row's bytes are its row's (never written since)
-            pack = self._pack
+            encode = self.encode
             for key in t.keys() - enc.keys():
-                enc[key] = pack((table, key, t[key]))
+                enc[key] = encode(table, key, t[key])
         invariant(len(enc) == len(t) + len(p), f"{table}: an encoded row without its row")
         invariant(kept <= len(enc), f"{table}: fewer encoded rows than when last lent")
         self._encoded_held = True
