@@ -134,15 +134,28 @@ class LocalShare:
         self.need = {q for q in reads_at if q != me} if self.executor else set()
 
 
+# (replicated, lock prefix length) by table name, filled as transactions meet tables: a
+# registered table never changes (catalog.register_table). Saves a call into the
+# catalog and two attribute look-ups per footprint entry (single_partition_locks).
+_lock_shapes: dict[str, tuple[bool, int]] = {}
+
+
+def _lock_shape(table_name: str) -> tuple[bool, int]:
+    shape = _lock_shapes.get(table_name)
+    if shape is None:
+        spec = catalog.table(table_name)  # raises for a table not registered: not kept
+        shape = _lock_shapes[table_name] = (spec.replicated, spec.lock_prefix)
+    return shape
+
+
 def single_partition_locks(
     reads: FootprintEntries, writes: FootprintEntries
 ) -> tuple[list[tuple], list[tuple]]:
     """(shared, exclusive) lock names of a single-partition transaction."""
-    table = catalog.table
     shared = []
     for t, key in reads:
-        spec = table(t)
-        if not spec.replicated:
-            shared.append((t, key[: spec.lock_prefix]))
-    exclusive = [(t, key[: table(t).lock_prefix]) for t, key in writes]
+        replicated, n = _lock_shape(t)
+        if not replicated:
+            shared.append((t, key[:n]))
+    exclusive = [(t, key[: _lock_shape(t)[1]]) for t, key in writes]
     return shared, exclusive

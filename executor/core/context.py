@@ -41,8 +41,12 @@ def cover_set(entries: Iterable[tuple[str, tuple]]) -> frozenset[tuple[str, tupl
 
 
 def covered(cover: frozenset, table: Any, key: Any) -> bool:
-    if (table, key) in cover:
-        return True
+    return (table, key) in cover or _covered_by_prefix(cover, table, key)
+
+
+def _covered_by_prefix(cover: frozenset, table: Any, key: Any) -> bool:
+    """A proper prefix of ``key`` is in ``cover`` (longest first: TPC-C's covers are
+    one part shorter than most keys they cover)."""
     for n in range(len(key) - 1, 0, -1):
         if (table, key[:n]) in cover:
             return True
@@ -96,7 +100,7 @@ class TxnContext:
 
     def get(self, table: Any, key: Any) -> tuple | None:
         entry = (table, key)
-        if entry not in self._reads and not covered(self._reads, table, key):
+        if entry not in self._reads and not _covered_by_prefix(self._reads, table, key):
             raise FootprintViolation(f"read of {table}{key!r} outside the footprint")
         w = self.writes
         if w and entry in w:
@@ -118,7 +122,7 @@ class TxnContext:
 
     def put(self, table: Any, key: Any, row: Any) -> None:
         entry = (table, key)
-        if entry not in self._writes and not covered(self._writes, table, key):
+        if entry not in self._writes and not _covered_by_prefix(self._writes, table, key):
             raise FootprintViolation(f"write of {table}{key!r} outside the footprint")
         if not isinstance(row, tuple):
             raise TypeError(f"rows are tuples, got {type(row).__name__}")

@@ -347,7 +347,6 @@ class Storage:
             return [], f"write rejected: the write set is {type(writes).__name__}, not a dict"
         out: list[PreparedWrite] = []
         append = out.append
-        encode = self.encode
         writable = _writable_key_types
         row_bytes_max = limits.row_bytes_max
         entry: Any
@@ -375,7 +374,7 @@ class Storage:
                     append((t, key, None, None))
                     continue
             try:
-                data = encode(t, key, row)
+                data = self.encode(t, key, row)  # a native call (compiled)
             # The row is the procedure's value: packing it may run its code
             # (subclasses), so anything it raises is the procedure's failure.
             except Exception as e:
@@ -394,7 +393,7 @@ class Storage:
         The hot path of every transaction, so ``_install`` is inlined: prepared writes
         never touch a replicated table, so only ``state_hash`` moves, once per call.
         """
-        tables, indexes, encode = self.tables, self.indexes, self.encode
+        tables, indexes = self.tables, self.indexes
         changes, pending, digests = self._changes, self.pending, self._digests
         if changes is None and self._encoded_held:
             self._drop_encoded()  # a write nothing records would leave them stale
@@ -436,7 +435,7 @@ class Storage:
             if old_digest is not None:
                 delta -= old_digest
             else:
-                delta -= _digest(encode(t, key, old) if old_data is None else old_data)
+                delta -= _digest(self.encode(t, key, old) if old_data is None else old_data)
             if row is None:
                 tab.pop(key, None)
                 idx = indexes.get(t)

@@ -115,7 +115,7 @@ _value = st.recursive(
 )
 
 
-@settings(max_examples=2_000, deadline=None, derandomize=True)
+@settings(max_examples=600, deadline=None, derandomize=True)
 @given(
     table=st.text(max_size=40),
     key=st.lists(
