@@ -61,7 +61,7 @@ from executor.replay.verdicts import (  # noqa: E402
 )
 from executor.replay.verify import plan_history, verify_local, verify_run  # noqa: E402
 from sequencer.log import rewrite_payloads  # noqa: E402
-from txn_library import wire  # noqa: E402
+from txn_library import native, wire  # noqa: E402
 from txn_library.client import Client  # noqa: E402
 
 
@@ -442,6 +442,7 @@ def main() -> None:
         else:
             data = Path(a.data_dir)
         result = {"args": vars(a), "cpus": os.cpu_count(), "load": {}}
+        result["engine"] = native.describe_now()
         if a.baseline:
             result["baseline"] = baseline(a)
             if a.baseline_only:
@@ -497,6 +498,10 @@ def main() -> None:
         result["damage"] = damage_check(cfg, data)
         print(f"damage: {result['damage']}", flush=True)
     result["load"]["after_all"] = load()
+    result["engine_at_end"] = native.describe_now()
+    if result.get("engine") not in (None, result["engine_at_end"]):
+        changed = f"{result['engine']} at the start, {result['engine_at_end']} at the end"
+        print(f"WARNING: the engine changed during the run ({changed}): discard it", flush=True)
     result["when"] = time.strftime("%Y-%m-%d %H:%M:%S")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=2, default=str) + "\n")

@@ -175,3 +175,10 @@ def describe() -> str:
     install()
     assert _choice is not None
     return _choice[1]
+
+
+def describe_now() -> str:
+    """How a process started now would run them: a benchmark that starts processes
+    for minutes checks this at its end (a source edited meanwhile makes the later
+    ones run from source)."""
+    return choose(ROOT, BUILD_DIR, MODULES, dict(os.environ))[1]

@@ -497,7 +497,6 @@ class Storage:
         """Bulk insert (loader, checkpoint restore). Returns rows loaded."""
         n = 0
         pending_idx: dict[str, list[tuple]] = {}
-        encode = self.encode
         for table, key, row in rows:
             t = self._table(table)
             enc = self._writable_encoded(table)
@@ -506,11 +505,11 @@ class Storage:
             old = t.get(key)
             if old is None and self.pending:
                 old = self._fault(table, key)
-            data = encode(table, key, row)
+            data = self.encode(table, key, row)
             self._note_change(table, key, data)
             d = _digest(data)
             if old is not None:  # packed, as in _install
-                d -= _digest(encode(table, key, old))
+                d -= _digest(self.encode(table, key, old))
             elif table in self.indexes:
                 pending_idx.setdefault(table, []).append(key)
             t[key] = row
@@ -695,9 +694,8 @@ class Storage:
         p = self.pending.get(table, {})
         if len(enc) != len(t) + len(p):
             enc.update(p)  # a pending row's bytes are its row's (never written since)
-            encode = self.encode
             for key in t.keys() - enc.keys():
-                enc[key] = encode(table, key, t[key])
+                enc[key] = self.encode(table, key, t[key])
         invariant(len(enc) == len(t) + len(p), f"{table}: an encoded row without its row")
         invariant(kept <= len(enc), f"{table}: fewer encoded rows than when last lent")
         self._encoded_held = True
