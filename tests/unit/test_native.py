@@ -83,25 +83,34 @@ print(json.dumps(out))
 """
 
 
-def _outcomes(pure: bool) -> dict:
+def _start_outcomes(pure: bool) -> subprocess.Popen[str]:
     env = dict(os.environ, **{native.PURE_ENV: "1" if pure else "0"})
-    proc = subprocess.run(
+    return subprocess.Popen(
         [sys.executable, "-c", _OUTCOMES],
         cwd=ROOT,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=600,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _outcomes(proc: subprocess.Popen[str]) -> dict:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def test_compiled_and_pure_engines_compute_the_same_histories() -> None:
     """Whole-cluster simulations (faults included) of bank transfers and TPC-C, run
-    compiled and pure: the trace digest covers every event, every partition's final
-    state hash and every answer a client got."""
-    compiled, pure = _outcomes(pure=False), _outcomes(pure=True)
+    compiled and pure (at once, in two processes): the trace digest covers every event,
+    every partition's final state hash and every answer a client got."""
+    runs = _start_outcomes(pure=False), _start_outcomes(pure=True)
+    try:
+        compiled, pure = _outcomes(runs[0]), _outcomes(runs[1])
+    finally:
+        for proc in runs:
+            proc.kill()  # after a failure or a timeout: leave nothing running
     assert compiled.pop("engine").startswith("compiled"), "the compiled engine did not run"
     assert pure.pop("engine").startswith("pure")
     assert compiled == pure
