@@ -258,8 +258,14 @@ class Storage:
     def encode(self, table: Any, key: Any, row: Any) -> bytes:
         """msgpack([table, key, row]), msgpack's bytes (see the module docstring), or
         msgpack's error for what it cannot pack (a row's own code may raise anything)."""
-        plain = type(table) is str and type(key) is tuple and type(row) is tuple
-        if plain and _plain(key) and _plain(row):
+        if type(table) is str and type(key) is tuple and type(row) is tuple and _plain(key):
+            return self._encode_row(table, key, row)
+        return self._pack((table, key, row))
+
+    def _encode_row(self, table: str, key: tuple, row: tuple) -> bytes:
+        """``encode`` of a key already known to be plain (``prepare_writes`` checked each
+        part's type against its table's declared int, str or bytes)."""
+        if _plain(row):
             try:
                 return _encode((table, key, row))
             except Exception:
@@ -374,7 +380,8 @@ class Storage:
                     append((t, key, None, None))
                     continue
             try:
-                data = self.encode(t, key, row)  # a native call (compiled)
+                # ok: the key's parts are of their declared (plain) types, checked above
+                data = self._encode_row(t, key, row) if ok else self.encode(t, key, row)
             # The row is the procedure's value: packing it may run its code
             # (subclasses), so anything it raises is the procedure's failure.
             except Exception as e:
