@@ -4,12 +4,18 @@
 # Extra arguments go to the first pytest run (e.g. scripts/test.sh -k lock).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each step says how long it took (CI has a 15-minute budget).
+step() { echo "test: $1 took $((SECONDS - mark)) s"; mark=$SECONDS; }
+mark=$SECONDS
 scripts/setup.sh
+step "set-up"
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache
+step "ruff, mypy and lint-imports"
 .venv/bin/python -m pytest "$@"
+step "the suite"
 # The hot modules run compiled above (txn_library/native.py); the unit tests of those
 # modules again on their pure-Python fallback (ORDO_PURE_PASS=0 skips this pass).
 if [ "${ORDO_PURE_PASS:-1}" != 0 ]; then
@@ -20,4 +26,5 @@ if [ "${ORDO_PURE_PASS:-1}" != 0 ]; then
     "$u/test_ordered_index.py" "$u/test_placement.py" "$u/test_checkpoint.py" \
     "$u/test_bench_procedures.py" "$u/test_native.py" \
     --deselect "$u/test_native.py::test_compiled_and_pure_engines_compute_the_same_histories"
+  step "the pure pass"
 fi
