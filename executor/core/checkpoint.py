@@ -1231,7 +1231,7 @@ def _load_file(
     of the Storage (the writer wrote ``msgpack([table, key, row])`` and the CRC
     vouches for the bytes, so they are what packing would give; the key it is loaded
     under is checked when the row is decoded, ``Storage._fault``). Indexes are left to
-    the caller (``Storage.rebuild_indexes``)."""
+    the caller (``Storage.defer_indexes``)."""
     path = info.path
     epoch = info.epoch if charged_to is None else charged_to
     try:
@@ -1342,7 +1342,7 @@ def _load_chain(path: Path, chain: list[CheckpointInfo], per_file: bool) -> Stor
             _load_file(info, storage, None, hashed=per_file)
         if not per_file:
             storage.rehash_pending()
-        storage.rebuild_indexes()  # loading leaves them to the end: one sort per table
+        storage.defer_indexes()  # each built when its table is first scanned
     return storage
 
 

@@ -29,7 +29,13 @@ now; every path that changes a row outside ``apply`` drops its digest (``_instal
 Ordered tables keep a sorted index of keys (``OrderedIndex``: plain lists per key
 group while keys arrive in order) so that a key prefix can be scanned in key order
 (NEW-ORDER oldest per district, a customer's newest order, ...). The index is updated
-in the same write path as the table.
+in the same write path as the table. After a checkpoint load an index is built when its
+table is first scanned (``index``; the tables in ``_unindexed`` have none yet): a
+table's index is a function of its keys, so building it later gives the same index,
+and a load (recovery, each replay run's start) does not pay ~0.3 us a key for indexes
+that a workload may never scan (New Order scans none). Invariant: an ordered table
+has an index in ``indexes`` or is in ``_unindexed``, never both; writes to an
+unindexed table leave it so.
 
 Encoded rows (for base checkpoints, which then pack nothing): ``encoded[table][key]``
 is msgpack([table, key, row]), kept from packings done anyway: loaders keep the bytes
@@ -238,7 +244,8 @@ class Storage:
     def __init__(self) -> None:
         self.tables: dict[str, dict[tuple, tuple]] = {}
         self.encoded: dict[str, dict[tuple, bytes]] = {}  # see the module docstring
-        self.indexes: dict[str, OrderedIndex] = {}
+        self.indexes: dict[str, OrderedIndex] = {}  # built indexes (see ``index``)
+        self._unindexed: set[str] = set()  # ordered tables whose index is not built yet
         self.state_hash = 0
         self.static_hash = 0
         self._replicated: dict[str, bool] = {}
@@ -613,7 +620,7 @@ class Storage:
         loaded (``_loading``): rows come from a validated file. Returns how many keys
         were new: fewer than ``len(keys)`` means a key repeated or already present,
         which the caller must reject (the hash then counts a row twice). The table's
-        index is NOT updated: the caller calls ``rebuild_indexes`` once it has inserted
+        index is NOT updated: the caller calls ``defer_indexes`` once it has inserted
         everything.
         """
         self._loading(table)
@@ -636,11 +643,21 @@ class Storage:
             f"{table}: a checkpoint loads into a fresh Storage",
         )
 
-    def rebuild_indexes(self) -> None:
-        """Every ordered table's index from its keys, pending or not (after a load)."""
-        for name, idx in self.indexes.items():
-            keys = chain(self.tables[name], self.pending.get(name, ()))
-            self.indexes[name] = OrderedIndex(idx.group_len, keys)
+    def defer_indexes(self) -> None:
+        """After a load: every ordered table's index is built from its keys, pending or
+        not, when the table is first scanned (``index``), not now."""
+        self._unindexed.update(self.indexes)
+        self.indexes.clear()
+
+    def index(self, table: str) -> OrderedIndex | None:
+        """``table``'s key index (None: not an ordered table), built now if a load left
+        it to its first use (``defer_indexes``)."""
+        idx = self.indexes.get(table)
+        if idx is None and table in self._unindexed:
+            keys = chain(self.tables[table], self.pending.get(table, ()))
+            idx = self.indexes[table] = OrderedIndex(catalog.table(table).index_prefix, keys)
+            self._unindexed.discard(table)
+        return idx
 
     def install_encoded(
         self,
@@ -657,7 +674,7 @@ class Storage:
         leaves ``state_hash`` stale: the chain loader's path for the deltas of a chain,
         whose caller then sets the hash once from every row (``rehash_pending``)
         instead of hashing each overwritten row out. Indexes are left to
-        ``rebuild_indexes``."""
+        ``defer_indexes``."""
         self._loading(table)
         p = self.pending.setdefault(table, {})
         if digests is not None:
@@ -732,7 +749,7 @@ class Storage:
         t = self.tables.get(table)
         if t is None:
             return []
-        idx = self.indexes.get(table)
+        idx = self.index(table)
         n = len(prefix)
         if idx is None:
             if n == catalog.table(table).key_len:
@@ -779,6 +796,7 @@ class Storage:
                 invariant(kept.get(key, d) == d, f"{name}: a stale kept digest")
                 s += d
             idx = self.indexes.get(name)
+            invariant(idx is None or name not in self._unindexed, f"{name}: indexed twice")
             if idx is not None:
                 idx.check()
                 invariant(len(idx) == len(t) and all(map(t.__contains__, idx)), f"{name}: index")

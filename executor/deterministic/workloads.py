@@ -68,7 +68,7 @@ def clone_storage(src: Storage) -> Storage:
         # replicated flag, its ordered index); the simulator copies, it never loads.
         dst._table(name)
         dst.tables[name] = rows.copy()
-        index = src.indexes.get(name)
+        index = src.index(name)
         if index is not None:
             dst.indexes[name] = index.copy()
     dst.state_hash = src.state_hash

@@ -361,7 +361,8 @@ def _txn(s: Storage, writes: dict) -> None:
 def _state(s: Storage) -> tuple:
     s.materialize()
     tables = {t: dict(rows) for t, rows in s.tables.items() if rows}
-    return s.state_hash, s.static_hash, tables, {t: list(i) for t, i in s.indexes.items() if i}
+    indexes = {t: list(s.index(t) or ()) for t in s.tables}
+    return s.state_hash, s.static_hash, tables, {t: i for t, i in indexes.items() if i}
 
 
 def _checkpoint(d: Path, chain: checkpoint.CheckpointChain, epoch: int) -> Path:
