@@ -113,10 +113,11 @@ def _resolve(
     return cfg, replay_spec(cfg, log.resolve()), log.resolve().parent
 
 
-def _session(master: str, confs: tuple[str, ...]) -> Any:
+def _session(master: str, confs: tuple[str, ...], light_driver: bool = False) -> Any:
+    """``light_driver``: the job's work is in Python tasks (spark_jobs.LIGHT_DRIVER_JVM)."""
     from executor.replay.spark_jobs import make_session
 
-    return make_session(master, conf=_parse_confs(confs))
+    return make_session(master, conf=_parse_confs(confs), light_driver=light_driver)
 
 
 @click.group()
@@ -163,7 +164,7 @@ def verify(
     if not ckpt.is_dir():
         raise click.ClickException(f"no checkpoint directory {ckpt}")
     out_path = Path(out) if out else root / "replay" / "verify"
-    spark = _session(master, confs)
+    spark = _session(master, confs, light_driver=True)
     try:
         report = run_verify(
             spark,
@@ -260,7 +261,7 @@ def state(
     if not 0 <= epoch <= last:
         raise click.ClickException(f"the log ends at epoch {last}; cannot rebuild epoch {epoch}")
     out_path = Path(out) if out else root / "replay" / f"state-{epoch}"
-    spark = _session(master, confs)
+    spark = _session(master, confs, light_driver=True)
     try:
         report = run_state(spark, spec, ckpt, epoch, out_path)
     except Exception as e:  # Spark wraps the worker's exception; show its message

@@ -79,14 +79,27 @@ _UTC = dt.UTC
 
 
 # Session ------------------------------------------------------------------------------
+# The driver JVM of a job whose work is all in Python tasks (verify, state) on a local
+# master: JIT compilation tier 1 only. C2 compiled Spark's own code in the background
+# for seconds, on the cores the tasks run on: during a 17 s `ordo replay verify` on
+# local[2] (2 cores) the JVM took 6.9 s of CPU, 2.7 s of it JIT threads; with tier 1
+# only 0.4 s of JIT, and the tasks' summed time fell by ~3 s (docs/BENCHMARKS.md, tenth
+# session). Jobs whose work is Spark's own (``history``: Spark SQL, Parquet) keep C2.
+LIGHT_DRIVER_JVM = "-XX:TieredStopAtLevel=1"
+
+
 def make_session(
     master: str | None = None,
     app_name: str = "ordo-replay",
     conf: Mapping[str, str] | None = None,
+    *,
+    light_driver: bool = False,
 ) -> Any:
     """A SparkSession on ``master`` (default local[*]) with this interpreter as Python.
 
-    On a local or loopback master the driver binds to 127.0.0.1. On any other master
+    On a local or loopback master the driver binds to 127.0.0.1, and with
+    ``light_driver`` its JVM JIT-compiles with tier 1 only (``LIGHT_DRIVER_JVM``; a
+    ``spark.driver.extraJavaOptions`` in ``conf`` replaces it). On any other master
     the Ordo packages are shipped to the executors as a zip (they may not have them).
     """
     from pyspark.sql import SparkSession
@@ -94,7 +107,23 @@ def make_session(
     master = master or "local[*]"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    if _is_loopback(master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(master).appName(app_name)
+    settings = session_settings(master, conf, light_driver)
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    if not master.startswith("local"):
+        spark.sparkContext.addPyFile(str(_code_zip()))
+    return spark
+
+
+def session_settings(
+    master: str, conf: Mapping[str, str] | None, light_driver: bool
+) -> dict[str, str]:
+    """The Spark configuration ``make_session`` gives ``master``: ours, then ``conf``."""
     settings = {
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
@@ -104,17 +133,12 @@ def make_session(
         "spark.sql.sources.partitionOverwriteMode": "static",
     }
     if _is_loopback(master):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
+        if light_driver and master.startswith("local"):
+            settings["spark.driver.extraJavaOptions"] = LIGHT_DRIVER_JVM
     settings.update(conf or {})
-    for k, v in settings.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    if not master.startswith("local"):
-        spark.sparkContext.addPyFile(str(_code_zip()))
-    return spark
+    return settings
 
 
 def _is_loopback(master: str) -> bool:

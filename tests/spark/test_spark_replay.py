@@ -159,7 +159,8 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    session = spark_replay.make_session("local[2]", app_name="ordo-replay-tests")
+    # light_driver, as `ordo replay verify` and `state` run: the driver JVM's tier-1 JIT
+    session = spark_replay.make_session("local[2]", app_name="ordo-replay-tests", light_driver=True)
     try:
         yield session
     finally:
@@ -400,7 +401,7 @@ def test_cli_state_and_history_print_what_they_wrote(
 
     from cluster import replay_cli
 
-    monkeypatch.setattr(replay_cli, "_session", lambda master, confs: _Shared(spark))
+    monkeypatch.setattr(replay_cli, "_session", lambda master, confs, **_: _Shared(spark))
     runner = CliRunner()
     data = ["--data-dir", str(live.data)]
     r = runner.invoke(replay_cli.replay, ["state", *data, "--replica", "1", "--json"])

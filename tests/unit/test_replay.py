@@ -32,9 +32,11 @@ from executor.replay.diagnosis import dependency_suspects
 from executor.replay.intervals import IntervalTask
 from executor.replay.reconstruct import reconstruct
 from executor.replay.spark_jobs import (
+    LIGHT_DRIVER_JVM,
     LOAD_ROWS_PER_EPOCH,
     interval_costs,
     load_epochs,
+    session_settings,
     split_runs,
 )
 from executor.replay.spec import ReplaySpec, log_first_epoch, log_last_epoch
@@ -783,3 +785,16 @@ def test_a_replay_job_that_fails_half_way_leaves_its_out_free_for_the_retry(tmp_
     assert sorted(p.name for p in again.iterdir()) == [MARKER, "part-3.parquet"]
     again = prepare_output(tmp_path / "verify", "verify")  # without keep: emptied now
     assert not again.exists() or not any(again.iterdir())
+
+
+def test_session_settings_light_driver_only_for_local_masters() -> None:
+    """Verify and state run their work in Python tasks: on a local master their driver
+    JVM compiles with tier 1 only; a remote master, or a job without light_driver,
+    keeps the JVM's default, and the user's own conf wins."""
+    key = "spark.driver.extraJavaOptions"
+    assert session_settings("local[2]", None, True)[key] == LIGHT_DRIVER_JVM
+    assert key not in session_settings("local[2]", None, False)
+    assert key not in session_settings("spark://10.1.2.3:7077", None, True)
+    assert key not in session_settings("spark://127.0.0.1:7077", None, True)
+    mine = session_settings("local[*]", {key: "-Xss4m"}, True)
+    assert mine[key] == "-Xss4m" and mine["spark.driver.host"] == "127.0.0.1"
