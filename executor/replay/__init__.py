@@ -22,6 +22,9 @@ Modules, lowest first (each imports only those above it):
 - tables: the log as rows of transactions; a rebuilt table as columns.
 - export: tables written to CSV or Parquet files (``ordo dump``).
 - spark_jobs: the Spark session and the verify, state and history jobs.
+- spark_daemon: the Python daemon Spark starts on a local master (PySpark's own,
+  importing the installed PySpark rather than Spark's source zips); imports nothing
+  of Ordo's.
 
 Invariant: nothing in this package writes to the log or checkpoint directories, and
 nothing in it reads the cluster's configuration (``cluster.replay_cli`` builds the

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import random
 import struct
+import sys
 import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,7 +32,9 @@ from executor.replay.boundaries import Boundary, scan_checkpoints
 from executor.replay.diagnosis import dependency_suspects
 from executor.replay.intervals import IntervalTask
 from executor.replay.reconstruct import reconstruct
+from executor.replay.spark_daemon import prefer_installed, source_zips
 from executor.replay.spark_jobs import (
+    DAEMON_MODULE,
     LIGHT_DRIVER_JVM,
     LOAD_ROWS_PER_EPOCH,
     interval_costs,
@@ -798,3 +801,29 @@ def test_session_settings_light_driver_only_for_local_masters() -> None:
     assert key not in session_settings("spark://127.0.0.1:7077", None, True)
     mine = session_settings("local[*]", {key: "-Xss4m"}, True)
     assert mine[key] == "-Xss4m" and mine["spark.driver.host"] == "127.0.0.1"
+
+
+def test_session_settings_daemon_module_only_for_local_masters() -> None:
+    """On a local master the workers run this interpreter, so Spark starts Ordo's
+    daemon (PySpark's, without the source zips); elsewhere Spark's own."""
+    key = "spark.python.daemon.module"
+    assert session_settings("local[2]", None, False)[key] == DAEMON_MODULE
+    assert key not in session_settings("spark://127.0.0.1:7077", None, True)
+    assert key not in session_settings("spark://10.1.2.3:7077", None, True)
+
+
+def test_spark_daemon_drops_only_the_installed_source_zips(tmp_path: Path) -> None:
+    """The zips go only when the pyspark found without them is the install that holds
+    them; a zip from any other Spark home, or no installed pyspark, keeps the path."""
+    import pyspark
+
+    installed = Path(pyspark.__file__).parent
+    zips = [str(installed / "python" / "lib" / z) for z in ("py4j-src.zip", "pyspark.zip")]
+    path = [*zips, "/somewhere/else", *sys.path]
+    kept = prefer_installed(path)
+    assert kept == ["/somewhere/else", *sys.path]
+    assert source_zips(kept) == []
+    other = str(tmp_path / "pyspark" / "python" / "lib" / "pyspark.zip")  # another Spark home
+    assert source_zips([other]) == [other]
+    assert prefer_installed([other, *sys.path]) == [other, *sys.path]
+    assert prefer_installed([*zips]) == [*zips]  # nothing installed on that path
