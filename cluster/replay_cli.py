@@ -114,8 +114,8 @@ def _resolve(
 
 
 def _session(master: str, confs: tuple[str, ...], light_driver: bool = False) -> Any:
-    """``light_driver``: the job's work is in Python tasks (spark_jobs.LIGHT_DRIVER_JVM)."""
-    from executor.replay.spark_jobs import make_session
+    """``light_driver``: the job's work is in Python tasks (spark_session.LIGHT_DRIVER_JVM)."""
+    from executor.replay.spark_session import make_session
 
     return make_session(master, conf=_parse_confs(confs), light_driver=light_driver)
 

@@ -21,7 +21,9 @@ Modules, lowest first (each imports only those above it):
 - reconstruct: the database at the end of any epoch.
 - tables: the log as rows of transactions; a rebuilt table as columns.
 - export: tables written to CSV or Parquet files (``ordo dump``).
-- spark_jobs: the Spark session and the verify, state and history jobs.
+- spark_session: the Spark session (one configuration for every job) and the driver
+  JVM's class-data archive that set-up builds.
+- spark_jobs: the verify, state and history jobs.
 - spark_daemon: the Python daemon Spark starts on a local master (PySpark's own,
   importing the installed PySpark rather than Spark's source zips); imports nothing
   of Ordo's.

@@ -32,24 +32,19 @@ cluster's procedure modules before touching a batch; an output directory is repl
 only if it is empty or was written by these jobs (marker file ``_ordo.json``).
 Workers must see LOG_DIR, CHECKPOINT_DIR and the output path at the same paths. Tasks
 carry only executor-layer values (ReplaySpec, Boundary): on a remote master the code
-goes with them as a zip of PACKAGES.
+goes with them as a zip (executor.replay.spark_session, which makes the session).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
-import sys
-import tempfile
 import time
-import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from executor.core.checkpoint import DELTA_ROW_LOAD_WEIGHT
 from executor.core.storage import release_heap, release_retired
@@ -57,6 +52,7 @@ from executor.replay.boundaries import Boundary, peer_checkpoint_dirs, scan_chec
 from executor.replay.export import prepare_output, publish_output, staging_dir
 from executor.replay.intervals import VERIFY_COLUMNS, IntervalTask
 from executor.replay.reconstruct import reconstruct
+from executor.replay.spark_session import parallelism
 from executor.replay.spec import ReplaySpec, log_last_epoch, log_segments
 from executor.replay.tables import (
     HistoryLayout,
@@ -72,101 +68,7 @@ from executor.replay.verdicts import PASSED, UNCHECKED
 from executor.replay.verify import annotate_results, plan_history, verify_run
 from txn_library.errors import invariant
 
-# What a task may import: the engine below cluster/, and workloads' procedures (tpcc).
-PACKAGES = ("executor", "scheduler", "sequencer", "tpcc", "txn_library")
-_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 _UTC = dt.UTC
-
-
-# Session ------------------------------------------------------------------------------
-# The driver JVM of a job whose work is all in Python tasks (verify, state) on a local
-# master: JIT compilation tier 1 only. C2 compiled Spark's own code in the background
-# for seconds, on the cores the tasks run on: during a 17 s `ordo replay verify` on
-# local[2] (2 cores) the JVM took 6.9 s of CPU, 2.7 s of it JIT threads; with tier 1
-# only 0.4 s of JIT, and the tasks' summed time fell by ~3 s (docs/BENCHMARKS.md, tenth
-# session). Jobs whose work is Spark's own (``history``: Spark SQL, Parquet) keep C2.
-LIGHT_DRIVER_JVM = "-XX:TieredStopAtLevel=1"
-# PySpark's daemon, run with the installed pyspark ahead of Spark's source zips
-# (executor.replay.spark_daemon): a session's first Python job starts ~1 s sooner.
-DAEMON_MODULE = "executor.replay.spark_daemon"
-
-
-def make_session(
-    master: str | None = None,
-    app_name: str = "ordo-replay",
-    conf: Mapping[str, str] | None = None,
-    *,
-    light_driver: bool = False,
-) -> Any:
-    """A SparkSession on ``master`` (default local[*]) with this interpreter as Python.
-
-    On a local or loopback master the driver binds to 127.0.0.1, and with
-    ``light_driver`` its JVM JIT-compiles with tier 1 only (``LIGHT_DRIVER_JVM``; a
-    ``spark.driver.extraJavaOptions`` in ``conf`` replaces it). On any other master
-    the Ordo packages are shipped to the executors as a zip (they may not have them).
-    """
-    from pyspark.sql import SparkSession
-
-    master = master or "local[*]"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    if _is_loopback(master):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.master(master).appName(app_name)
-    settings = session_settings(master, conf, light_driver)
-    for k, v in settings.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    if not master.startswith("local"):
-        spark.sparkContext.addPyFile(str(_code_zip()))
-    return spark
-
-
-def session_settings(
-    master: str, conf: Mapping[str, str] | None, light_driver: bool
-) -> dict[str, str]:
-    """The Spark configuration ``make_session`` gives ``master``: ours, then ``conf``."""
-    settings = {
-        "spark.ui.enabled": "false",
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.shuffle.partitions": "8",
-        "spark.python.worker.reuse": "true",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.sources.partitionOverwriteMode": "static",
-    }
-    if _is_loopback(master):
-        settings["spark.driver.host"] = "127.0.0.1"
-        settings["spark.driver.bindAddress"] = "127.0.0.1"
-        if master.startswith("local"):  # the workers run this interpreter
-            settings["spark.python.daemon.module"] = DAEMON_MODULE
-            if light_driver:
-                settings["spark.driver.extraJavaOptions"] = LIGHT_DRIVER_JVM
-    settings.update(conf or {})
-    return settings
-
-
-def _is_loopback(master: str) -> bool:
-    if master.startswith("local"):
-        return True
-    hosts = [urlparse(u if "://" in u else f"x://{u}").hostname for u in master.split(",")]
-    return all(h in _LOOPBACK for h in hosts)
-
-
-def _code_zip() -> Path:
-    """The Ordo packages as one zip for executors (built once per driver process)."""
-    root = Path(__file__).resolve().parents[2]  # executor/replay/spark_jobs.py -> the tree
-    path = Path(tempfile.gettempdir()) / f"ordo-code-{os.getpid()}.zip"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-        for package in PACKAGES:
-            invariant((root / package / "__init__.py").is_file(), f"no package {package} in {root}")
-            for f in sorted((root / package).rglob("*.py")):
-                z.write(f, f.relative_to(root))
-    return path
-
-
-def parallelism(spark: Any) -> int:
-    return int(spark.sparkContext.defaultParallelism)
 
 
 def _ts(ms: int | None) -> dt.datetime | None:

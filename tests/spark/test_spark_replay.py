@@ -21,8 +21,10 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
+import pyspark
 import pytest
 
 from cluster.bank_load import run_transfers
@@ -35,6 +37,7 @@ from executor.deterministic.oracle import SerialExecutor
 from executor.replay import spark_jobs as spark_replay
 from executor.replay.boundaries import scan_checkpoints
 from executor.replay.intervals import VERIFY_COLUMNS
+from executor.replay.spark_session import LIGHT_DRIVER_JVM, driver_archive, make_session
 from executor.replay.spec import ReplaySpec
 from executor.replay.tables import table_layout
 from executor.replay.verdicts import BAD_CHECKPOINT, BATCH_INVALID, BY_DIGEST, LOG_CORRUPT, TAIL
@@ -160,7 +163,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     # light_driver, as `ordo replay verify` and `state` run: the driver JVM's tier-1 JIT
-    session = spark_replay.make_session("local[2]", app_name="ordo-replay-tests", light_driver=True)
+    session = make_session("local[2]", app_name="ordo-replay-tests", light_driver=True)
     try:
         yield session
     finally:
@@ -192,6 +195,23 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
 
 
 # verify / state / history on local[2] ------------------------------------------------------
+def test_the_driver_jvm_maps_the_archive_set_up_built(spark: Any) -> None:
+    """Set-up builds the driver JVM's class-data archive; a session's JVM is started
+    with it (and tier-1 JIT); its workers import the installed pyspark, not a zip."""
+    archive = driver_archive()
+    assert archive.is_file(), "scripts/setup.sh builds it (scripts/build_spark_archive.py)"
+    jvm = spark.sparkContext._jvm
+    args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert f"-XX:SharedArchiveFile={archive}" in args
+    assert LIGHT_DRIVER_JVM in args
+    (origin,) = spark.sparkContext.parallelize([0], 1).map(_pyspark_origin).collect()
+    assert origin == str(Path(pyspark.__file__).parent)
+
+
+def _pyspark_origin(_: int) -> str:
+    return str(Path(pyspark.__file__).parent)
+
+
 def test_verify_passes_every_interval_and_writes_the_table(
     spark: object, live: LiveRun, tmp_path: Path
 ) -> None:

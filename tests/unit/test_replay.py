@@ -34,13 +34,16 @@ from executor.replay.intervals import IntervalTask
 from executor.replay.reconstruct import reconstruct
 from executor.replay.spark_daemon import prefer_installed, source_zips
 from executor.replay.spark_jobs import (
-    DAEMON_MODULE,
-    LIGHT_DRIVER_JVM,
     LOAD_ROWS_PER_EPOCH,
     interval_costs,
     load_epochs,
-    session_settings,
     split_runs,
+)
+from executor.replay.spark_session import (
+    ARCHIVE_LOG_OFF,
+    DAEMON_MODULE,
+    LIGHT_DRIVER_JVM,
+    session_settings,
 )
 from executor.replay.spec import ReplaySpec, log_first_epoch, log_last_epoch
 from executor.replay.tables import history_layout, history_rows, split_epochs
@@ -585,7 +588,7 @@ def test_the_code_shipped_to_remote_spark_executors_holds_the_engine_and_workloa
     """A remote master's executors import Ordo from this zip alone (addPyFile)."""
     import zipfile
 
-    from executor.replay.spark_jobs import _code_zip
+    from executor.replay.spark_session import _code_zip
 
     with zipfile.ZipFile(_code_zip()) as z:
         names = set(z.namelist())
@@ -801,6 +804,19 @@ def test_session_settings_light_driver_only_for_local_masters() -> None:
     assert key not in session_settings("spark://127.0.0.1:7077", None, True)
     mine = session_settings("local[*]", {key: "-Xss4m"}, True)
     assert mine[key] == "-Xss4m" and mine["spark.driver.host"] == "127.0.0.1"
+
+
+def test_session_settings_map_the_driver_archive_on_any_master(tmp_path: Path) -> None:
+    """With set-up's archive the driver JVM maps it, silently, on any master (the
+    driver runs here), beside tier 1 where that applies; the user's conf replaces all."""
+    key, archive = "spark.driver.extraJavaOptions", tmp_path / "driver.jsa"
+    maps = f"-XX:SharedArchiveFile={archive} {ARCHIVE_LOG_OFF}"
+    assert session_settings("local[2]", None, True, archive)[key] == f"{LIGHT_DRIVER_JVM} {maps}"
+    assert session_settings("local[2]", None, False, archive)[key] == maps
+    assert session_settings("spark://10.1.2.3:7077", None, True, archive)[key] == maps
+    assert session_settings("local[2]", {key: "-Xss4m"}, True, archive)[key] == "-Xss4m"
+    spaced = tmp_path / "a b" / "driver.jsa"  # the options are split at spaces
+    assert key not in session_settings("local[2]", None, False, spaced)
 
 
 def test_session_settings_daemon_module_only_for_local_masters() -> None:
