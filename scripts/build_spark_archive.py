@@ -5,7 +5,8 @@
 
 Runs one small Spark session whose JVM dumps the classes it loaded when it exits
 (executor.replay.spark_session.build_driver_archive, ~20 s), into the venv
-(``driver_archive()``: one per pyspark release). Every later session's driver JVM maps
+(``driver_archive()``: one per pyspark release; built again when the JVM binary is
+newer than it). Every later session's driver JVM maps
 them instead of loading them from Spark's jars: `ordo replay` starts ~3 s sooner. A
 session without the archive works the same, only slower; this script exits non-zero
 when it could not build one, and set-up then only warns.
@@ -14,6 +15,7 @@ when it could not build one, and set-up then only warns.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -29,7 +31,12 @@ def main() -> int:
     ap.add_argument("--force", action="store_true", help="build even if the archive exists")
     a = ap.parse_args()
     path = driver_archive()
-    if path.is_file() and not a.force:
+    java = shutil.which("java")
+    if java is None:
+        print("build_spark_archive: no java on PATH (Spark needs Java 17)", file=sys.stderr)
+        return 1
+    jvm_mtime = Path(java).resolve().stat().st_mtime
+    if path.is_file() and path.stat().st_mtime > jvm_mtime and not a.force:
         print(f"build_spark_archive: {path} exists")
         return 0
     t0 = time.perf_counter()

@@ -128,7 +128,8 @@ def session_settings(
 def build_driver_archive(path: Path) -> Path:
     """Write the driver JVM's archive to ``path``: run a session that uses Spark core
     (a Python job), SQL and Parquet, its JVM dumping every class it loaded when it
-    exits, then publish the dump. Raises RuntimeError if the JVM wrote none."""
+    exits, then publish the dump and remove other pyspark releases' archives beside
+    it. Raises RuntimeError if the JVM wrote none."""
     path.parent.mkdir(parents=True, exist_ok=True)
     dump = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     dump.unlink(missing_ok=True)
@@ -145,6 +146,9 @@ def build_driver_archive(path: Path) -> Path:
         dump.unlink(missing_ok=True)
         raise RuntimeError(f"the driver JVM exited {code} without writing {dump}")
     os.replace(dump, path)
+    for stale in path.parent.glob("spark-*-driver.jsa"):  # other pyspark releases' archives
+        if stale != path:
+            stale.unlink(missing_ok=True)
     return path
 
 
