@@ -100,6 +100,7 @@ from txn_library.errors import (
     brief,
     invariant,
 )
+from txn_library.heap import gc_paused
 from txn_library.partition_wire import RESULT_LOOKUP, PartitionStatus, Results
 from txn_library.procedure import Procedure, lookup
 from txn_library.wire import (
@@ -248,7 +249,8 @@ class Sequencer:
             )
             return
         try:
-            msg = unpack(frame)
+            with gc_paused():  # up to 10,000 calls of acyclic tuples (txn_library.heap)
+                msg = unpack(frame)
         except (ValueError, TypeError) as e:  # msgpack's errors (format, depth, extra
             # data, non-string map keys) are ValueErrors; an unhashable key a TypeError
             self._error(identity, None, ERR_MALFORMED, f"not msgpack: {type(e).__name__}")

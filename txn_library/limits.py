@@ -18,6 +18,7 @@ client_id_bytes_max = 64
 # Fair intake (sequencer): work per loop turn is bounded, and shared round robin
 intake_turn_s_max = 0.004  # validating queued calls, per turn
 receive_turn_s_max = 0.004  # reading and decoding client frames, per turn
+turn_s_min = 0.0005  # each of the two when the epoch's tick is due (both stop at it)
 receive_bytes_per_turn_max = 8 << 20  # and at most this many frame bytes per turn
 intake_quantum_calls = 64  # calls of one client per round robin round
 intake_client_bytes_max = 16 << 20  # frames of one client awaiting validation; above:

@@ -100,10 +100,11 @@ from typing import Any
 import msgpack
 import xxhash
 
-from executor.core.storage import Changes, Storage, gc_paused
+from executor.core.storage import Changes, Storage
 from sequencer.log import LogCorruption, encode_frame, frame_intact, iter_file_frames
 from txn_library import limits
 from txn_library.errors import detached, invariant
+from txn_library.heap import gc_paused
 
 log = logging.getLogger("ordo.checkpoint")
 

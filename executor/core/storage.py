@@ -87,7 +87,6 @@ from __future__ import annotations
 import gc
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from itertools import chain
 from typing import Any
 
@@ -98,6 +97,7 @@ import xxhash
 from executor.core.ordered_index import OrderedIndex
 from txn_library import catalog, limits
 from txn_library.errors import invariant
+from txn_library.heap import gc_paused
 
 MASK64 = (1 << 64) - 1
 # Gen0 allocations, gen1 and gen2 collection ratios (see settle_heap). A young
@@ -322,7 +322,7 @@ class Storage:
     def materialize(self) -> None:
         """Decode every pending row (for readers of whole tables), each checked as a
         read checks it (as fast as one batch decoding: measured, 870k rows ~1 s)."""
-        with gc_paused():  # millions of acyclic tuples: see gc_paused
+        with gc_paused():  # millions of acyclic tuples (txn_library.heap)
             for table, p in list(self.pending.items()):
                 for key in list(p):
                     self._fault(table, key)
@@ -817,23 +817,6 @@ def _quote(table: Any, key: Any) -> str:
     else:
         text = f"{name}(<{type(key).__name__}>)"
     return text if len(text) <= _REPR_CHARS_MAX else text[: _REPR_CHARS_MAX - 3] + "..."
-
-
-@contextmanager
-def gc_paused(freeze: bool = False) -> Iterator[None]:
-    """No cyclic collection while a bulk load allocates millions of acyclic tuples
-    (each young collection would walk them all again). With ``freeze`` what was
-    allocated is frozen on the way out (gc.freeze, as ``settle_heap`` does), so the
-    first collection after it does not walk the loaded rows either."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-        if freeze:
-            gc.freeze()
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def settle_heap() -> None:
