@@ -52,8 +52,8 @@ LIGHT_DRIVER_JVM = "-XX:TieredStopAtLevel=1"
 DAEMON_MODULE = "executor.replay.spark_daemon"
 
 
-# The JVM's own log of its archive off: a rejected archive must not print to the
-# stdout of ``ordo replay ... --json`` (the driver JVM shares it).
+# The JVM's logging about its archive, turned off: a rejected archive must not print
+# to the stdout of ``ordo replay ... --json`` (the driver JVM shares it).
 ARCHIVE_LOG_OFF = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
