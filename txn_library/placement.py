@@ -95,9 +95,17 @@ def call_home(proc_name: str, args: Iterable[Any], partitions: int) -> int:
 
 class LocalShare:
     """One partition's share of a multi-partition transaction, in one pass over its
-    footprint (this runs for every transaction at every participant)."""
+    footprint (this runs for every transaction at every participant).
 
-    __slots__ = ("shared", "exclusive", "local_reads", "executor", "reporter", "send_to", "need")
+    ``at_me``: each non-replicated footprint entry (table, key or prefix) -> whether it
+    lives on this partition, each placed once (an entry both read and written, as in
+    ``bank.open``, is placed once): the executor's reads and the filter of its writes
+    look a key up here before placing it again (``is_here``)."""
+
+    __slots__ = (
+        "shared", "exclusive", "local_reads", "executor", "reporter", "send_to", "need",
+        "at_me",
+    )  # fmt: skip
 
     def __init__(
         self, reads: FootprintEntries, writes: FootprintEntries, participants_: tuple,
@@ -109,18 +117,27 @@ class LocalShare:
         local_reads: list[tuple[str, tuple]] = []
         reads_at: set[int] = set()
         writes_at: set[int] = set()
-        for t, key in reads:
+        at_me: dict[tuple, bool] = {}
+        places: dict[tuple, int] = {}
+        for entry in reads:
+            t, key = entry
             spec = table(t)
             if spec.replicated:
                 continue
             p = spec.placement(key[: spec.place_prefix], partitions)
+            places[entry] = p
+            at_me[entry] = p == me
             reads_at.add(p)
             if p == me:
-                local_reads.append((t, key))
+                local_reads.append(entry)
                 shared.append((t, key[: spec.lock_prefix]))
-        for t, key in writes:
+        for entry in writes:
+            t, key = entry
             spec = table(t)
-            p = spec.placement(key[: spec.place_prefix], partitions)
+            p = places.get(entry, -1)
+            if p < 0:
+                p = spec.placement(key[: spec.place_prefix], partitions)
+                at_me[entry] = p == me
             writes_at.add(p)
             if p == me:
                 exclusive.append((t, key[: spec.lock_prefix]))
@@ -132,6 +149,7 @@ class LocalShare:
         self.local_reads = tuple(local_reads)
         self.send_to = tuple(q for q in runs if q != me) if local_reads else ()
         self.need = {q for q in reads_at if q != me} if self.executor else set()
+        self.at_me = at_me
 
 
 # (replicated, lock prefix length) by table name, filled as transactions meet tables: a

@@ -107,6 +107,7 @@ class _Txn:
         "prefixes",
         "single",
         "bypass",
+        "at_me",
     )
     txn_id: int
     proc: Procedure
@@ -125,6 +126,7 @@ class _Txn:
     prefixes: dict[tuple[str, tuple], Any]
     single: bool
     bypass: tuple[list, list] | None  # (shared, exclusive): ran on the fast path
+    at_me: dict[tuple, bool]  # multi-partition only: placement.LocalShare.at_me
 
 
 class Partition:
@@ -373,6 +375,7 @@ class Partition:
             shared, exclusive = share.shared, share.exclusive
             st.executor, st.reporter = share.executor, share.reporter
             st.local_reads, st.send_to, st.need = share.local_reads, share.send_to, share.need
+            st.at_me = share.at_me
         self._active[txn_id] = st
         early = self._early.pop(txn_id, None)
         if early:
@@ -444,8 +447,7 @@ class Partition:
             if st.single:
                 storage.apply(writes)
             else:
-                me, n, where = self.partition, self.partitions, placement.partition_of
-                storage.apply(w for w in writes if where(w[0], w[1], n) == me)
+                storage.apply(w for w in writes if self._is_here(st, w[0], w[1]))
         if ctx.hold_ms and self.hold_clock is not None:
             if st.bypass is not None:  # it keeps its locks after all: enter them now
                 self.locks.request_free(st.txn_id, *st.bypass)
@@ -479,13 +481,25 @@ class Partition:
             self._complete(st, status, value, data)
         self._run()
 
+    def _is_here(self, st: _Txn, t: str, key: tuple) -> bool:
+        """Whether ``key`` of ``t`` (a key the transaction may touch) lives on this
+        partition: its footprint entry's placement if it is one (``LocalShare.at_me``),
+        else placed now (a key under a prefix entry)."""
+        here = st.at_me.get((t, key))
+        if here is None:
+            return placement.partition_of(t, key, self.partitions) == self.partition
+        return here
+
     def _remote_view(self, st: _Txn) -> tuple:
         storage, me, n = self.storage, self.partition, self.partitions
-        exact, prefixes = st.exact, st.prefixes
+        exact, prefixes, at_me = st.exact, st.prefixes, st.at_me
 
         def get(t: str, key: tuple) -> tuple | None:
-            p = placement.partition_of(t, key, n)
-            if p == me or p == REPLICATED:
+            here = at_me.get((t, key))
+            if here is None:  # replicated, or under a prefix entry
+                p = placement.partition_of(t, key, n)
+                here = p == me or p == REPLICATED
+            if here:
                 return storage.get(t, key)
             return exact.get((t, key))
 

@@ -156,6 +156,12 @@ def test_placement_equals_every_old_call_site(reads: tuple, writes: tuple, parti
         share = placement.LocalShare(reads, writes, parts, me, partitions)
         got = {name: getattr(share, name) for name in old}
         assert got == old
+        # Each non-replicated entry placed once, as partition_of places it.
+        assert share.at_me == {
+            (t, key): placement.partition_of(t, key, partitions) == me
+            for t, key in (*reads, *writes)
+            if placement.partition_of(t, key, partitions) != REPLICATED
+        }
     # The participants, computed with the footprint's checks in one pass
     # (Procedure.participants_of: the sequencer, replay), are the old sequencer's.
     for read_only in (False, True):

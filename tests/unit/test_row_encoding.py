@@ -1,10 +1,13 @@
-"""Storage.encode writes exactly msgpack's bytes, and raises msgpack's errors.
+"""Storage.encode and catalog.key_bytes write exactly msgpack's bytes, and raise
+msgpack's errors.
 
 A row's bytes define the state hash, checkpoints and what replay compares, so the fast
 encoder (msgspec, for keys and rows of plain scalars) must never write a different
 byte, and must never accept what msgpack refuses (a set, which msgspec packs as an
 array) or refuse what msgpack accepts (a subclass of int or str). Every value here is
-packed both ways: the bytes must be equal, or both must fail with the same error.
+packed both ways: the bytes must be equal, or both must fail with the same error. The
+same holds for a key's bytes, which place it on a partition (``place_by_hash``): a
+different byte would move a key to another partition than the one holding it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from hypothesis import strategies as st
 
 from executor.core.storage import Storage, encode_failure
 from txn_library import limits
+from txn_library.catalog import key_bytes
 
 
 class _Int(int):
@@ -52,6 +56,8 @@ def _same(table: Any, key: Any, row: Any) -> None:
     fast = _outcome(Storage().encode, table, key, row)
     reference = _outcome(lambda t, k, r: msgpack.packb((t, k, r)), table, key, row)
     assert fast == reference, (table, key, row)
+    placed = _outcome(lambda t, k, r: key_bytes(k), table, key, row)
+    assert placed == _outcome(lambda t, k, r: msgpack.packb(k), table, key, row), key
 
 
 _EDGES: list[Any] = [
