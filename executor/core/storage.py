@@ -143,6 +143,34 @@ def _decoded(table: str, key: tuple, data: bytes) -> tuple:
     return elem[2]  # type: ignore[index]
 
 
+MATERIALIZE_CHUNK = 4096  # pending rows decoded as one msgpack array (materialize)
+_ARRAY_HEADER = msgpack.Packer().pack_array_header
+
+
+def _decoded_chunk(table: str, keys: list[tuple], datas: list[bytes]) -> list[tuple] | None:
+    """The rows of pending ``datas`` (each msgpack([table, key, row])) of ``keys``,
+    decoded as one array; None if that fails or an element is not (``table``, its key,
+    a tuple): the caller then decodes them one by one (``_decoded`` raises)."""
+    try:
+        elems = msgpack.unpackb(_ARRAY_HEADER(len(datas)) + b"".join(datas), use_list=False)
+    except Exception:
+        return None
+    if type(elems) is not tuple or len(elems) != len(keys):
+        return None
+    rows = []
+    for elem, key in zip(elems, keys, strict=True):
+        if not (
+            type(elem) is tuple
+            and len(elem) == 3
+            and elem[0] == table
+            and elem[1] == key
+            and type(elem[2]) is tuple
+        ):
+            return None
+        rows.append(elem[2])
+    return rows
+
+
 def _plain(values: tuple) -> bool:
     """Every value is exactly a str, int, float, bool, None or bytes: what msgspec
     packs to msgpack's bytes (not a subclass, a container or a set, which msgpack
@@ -321,11 +349,27 @@ class Storage:
 
     def materialize(self) -> None:
         """Decode every pending row (for readers of whole tables), each checked as a
-        read checks it (as fast as one batch decoding: measured, 870k rows ~1 s)."""
+        read checks it. A table's rows decode ``MATERIALIZE_CHUNK`` at a time as one
+        msgpack array, and move to ``tables`` at once when all of them have (a TPC-C
+        partition's 2M rows after 60 s of New Order: 3.2 s a row at a time); if a chunk's
+        elements are not each (its table, its key, a row), the table's rows are decoded
+        a row at a time (``_fault``), which names the row at fault."""
         with gc_paused():  # millions of acyclic tuples (txn_library.heap)
             for table, p in list(self.pending.items()):
-                for key in list(p):
-                    self._fault(table, key)
+                keys, datas = list(p), list(p.values())
+                rows: list[tuple] = []
+                for i in range(0, len(keys), MATERIALIZE_CHUNK):
+                    j = i + MATERIALIZE_CHUNK
+                    got = _decoded_chunk(table, keys[i:j], datas[i:j])
+                    if got is None:
+                        break
+                    rows.extend(got)
+                if len(rows) != len(keys):
+                    for key in keys:
+                        self._fault(table, key)  # raises at the row at fault
+                    continue
+                self.tables[table].update(zip(keys, rows, strict=True))
+                del self.pending[table]
 
     def whole_tables(self) -> dict[str, dict[tuple, tuple]]:
         """Every table's rows by key, pending rows decoded first: the view of a reader

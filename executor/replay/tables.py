@@ -17,12 +17,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from executor.core.storage import Storage
 from executor.replay.batches import iter_batches
 from executor.replay.spec import ReplaySpec
 from txn_library import catalog
+from txn_library.heap import gc_paused
 from txn_library.procedure import Procedure, procedures
 
 # Fixed columns of the history table; then one column per flattened argument.
@@ -190,20 +192,31 @@ def table_layout(name: str) -> TableLayout:
 
 
 def table_columns(storages: Sequence[Storage], layout: TableLayout) -> tuple[list[list[Any]], int]:
-    """The table's rows across partitions as column lists (replicated: once), sorted by key."""
+    """The table's rows across partitions as column lists (replicated: once), sorted by
+    key; a row shorter than the table's columns is padded with None, a longer one cut.
+
+    Column by column in C (``itemgetter`` over the sorted keys and rows), with the
+    collector held off: a TPC-C state after 60 s of New Order (2.7M ORDER-LINE rows)
+    took 11.7 s for all its tables a value at a time, the collector walking the
+    millions of new tuples again and again."""
     sources = storages[:1] if layout.replicated else storages
-    keys_rows: list[tuple[tuple, tuple]] = []
-    for s in sources:
-        t = s.whole_tables().get(layout.name)
-        if t:
-            keys_rows.extend(t.items())
-    keys_rows.sort(key=lambda kr: kr[0])
-    cols: list[list[Any]] = [[] for _ in layout.columns]
-    nk = len(layout.key_positions)
     width = layout.row_width
-    for key, row in keys_rows:
-        for j, pos in enumerate(layout.key_positions):
-            cols[j].append(key[pos])
-        for j in range(width):
-            cols[nk + j].append(row[j] if j < len(row) else None)
-    return cols, len(keys_rows)
+    with gc_paused():  # millions of acyclic tuples and lists (txn_library.heap)
+        pairs: list[tuple[tuple, tuple]] = []
+        for s in sources:
+            t = s.whole_tables().get(layout.name)
+            if t:
+                pairs.extend(t.items())
+        pairs.sort(key=_first)
+        keys = list(map(_first, pairs))
+        rows = list(map(_second, pairs))
+        del pairs
+        if rows and set(map(len, rows)) != {width}:
+            pad = (None,) * width
+            rows = [r if len(r) == width else (r + pad)[:width] for r in rows]
+        cols = [list(map(itemgetter(pos), keys)) for pos in layout.key_positions]
+        cols.extend(list(map(itemgetter(j), rows)) for j in range(width))
+    return cols, len(keys)
+
+
+_first, _second = itemgetter(0), itemgetter(1)

@@ -24,6 +24,7 @@ import txn_library.builtin  # noqa: F401  (registers the bank)
 from cluster.config import ClusterConfig
 from cluster.replay_cli import replay_spec
 from executor.core import checkpoint
+from executor.core.storage import Storage
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.partition import Partition
 from executor.deterministic.replica import LocalReplica
@@ -46,7 +47,13 @@ from executor.replay.spark_session import (
     session_settings,
 )
 from executor.replay.spec import ReplaySpec, log_first_epoch, log_last_epoch
-from executor.replay.tables import history_layout, history_rows, split_epochs
+from executor.replay.tables import (
+    history_layout,
+    history_rows,
+    split_epochs,
+    table_columns,
+    table_layout,
+)
 from executor.replay.verdicts import (
     BAD_CHECKPOINT,
     BATCH_INVALID,
@@ -843,3 +850,25 @@ def test_spark_daemon_drops_only_the_installed_source_zips(tmp_path: Path) -> No
     assert source_zips([other]) == [other]
     assert prefer_installed([other, *sys.path]) == [other, *sys.path]
     assert prefer_installed([*zips]) == [*zips]  # nothing installed on that path
+
+
+def test_table_columns_sort_across_partitions_and_fit_rows_to_the_columns(tmp_path: Path) -> None:
+    """A table as columns: every partition's rows sorted by key, pending rows decoded,
+    a short row padded with None and a long one cut to the catalog's columns."""
+    a, b = Storage(), Storage()
+    for n in range(0, 9000, 2):
+        a.put("account", (n,), (n * 10,))
+    for n in range(1, 9000, 2):
+        b.put("account", (n,), (n * 10,))
+    b.put("account", (3,), ())  # short: padded
+    b.put("account", (5,), (50, "extra"))  # long: cut
+    path = checkpoint.write_checkpoint(
+        tmp_path, a, replica=0, partition=0, partitions=2, epoch=1, next_txn_id=1, txns_applied=0
+    )
+    loaded = checkpoint.load(path)[1]  # rows pending, in chunks of several decodings
+    assert loaded.get("account", (8,)) == (80,) and loaded.pending
+    cols, n = table_columns([loaded, b], table_layout("account"))
+    assert n == 9000 and not loaded.pending
+    assert cols[0] == list(range(9000))
+    assert cols[1][:7] == [0, 10, 20, None, 40, 50, 60]
+    assert cols[1][8999] == 89990
