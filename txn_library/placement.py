@@ -97,14 +97,14 @@ class LocalShare:
     """One partition's share of a multi-partition transaction, in one pass over its
     footprint (this runs for every transaction at every participant).
 
-    ``at_me``: each non-replicated footprint entry (table, key or prefix) -> whether it
-    lives on this partition, each placed once (an entry both read and written, as in
-    ``bank.open``, is placed once): the executor's reads and the filter of its writes
-    look a key up here before placing it again (``is_here``)."""
+    ``placed``: each non-replicated footprint entry (table, key or prefix) -> its
+    partition, each placed once (an entry both read and written, as in ``bank.open``,
+    is placed once): the executor's reads and the filter of its writes look a key up
+    here before placing it."""
 
     __slots__ = (
         "shared", "exclusive", "local_reads", "executor", "reporter", "send_to", "need",
-        "at_me",
+        "placed",
     )  # fmt: skip
 
     def __init__(
@@ -117,16 +117,13 @@ class LocalShare:
         local_reads: list[tuple[str, tuple]] = []
         reads_at: set[int] = set()
         writes_at: set[int] = set()
-        at_me: dict[tuple, bool] = {}
-        places: dict[tuple, int] = {}
+        placed: dict[tuple, int] = {}
         for entry in reads:
             t, key = entry
             spec = table(t)
             if spec.replicated:
                 continue
-            p = spec.placement(key[: spec.place_prefix], partitions)
-            places[entry] = p
-            at_me[entry] = p == me
+            p = placed[entry] = spec.placement(key[: spec.place_prefix], partitions)
             reads_at.add(p)
             if p == me:
                 local_reads.append(entry)
@@ -134,10 +131,9 @@ class LocalShare:
         for entry in writes:
             t, key = entry
             spec = table(t)
-            p = places.get(entry, -1)
+            p = placed.get(entry, -1)
             if p < 0:
-                p = spec.placement(key[: spec.place_prefix], partitions)
-                at_me[entry] = p == me
+                p = placed[entry] = spec.placement(key[: spec.place_prefix], partitions)
             writes_at.add(p)
             if p == me:
                 exclusive.append((t, key[: spec.lock_prefix]))
@@ -149,7 +145,7 @@ class LocalShare:
         self.local_reads = tuple(local_reads)
         self.send_to = tuple(q for q in runs if q != me) if local_reads else ()
         self.need = {q for q in reads_at if q != me} if self.executor else set()
-        self.at_me = at_me
+        self.placed = placed
 
 
 # (replicated, lock prefix length) by table name, filled as transactions meet tables: a

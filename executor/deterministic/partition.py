@@ -107,7 +107,7 @@ class _Txn:
         "prefixes",
         "single",
         "bypass",
-        "at_me",
+        "placed",
     )
     txn_id: int
     proc: Procedure
@@ -126,7 +126,7 @@ class _Txn:
     prefixes: dict[tuple[str, tuple], Any]
     single: bool
     bypass: tuple[list, list] | None  # (shared, exclusive): ran on the fast path
-    at_me: dict[tuple, bool]  # multi-partition only: placement.LocalShare.at_me
+    placed: dict[tuple, int]  # multi-partition only: placement.LocalShare.placed
 
 
 class Partition:
@@ -375,7 +375,7 @@ class Partition:
             shared, exclusive = share.shared, share.exclusive
             st.executor, st.reporter = share.executor, share.reporter
             st.local_reads, st.send_to, st.need = share.local_reads, share.send_to, share.need
-            st.at_me = share.at_me
+            st.placed = share.placed
         self._active[txn_id] = st
         early = self._early.pop(txn_id, None)
         if early:
@@ -483,29 +483,24 @@ class Partition:
 
     def _is_here(self, st: _Txn, t: str, key: tuple) -> bool:
         """Whether ``key`` of ``t`` (a key the transaction may touch) lives on this
-        partition: its footprint entry's placement if it is one (``LocalShare.at_me``),
-        else placed now (a key under a prefix entry)."""
-        here = st.at_me.get((t, key))
-        if here is None:
-            return placement.partition_of(t, key, self.partitions) == self.partition
-        return here
+        partition: its footprint entry's placement if it is one (``LocalShare.placed``),
+        else placed now (a key under a prefix entry, or of a replicated table)."""
+        p = st.placed.get((t, key))
+        if p is None:
+            p = placement.partition_of(t, key, self.partitions)
+        return p == self.partition or p == REPLICATED
 
     def _remote_view(self, st: _Txn) -> tuple:
-        storage, me, n = self.storage, self.partition, self.partitions
-        exact, prefixes, at_me = st.exact, st.prefixes, st.at_me
+        storage, exact, prefixes = self.storage, st.exact, st.prefixes
+        is_here = self._is_here
 
         def get(t: str, key: tuple) -> tuple | None:
-            here = at_me.get((t, key))
-            if here is None:  # replicated, or under a prefix entry
-                p = placement.partition_of(t, key, n)
-                here = p == me or p == REPLICATED
-            if here:
+            if is_here(st, t, key):
                 return storage.get(t, key)
             return exact.get((t, key))
 
         def scan(t: str, prefix: tuple) -> list:
-            p = placement.partition_of(t, prefix, n)
-            if p == me or p == REPLICATED:
+            if is_here(st, t, prefix):
                 return storage.scan(t, prefix)
             rows = prefixes.get((t, prefix))
             if rows is not None:

@@ -157,8 +157,8 @@ def test_placement_equals_every_old_call_site(reads: tuple, writes: tuple, parti
         got = {name: getattr(share, name) for name in old}
         assert got == old
         # Each non-replicated entry placed once, as partition_of places it.
-        assert share.at_me == {
-            (t, key): placement.partition_of(t, key, partitions) == me
+        assert share.placed == {
+            (t, key): placement.partition_of(t, key, partitions)
             for t, key in (*reads, *writes)
             if placement.partition_of(t, key, partitions) != REPLICATED
         }
