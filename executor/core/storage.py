@@ -132,15 +132,20 @@ def _decoded(table: str, key: tuple, data: bytes) -> tuple:
         elem = msgpack.unpackb(data, use_list=False)
     except Exception:
         elem = None
-    if not (
+    if not _is_row_of(elem, table, key):
+        invariant(False, f"{_quote(table, key)}: a loaded row is not the row of its key")
+    return elem[2]  # type: ignore[index]
+
+
+def _is_row_of(elem: Any, table: str, key: tuple) -> bool:
+    """``elem`` is a decoded msgpack([table, key, row]) of this table and key."""
+    return (
         type(elem) is tuple
         and len(elem) == 3
         and elem[0] == table
         and elem[1] == key
         and type(elem[2]) is tuple
-    ):
-        invariant(False, f"{_quote(table, key)}: a loaded row is not the row of its key")
-    return elem[2]  # type: ignore[index]
+    )
 
 
 MATERIALIZE_CHUNK = 4096  # pending rows decoded as one msgpack array (materialize)
@@ -159,13 +164,7 @@ def _decoded_chunk(table: str, keys: list[tuple], datas: list[bytes]) -> list[tu
         return None
     rows = []
     for elem, key in zip(elems, keys, strict=True):
-        if not (
-            type(elem) is tuple
-            and len(elem) == 3
-            and elem[0] == table
-            and elem[1] == key
-            and type(elem[2]) is tuple
-        ):
+        if not _is_row_of(elem, table, key):
             return None
         rows.append(elem[2])
     return rows
