@@ -488,9 +488,11 @@ class Authenticator:
     def _run(self) -> None:
         sock = self.ctx.socket(zmq.REP)
         sock.setsockopt(zmq.LINGER, 0)
+        bound = False
         try:
             try:
                 sock.bind(ZAP_ENDPOINT)
+                bound = True
             except zmq.ZMQError as e:  # another handler holds this context's endpoint
                 self._error = e
                 return
@@ -500,6 +502,8 @@ class Authenticator:
                 if sock.poll(int(ZAP_STOP_POLL_S * 1000)):
                     sock.send_multipart(self.answer(sock.recv_multipart()))
         finally:
+            if bound:  # an inproc unbind frees the name now; close frees it later
+                sock.unbind(ZAP_ENDPOINT)  # (ZeroMQ's reaper thread): stop() frees it
             sock.close()
 
     def answer(self, request: list[bytes]) -> list[bytes]:
