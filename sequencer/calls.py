@@ -21,10 +21,11 @@ from txn_library.wire import Batch, LogFetch, Txn, unpack
 
 
 def participants(proc: Procedure, args: tuple, partitions: int) -> tuple[int, ...]:
-    """Partitions a call touches (txn_library.placement), its footprint checked first."""
+    """Partitions a call touches (txn_library.placement), its footprint checked first
+    (every key at least its placement prefix, at most ``limits.footprint_entries_max``
+    entries: the sequencer admits calls here)."""
     try:
-        # checked: every key is at least its placement prefix
-        return proc.participants_of(args, partitions)
+        return proc.participants_of(args, partitions, limits.footprint_entries_max)
     except BadRequest:
         raise
     except Exception as e:  # the procedure's footprint function raised on these args

@@ -14,6 +14,11 @@ args_per_call_max = 64
 pending_calls_max = 200_000  # accepted but not yet answered; above: ERR_OVERLOADED
 req_id_max = (1 << 63) - 1  # request ids are non-negative int64
 client_id_bytes_max = 64
+# Footprint entries (reads + writes) of one call or query, checked where calls are admitted
+# (the sequencer, the 2PL coordinator), not where logged calls run: more gets ERR_TOO_LARGE.
+# Bounds what one call costs the lock manager and the partitions (~16 us an entry: the
+# built-in bank.open of its 10,000 accounts has 20,000).
+footprint_entries_max = 20_000
 
 # Fair intake (sequencer): work per loop turn is bounded, and shared round robin
 intake_turn_s_max = 0.004  # validating queued calls, per turn

@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from txn_library import catalog
-from txn_library.errors import ERR_BAD_ARGUMENTS, ERR_UNKNOWN_PROCEDURE, BadRequest, brief
+from txn_library.errors import (
+    ERR_BAD_ARGUMENTS,
+    ERR_TOO_LARGE,
+    ERR_UNKNOWN_PROCEDURE,
+    BadRequest,
+    brief,
+)
 
 FootprintEntry = tuple[str, tuple]
 
@@ -169,30 +175,43 @@ class Procedure:
         for spec, value in zip(self.args, args, strict=True):
             spec.check(value)
 
-    def footprint_of(self, args: Sequence[Any]) -> Footprint:
-        """The declared footprint, with every entry checked against the catalog."""
+    def footprint_of(self, args: Sequence[Any], entries_max: int | None = None) -> Footprint:
+        """The declared footprint, with every entry checked against the catalog (and
+        its size against ``entries_max``, where a call is admitted)."""
         fp = self.footprint(*args)
-        self._checked_places(fp, 1)
+        self._checked_places(fp, 1, entries_max)
         return fp
 
-    def participants_of(self, args: Sequence[Any], partitions: int) -> tuple[int, ...]:
+    def participants_of(
+        self, args: Sequence[Any], partitions: int, entries_max: int | None = None
+    ) -> tuple[int, ...]:
         """The partitions the call's footprint touches, sorted (a footprint of
         replicated tables only: partition 0; the rule of txn_library.placement),
         checked as ``footprint_of`` checks it: both in one pass (this runs for every
         call at the sequencer and again in replay)."""
-        places = self._checked_places(self.footprint(*args), partitions)
+        places = self._checked_places(self.footprint(*args), partitions, entries_max)
         return tuple(sorted(places)) if places else (0,)
 
-    def _checked_places(self, fp: Footprint, partitions: int) -> set[int]:
-        """Raise BadRequest unless every entry of ``fp`` fits its table; the partitions
-        of its non-replicated entries (none are computed for one partition)."""
+    def _checked_places(
+        self, fp: Footprint, partitions: int, entries_max: int | None = None
+    ) -> set[int]:
+        """Raise BadRequest unless every entry of ``fp`` fits its table (and, given
+        ``entries_max``, there are at most that many: ERR_TOO_LARGE); the partitions of
+        its non-replicated entries (none are computed for one partition)."""
         try:  # partitions make sets and lock names of them: hashable, or refused here
-            hash(tuple(fp.reads))
-            hash(tuple(fp.writes))
+            reads, writes = tuple(fp.reads), tuple(fp.writes)
+            hash(reads)
+            hash(writes)
         except TypeError as e:
             raise BadRequest(
                 ERR_BAD_ARGUMENTS, f"{self.name}: footprint keys must be hashable ({e})"
             ) from None
+        if entries_max is not None and len(reads) + len(writes) > entries_max:
+            raise BadRequest(
+                ERR_TOO_LARGE,
+                f"{self.name}: a footprint of {len(reads) + len(writes)} entries "
+                f"(reads and writes) > {entries_max}",
+            )
         places: set[int] = set()
         place = places.add if partitions > 1 else None
         read_only = self.read_only

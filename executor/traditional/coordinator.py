@@ -123,7 +123,7 @@ class Coordinator:
     @staticmethod
     def _footprint(proc: Procedure, args: tuple) -> Any:
         try:
-            return proc.footprint_of(args)
+            return proc.footprint_of(args, limits.footprint_entries_max)
         except BadRequest:
             raise
         except Exception as e:  # the procedure's own footprint function failed on these args

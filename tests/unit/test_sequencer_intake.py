@@ -20,9 +20,9 @@ from sequencer.log import CommandLog, iter_frames
 from sequencer.sequencer import Sequencer
 from txn_library import limits, wire
 from txn_library.catalog import Table, place_by_first_int, register_table
-from txn_library.errors import ERR_BAD_ARGUMENTS, ERROR, OK
+from txn_library.errors import ERR_BAD_ARGUMENTS, ERR_TOO_LARGE, ERROR, OK
 from txn_library.partition_wire import MSG_RESULTS, PartitionStatus
-from txn_library.procedure import Arg, Footprint, procedure
+from txn_library.procedure import Arg, Footprint, lookup, procedure
 
 STATUS = (1, 1, 0, 0, 1, 0, 0, 0, False, 1, 0, 0, 0, 0)  # a well-formed partition status
 
@@ -426,3 +426,36 @@ def test_a_loop_turn_phase_ends_at_the_epoch_tick_but_keeps_its_floor() -> None:
     soon = t + 0.002
     at_tick = turn_deadline(limits.intake_turn_s_max, soon)
     assert at_tick == soon or time.monotonic() - t > 0.0015  # (unless this host stalled)
+
+
+@procedure(
+    "intake.wide",
+    [Arg("intake_reads", "int", min_value=0), Arg("intake_writes", "int", min_value=0)],
+    lambda intake_reads, intake_writes: Footprint(
+        reads=tuple(("kv", (f"w{i}",)) for i in range(intake_reads)),
+        writes=tuple(("kv", (f"w{i}",)) for i in range(intake_writes)),
+    ),
+)
+def _wide(ctx: object, intake_reads: int, intake_writes: int) -> None:
+    return None
+
+
+def test_a_call_with_more_footprint_entries_than_the_bound_is_refused_at_admission(
+    tmp_path: Path,
+) -> None:
+    """limits.footprint_entries_max (reads and writes together): at the bound a call is
+    sequenced, above it the caller gets too_large and nothing is logged; a logged call
+    runs whatever its size (the bound is the sequencer's, not the partitions')."""
+    bound = limits.footprint_entries_max
+    s = _seq(tmp_path)
+    s.on_frame(b"i", _frame(b"c1", [1, "intake.wide", [bound // 2, bound - bound // 2]]))
+    s.on_frame(b"i", _frame(b"c1", [2, "intake.wide", [bound // 2, bound - bound // 2 + 1]]))
+    s.on_frame(b"i", _frame(b"c1", [3, "intake.wide", [bound + 1, 0]]))
+    s.run_intake()
+    refused = _errors(s, b"i")
+    assert [(r[0], r[2][0]) for r in refused] == [(2, ERR_TOO_LARGE), (3, ERR_TOO_LARGE)]
+    assert f"{bound + 1} entries" in refused[0][2][1]
+    assert s.tick(1000) is not None
+    assert [t.args for t in _logged_txns(tmp_path)] == [(bound // 2, bound - bound // 2)]
+    wide = lookup("intake.wide")
+    assert len(wide.footprint_of((bound + 1, 0)).reads) == bound + 1  # unbounded there
