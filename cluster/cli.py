@@ -775,7 +775,7 @@ def dump(replica: int, out_dir: str, fmt: str, timeout: float, data_dir: str) ->
     """
     from cluster.launcher import cluster_client
     from executor.core import checkpoint as ckpt
-    from executor.replay.export import export_rows, prepare_output, write_marker
+    from executor.replay.export import export_storage, prepare_output, write_marker
 
     cfg = load_config(data_dir)
     _load_modules(cfg)
@@ -798,7 +798,7 @@ def dump(replica: int, out_dir: str, fmt: str, timeout: float, data_dir: str) ->
     totals: dict[str, int] = {}
     for p, path in enumerate(files):
         try:
-            written = export_rows(ckpt.iter_rows(path), out, p, fmt)
+            written = export_storage(ckpt.load(path)[1], out, p, fmt)
         except (ckpt.CheckpointInvalid, OSError) as e:
             raise click.ClickException(f"export incomplete ({out_dir}): {e}") from None
         for t, n in written.items():

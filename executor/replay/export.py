@@ -1,15 +1,18 @@
 """Export tables to files a person or another tool can read: CSV or Parquet.
 
-Rows stream in (from checkpoint files or a replayed Storage) as (table, key, row);
-each table becomes one file per source partition under ``out_dir/<table>/``
-(Parquet: ``part-<partition>.parquet``, a directory Spark/pandas read as one table;
-CSV: ``part-<partition>.csv`` with a header). Column names come from the catalog
-(key columns first, without repeating ones the row already holds). Memory is bounded
-by one chunk of rows per table.
+A partition's rows (a Storage loaded from its checkpoint) become one file per table
+under ``out_dir/<table>/`` (Parquet: ``part-<partition>.parquet``, a directory
+Spark/pandas read as one table; CSV: ``part-<partition>.csv`` with a header), rows
+sorted by key. Column names come from the catalog (key columns first, without
+repeating ones the row already holds; values past the declared columns as
+``value_<position>``, executor.replay.tables.table_columns). Tables are written column
+by column: the table's columns in memory beside the loaded state, one table at a time.
 
-Types: ints, strings, floats, bools and None map to Parquet columns directly (the
-type of a column is taken from its first non-null value); anything else (lists,
-bytes, maps) is written as JSON text so no value is lost.
+Types: ints, strings, floats, bools and None are written as they are. In CSV anything
+else (lists, bytes, maps) is JSON text (bytes as hex), so no value is lost. A Parquet
+column takes its values' Arrow type (``arrow_array``, as ``ordo replay state`` writes
+them: bytes as binary, lists as lists); a column whose values do not share one (or an
+int past int64) is JSON text, and one with no value at all is int64.
 """
 
 from __future__ import annotations
@@ -18,114 +21,81 @@ import csv
 import json
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from executor.core.storage import Storage
+from executor.replay.tables import table_columns, table_layout, to_json
 from txn_library import catalog
+from txn_library.heap import gc_paused
 
-CHUNK_ROWS = 50_000
 MARKER = "_ordo.json"  # in an output directory Ordo wrote (dump, replay), with what wrote it
-_SCALARS = (int, str, float, bool)
+_SCALARS = frozenset({int, str, float, bool, type(None)})
 
 
 def _cell(v: Any) -> Any:
-    if v is None or isinstance(v, _SCALARS):
+    if type(v) in _SCALARS:
         return v
     if isinstance(v, bytes):
         return v.hex()
     return json.dumps(v, default=str)
 
 
-class _TableWriter:
-    def __init__(self, out_dir: Path, table: str, part: int, fmt: str) -> None:
-        spec = catalog.table(table)
-        self.names, self.key_pos, self.width = spec.output_columns()
-        d = out_dir / table
-        d.mkdir(parents=True, exist_ok=True)
-        self.path = d / f"part-{part:04d}.{fmt}"
-        self.fmt = fmt
-        self.rows: list[list[Any]] = []
-        self.count = 0
-        self._csv = None
-        self._pq: Any = None
-        self._schema: Any = None
-        if fmt == "csv":
-            self._file = open(self.path, "w", newline="")
-            self._csv = csv.writer(self._file)
-            self._csv.writerow(self.names)
-
-    def add(self, key: tuple, row: tuple) -> None:
-        cells = [_cell(key[i]) for i in self.key_pos]
-        cells.extend(_cell(v) for v in row[: self.width])
-        cells.extend([None] * (len(self.names) - len(cells)))
-        self.rows.append(cells)
-        if len(self.rows) >= CHUNK_ROWS:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.rows:
-            return
-        self.count += len(self.rows)
-        if self._csv is not None:
-            self._csv.writerows(["" if c is None else c for c in r] for r in self.rows)
-        else:
-            self._write_parquet()
-        self.rows = []
-
-    def _write_parquet(self) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        cols = list(zip(*self.rows, strict=True))
-        if self._schema is None:
-            fields = []
-            for name, col in zip(self.names, cols, strict=True):
-                first = next((v for v in col if v is not None), "")
-                t = {bool: pa.bool_(), int: pa.int64(), float: pa.float64()}.get(
-                    type(first), pa.string()
-                )
-                fields.append(pa.field(name, t))
-            self._schema = pa.schema(fields)
-            self._pq = pq.ParquetWriter(self.path, self._schema)
-        arrays = []
-        for f, col in zip(self._schema, cols, strict=True):
-            values: Any = col
-            if pa.types.is_string(f.type):
-                values = [None if v is None else str(v) for v in col]
-            arrays.append(pa.array(values, type=f.type))
-        self._pq.write_table(pa.Table.from_arrays(arrays, schema=self._schema))
-
-    def close(self) -> None:
-        self.flush()
-        if self._csv is not None:
-            self._file.close()
-        if self._pq is not None:
-            self._pq.close()
+def _cells(col: list[Any]) -> list[Any]:
+    """A column as written: as it is when every value is a scalar (the usual case,
+    checked in C), else each non-scalar value as text."""
+    return col if _SCALARS.issuperset(map(type, col)) else list(map(_cell, col))
 
 
-def export_rows(
-    rows: Iterable[tuple[str, tuple, tuple]], out_dir: Path, partition: int, fmt: str = "parquet"
-) -> dict[str, int]:
-    """Write one partition's rows; returns rows written per table.
+def arrow_array(values: list[Any]) -> Any:
+    """A column as Arrow: its natural type, int64 when all null, else JSON text."""
+    import pyarrow as pa
+
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return pa.array([None if v is None else to_json(v) for v in values], pa.string())
+    if pa.types.is_null(arr.type):
+        return arr.cast(pa.int64())  # no value to type it by: nullable ints are the common case
+    return arr
+
+
+def export_storage(storage: Storage, out_dir: Path, partition: int, fmt: str) -> dict[str, int]:
+    """Write one partition's tables (those with rows); returns rows written per table.
 
     Replicated tables are written only for partition 0 (every partition holds them).
     """
     if fmt not in ("csv", "parquet"):
         raise ValueError(f"format must be csv or parquet, not {fmt!r}")
-    writers: dict[str, _TableWriter] = {}
-    try:
-        for table, key, row in rows:
-            if partition != 0 and catalog.table(table).replicated:
-                continue  # replicated tables: every partition holds a copy; write one
-            w = writers.get(table)
-            if w is None:
-                w = writers[table] = _TableWriter(out_dir, table, partition, fmt)
-            w.add(key, row)
-    finally:
-        for w in writers.values():
-            w.close()
-    return {t: w.count for t, w in writers.items()}
+    written = {}
+    for name in sorted(storage.whole_tables()):
+        if partition != 0 and catalog.table(name).replicated:
+            continue  # replicated tables: every partition holds a copy; write one
+        names, cols, n = table_columns([storage], table_layout(name))
+        if n == 0:
+            continue
+        d = out_dir / name
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"part-{partition:04d}.{fmt}"
+        with gc_paused():  # the columns' values: acyclic, and many
+            if fmt == "csv":
+                cols = list(map(_cells, cols))
+                with open(path, "w", newline="") as fh:
+                    out = csv.writer(fh)  # None is written as an empty field
+                    out.writerow(names)
+                    out.writerows(zip(*cols, strict=True))
+            else:
+                _write_parquet(path, names, cols)
+        written[name] = n
+    return written
+
+
+def _write_parquet(path: Path, names: list[str], cols: list[list[Any]]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({n: arrow_array(c) for n, c in zip(names, cols, strict=True)}), path)
 
 
 # Output directories -----------------------------------------------------------------------

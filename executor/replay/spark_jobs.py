@@ -49,7 +49,7 @@ from typing import Any
 from executor.core.checkpoint import DELTA_ROW_LOAD_WEIGHT
 from executor.core.storage import release_heap, release_retired
 from executor.replay.boundaries import Boundary, peer_checkpoint_dirs, scan_checkpoints
-from executor.replay.export import prepare_output, publish_output, staging_dir
+from executor.replay.export import arrow_array, prepare_output, publish_output, staging_dir
 from executor.replay.intervals import VERIFY_COLUMNS, IntervalTask
 from executor.replay.reconstruct import reconstruct
 from executor.replay.spark_session import parallelism
@@ -62,7 +62,6 @@ from executor.replay.tables import (
     split_epochs,
     table_columns,
     table_layout,
-    to_json,
 )
 from executor.replay.verdicts import PASSED, UNCHECKED
 from executor.replay.verify import annotate_results, plan_history, verify_run
@@ -360,10 +359,8 @@ def write_table(storages: Sequence[Any], layout: TableLayout, directory: Path) -
     import pyarrow.dataset as pads
     import pyarrow.parquet as pq
 
-    cols, n = table_columns(storages, layout)
-    table = pa.table(
-        {name: arrow_array(col) for name, col in zip(layout.columns, cols, strict=True)}
-    )
+    names, cols, n = table_columns(storages, layout)
+    table = pa.table({name: arrow_array(col) for name, col in zip(names, cols, strict=True)})
     directory.mkdir(parents=True, exist_ok=True)
     if layout.partition_by is None:
         pq.write_table(table, directory / "part-0.parquet")
@@ -378,19 +375,6 @@ def write_table(storages: Sequence[Any], layout: TableLayout, directory: Path) -
             existing_data_behavior="overwrite_or_ignore",
         )
     return n
-
-
-def arrow_array(values: list[Any]) -> Any:
-    """A column as Arrow: its natural type, int64 when all null, else JSON text."""
-    import pyarrow as pa
-
-    try:
-        arr = pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        return pa.array([None if v is None else to_json(v) for v in values], pa.string())
-    if pa.types.is_null(arr.type):
-        return arr.cast(pa.int64())  # no value to type it by: nullable ints are the common case
-    return arr
 
 
 def run_state(

@@ -191,16 +191,19 @@ def table_layout(name: str) -> TableLayout:
     return TableLayout(name, tuple(names), tuple(key_pos), width, partition_by, spec.replicated)
 
 
-def table_columns(storages: Sequence[Storage], layout: TableLayout) -> tuple[list[list[Any]], int]:
-    """The table's rows across partitions as column lists (replicated: once), sorted by
-    key; a row shorter than the table's columns is padded with None, a longer one cut.
+def table_columns(
+    storages: Sequence[Storage], layout: TableLayout
+) -> tuple[list[str], list[list[Any]], int]:
+    """(column names, column lists, rows) of the table's rows across partitions
+    (replicated: once), sorted by key. A row shorter than the catalog's columns is padded
+    with None; values past them (a row longer than its declared layout, or a table that
+    declares none) go to extra columns ``value_<position>``, so no value is lost.
 
     Column by column in C (``itemgetter`` over the sorted keys and rows), with the
     collector held off: all the tables of a TPC-C state after 60 s of New Order (4.1M
     rows) take ~6 s, and took ~16 s a value at a time, the collector walking the
     millions of new tuples again and again."""
     sources = storages[:1] if layout.replicated else storages
-    width = layout.row_width
     with gc_paused():  # millions of acyclic tuples and lists (txn_library.heap)
         pairs: list[tuple[tuple, tuple]] = []
         for s in sources:
@@ -211,12 +214,17 @@ def table_columns(storages: Sequence[Storage], layout: TableLayout) -> tuple[lis
         keys = list(map(_first, pairs))
         rows = list(map(_second, pairs))
         del pairs
-        if rows and set(map(len, rows)) != {width}:
-            pad = (None,) * width
-            rows = [r if len(r) == width else (r + pad)[:width] for r in rows]
+        lengths = set(map(len, rows))
+        width = max(lengths, default=0)
+        names = list(layout.columns)
+        if width > layout.row_width:
+            names.extend(f"value_{j}" for j in range(layout.row_width, width))
+        width = max(width, layout.row_width)
+        if lengths - {width}:
+            rows = [r if len(r) == width else r + (None,) * (width - len(r)) for r in rows]
         cols = [list(map(itemgetter(pos), keys)) for pos in layout.key_positions]
         cols.extend(list(map(itemgetter(j), rows)) for j in range(width))
-    return cols, len(keys)
+    return names, cols, len(keys)
 
 
 _first, _second = itemgetter(0), itemgetter(1)

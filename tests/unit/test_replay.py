@@ -770,6 +770,61 @@ def test_runs_are_cut_where_the_longest_run_is_shortest_counting_each_runs_load(
     assert [len(r) for r in split_runs([*tail[:-1], task(4, 400, None, 0)], 2)] == [2, 3]
 
 
+# Exports (`ordo dump`) ------------------------------------------------------------------------
+def test_export_writes_every_value_of_a_partition_as_csv_and_parquet(tmp_path: Path) -> None:
+    """Each table with rows, sorted by key; in CSV values that are not scalars as JSON
+    text (bytes as hex), in Parquet a column of mixed types as JSON text; a table
+    declaring no columns keeps its values; replicated tables only from partition 0."""
+    import csv
+
+    import pyarrow.parquet as pq
+
+    from executor.replay.export import export_storage
+    from txn_library.catalog import Table, register_table
+
+    register_table(Table("t_export_bare", key_len=2))  # no declared columns
+    register_table(Table("t_export_copy", key_len=1, replicated=True, columns=("v",)))
+    s = Storage()
+    s.put("account", (2,), (20,))
+    s.put("account", (1,), (b"\x01\xff",))
+    s.put("account", (3,), ([1, {"a": None}],))
+    s.put("t_export_bare", ("b", 1), (1.5, None, True))
+    s.put("t_export_bare", ("a", 9), ("x",))
+    s.put("t_export_copy", (1,), ("everywhere",))
+    assert export_storage(s, tmp_path / "csv", 0, "csv") == {
+        "account": 3,
+        "t_export_bare": 2,
+        "t_export_copy": 1,
+    }
+    with open(tmp_path / "csv" / "account" / "part-0000.csv", newline="") as fh:
+        assert list(csv.reader(fh)) == [
+            ["key_0", "balance"],
+            ["1", "01ff"],
+            ["2", "20"],
+            ["3", '[1, {"a": null}]'],
+        ]
+    with open(tmp_path / "csv" / "t_export_bare" / "part-0000.csv", newline="") as fh:
+        assert list(csv.reader(fh)) == [
+            ["key_0", "key_1", "value_0", "value_1", "value_2"],
+            ["a", "9", "x", "", ""],
+            ["b", "1", "1.5", "", "True"],
+        ]
+    assert export_storage(s, tmp_path / "pq", 1, "parquet") == {"account": 3, "t_export_bare": 2}
+    table = pq.read_table(tmp_path / "pq" / "account" / "part-0001.parquet")
+    assert table.to_pydict() == {"key_0": [1, 2, 3], "balance": ['"01ff"', "20", '[1,{"a":null}]']}
+    bare = pq.read_table(tmp_path / "pq" / "t_export_bare" / "part-0001.parquet")
+    assert bare.to_pydict() == {
+        "key_0": ["a", "b"],
+        "key_1": [9, 1],
+        "value_0": ['"x"', "1.5"],  # a string and a float: one type, JSON text
+        "value_1": [None, None],
+        "value_2": [None, True],
+    }
+    assert str(bare.schema.field("value_1").type) == "int64"
+    with pytest.raises(ValueError, match="csv or parquet"):
+        export_storage(s, tmp_path / "x", 0, "json")
+
+
 # Output directories --------------------------------------------------------------------------
 def test_a_replay_job_that_fails_half_way_leaves_its_out_free_for_the_retry(tmp_path: Path) -> None:
     from executor.replay.export import MARKER, prepare_output, publish_output, staging_dir
@@ -854,21 +909,23 @@ def test_spark_daemon_drops_only_the_installed_source_zips(tmp_path: Path) -> No
 
 def test_table_columns_sort_across_partitions_and_fit_rows_to_the_columns(tmp_path: Path) -> None:
     """A table as columns: every partition's rows sorted by key, pending rows decoded,
-    a short row padded with None and a long one cut to the catalog's columns."""
+    a short row padded with None and a long one's extra value in a column of its own."""
     a, b = Storage(), Storage()
     for n in range(0, 9000, 2):
         a.put("account", (n,), (n * 10,))
     for n in range(1, 9000, 2):
         b.put("account", (n,), (n * 10,))
     b.put("account", (3,), ())  # short: padded
-    b.put("account", (5,), (50, "extra"))  # long: cut
+    b.put("account", (5,), (50, "extra"))  # long: one more column
     path = checkpoint.write_checkpoint(
         tmp_path, a, replica=0, partition=0, partitions=2, epoch=1, next_txn_id=1, txns_applied=0
     )
     loaded = checkpoint.load(path)[1]  # rows pending, in chunks of several decodings
     assert loaded.get("account", (8,)) == (80,) and loaded.pending
-    cols, n = table_columns([loaded, b], table_layout("account"))
+    names, cols, n = table_columns([loaded, b], table_layout("account"))
     assert n == 9000 and not loaded.pending
+    assert names == ["key_0", "balance", "value_1"]
     assert cols[0] == list(range(9000))
     assert cols[1][:7] == [0, 10, 20, None, 40, 50, 60]
     assert cols[1][8999] == 89990
+    assert cols[2][:7] == [None] * 5 + ["extra", None] and cols[2].count(None) == 8999
