@@ -43,16 +43,25 @@ fi
 if ! command -v java >/dev/null 2>&1; then
   echo "warning: java not found; Spark replay needs Java 17 (apt-get install openjdk-17-jre-headless)" >&2
 fi
-# The hot modules compiled (txn_library/native.py): ~35 s of CPU, only when a source
-# they depend on changed since the last build. A failed build leaves pure Python.
-if ! .venv/bin/python scripts/build_native.py > .venv/native-build.log 2>&1; then
-  tail -n 20 .venv/native-build.log >&2
-  echo "warning: compiling the hot modules failed (log: .venv/native-build.log); the engine runs pure Python" >&2
-fi
-# The Spark driver JVM's class-data archive (executor/replay/spark_session.py): ~20 s,
-# once per venv and pyspark release; `ordo replay` sessions then start ~3 s sooner.
-if command -v java >/dev/null 2>&1 &&
-   ! .venv/bin/python scripts/build_spark_archive.py > .venv/spark-archive.log 2>&1; then
-  tail -n 20 .venv/spark-archive.log >&2
-  echo "warning: building Spark's class-data archive failed (log: .venv/spark-archive.log); replay sessions start slower" >&2
-fi
+# The hot modules compiled (txn_library/native.py, ~35 s of CPU, only when a source they
+# depend on changed since the last build; a failed build leaves pure Python) and the
+# Spark driver JVM's class-data archive (executor/replay/spark_session.py, ~20 s, once
+# per venv and pyspark release; `ordo replay` sessions then start ~3 s sooner). Each is
+# one process on one core, so they run side by side.
+build_native() {
+  if ! .venv/bin/python scripts/build_native.py > .venv/native-build.log 2>&1; then
+    tail -n 20 .venv/native-build.log >&2
+    echo "warning: compiling the hot modules failed (log: .venv/native-build.log); the engine runs pure Python" >&2
+  fi
+}
+build_spark_archive() {
+  if command -v java >/dev/null 2>&1 &&
+     ! .venv/bin/python scripts/build_spark_archive.py > .venv/spark-archive.log 2>&1; then
+    tail -n 20 .venv/spark-archive.log >&2
+    echo "warning: building Spark's class-data archive failed (log: .venv/spark-archive.log); replay sessions start slower" >&2
+  fi
+}
+build_spark_archive &
+archive=$!
+build_native
+wait "$archive"
