@@ -217,9 +217,19 @@ def run(
 @click.option("--data-dir", default="ordo-data", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--timeout", default=120.0, show_default=True)
-def check(data_dir: str, as_json: bool, timeout: float) -> None:
+@click.option(
+    "--dump",
+    "dump_dir",
+    default=None,
+    help="Check this `ordo dump` or `ordo replay state` output instead of the cluster.",
+)
+def check(data_dir: str, as_json: bool, timeout: float, dump_dir: str | None) -> None:
     """Consistency conditions 1-7 on every warehouse of every replica, and equal replica
-    state hashes, on the running cluster in DATA_DIR."""
+    state hashes, on the running cluster in DATA_DIR; with --dump, conditions 1-12 on a
+    whole database written to files (CSV or Parquet)."""
+    if dump_dir is not None:
+        _check_dump(dump_dir, as_json)
+        return
     from cluster.cli import load_config
     from tpcc.driver import check_cluster, warehouses_of
 
@@ -231,5 +241,24 @@ def check(data_dir: str, as_json: bool, timeout: float) -> None:
     verdict = check_cluster(cfg, warehouses, lambda line: click.echo(line), timeout)
     if as_json:
         click.echo(json.dumps(verdict, indent=2))
+    if not verdict["ok"]:
+        sys.exit(1)
+
+
+def _check_dump(dump_dir: str, as_json: bool) -> None:
+    from tpcc.dump_check import DumpUnreadable, check_dump
+
+    try:
+        verdict = check_dump(dump_dir)
+    except DumpUnreadable as e:
+        raise click.ClickException(str(e)) from None
+    if as_json:
+        click.echo(json.dumps(verdict, indent=2))
+    else:
+        for line in verdict["violations"]:
+            click.echo(line)
+        w = verdict["warehouses"]
+        state = "consistent" if verdict["ok"] else f"{len(verdict['violations'])} violations"
+        click.echo(f"conditions 1-12 on {len(w)} warehouses of {dump_dir}: {state}")
     if not verdict["ok"]:
         sys.exit(1)

@@ -18,10 +18,25 @@ same data always gives the same list. An empty list means consistent.
    order is a violation).
 
 Conditions 5-7 are per order (or line): at most ``PER_ROW_SHOWN`` violations of each
-are listed, then one line with how many more (a result must stay small). Conditions
-8-12 need HISTORY and customers of other warehouses (a payment's customer may live
-elsewhere), so a partition cannot check them alone; they hold on dumps (checked
-off-line, docs/TPCC.md).
+are listed, then one line with how many more (a result must stay small).
+
+Conditions 8-12 (``check_whole``, with 1-7) need HISTORY and CUSTOMER too, and
+condition 10 needs every partition's HISTORY (a payment's history row lives with the
+paying warehouse, its customer may live elsewhere), so they are checked on a whole
+database: the simulator's serial oracle, and dumps (``ordo tpcc check --dump``,
+tpcc.dump_check).
+
+8. W_YTD = sum(H_AMOUNT) of the warehouse's payments (H_W_ID).
+9. D_YTD = sum(H_AMOUNT) of the district's payments (H_W_ID, H_D_ID).
+10. C_BALANCE = sum(OL_AMOUNT of the customer's delivered lines) - sum(H_AMOUNT of the
+    customer's payments (H_C_W_ID, H_C_D_ID, H_C_ID)).
+11. count(ORDER) - count(NEW-ORDER) = 2100 + sum(C_DELIVERY_CNT) in each district.
+    Clause 3.3.2.11 states it as "= 2100", which holds on a freshly loaded database,
+    where every C_DELIVERY_CNT is 0; each delivered order removes one NEW-ORDER row and
+    adds one to its customer's C_DELIVERY_CNT, so this form holds at every state.
+12. C_BALANCE + C_YTD_PAYMENT = sum(OL_AMOUNT of the customer's delivered lines).
+
+Conditions 10 and 12 are per customer and listed as 5-7 are.
 """
 
 from __future__ import annotations
@@ -30,15 +45,30 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 
 from tpcc.schema import (
+    C_BALANCE,
+    C_DELIVERY_CNT,
+    C_YTD_PAYMENT,
+    CUSTOMER,
     D_NEXT_O_ID,
     D_YTD,
     DISTRICT,
+    H_AMOUNT,
+    H_C_D_ID,
+    H_C_ID,
+    H_C_W_ID,
+    H_D_ID,
+    H_W_ID,
+    HISTORY,
     NEW_ORDER,
+    NEW_ORDERS_PER_DISTRICT,
+    O_C_ID,
     O_CARRIER_ID,
     O_OL_CNT,
+    OL_AMOUNT,
     OL_DELIVERY_D,
     ORDER_LINE,
     ORDERS,
+    ORDERS_PER_DISTRICT,
     W_YTD,
     WAREHOUSE,
 )
@@ -60,6 +90,22 @@ def check_consistency(tables: Tables, warehouses: Iterable[int]) -> list[str]:
         *condition_5(tables, wanted),
         *condition_6(tables, wanted),
         *condition_7(tables, wanted),
+    ]
+
+
+def check_whole(tables: Tables, warehouses: Iterable[int]) -> list[str]:
+    """Violations of conditions 1-12 for ``warehouses`` in a whole database (every
+    partition's rows: condition 10 reads payments made at other warehouses)."""
+    wanted = frozenset(warehouses)
+    districts = sorted(k for k in tables.get(DISTRICT, {}) if k[0] in wanted)
+    delivered = _delivered_amounts(tables, wanted)
+    return [
+        *check_consistency(tables, wanted),
+        *condition_8(tables, wanted),
+        *condition_9(tables, districts),
+        *condition_10(tables, wanted, delivered),
+        *condition_11(tables, wanted, districts),
+        *condition_12(tables, wanted, delivered),
     ]
 
 
@@ -196,6 +242,109 @@ def condition_7(tables: Tables, wanted: frozenset[int]) -> list[str]:
         if key[0] in wanted
     )
     return _shown(7, ((key, v) for key, v in found if v is not None))
+
+
+def condition_8(tables: Tables, wanted: frozenset[int]) -> list[str]:
+    """Clause 3.3.2.8: W_YTD = sum(H_AMOUNT) of the payments made at the warehouse."""
+    paid: Counter[int] = Counter()
+    for row in tables.get(HISTORY, {}).values():
+        if row[H_W_ID] in wanted:
+            paid[row[H_W_ID]] += row[H_AMOUNT]
+    warehouse = tables.get(WAREHOUSE, {})
+    return [
+        f"condition 8: warehouse {w_id}: w_ytd {w_row[W_YTD]} != sum(h_amount) {paid[w_id]}"
+        for w_id in sorted(wanted)
+        if (w_row := warehouse.get((w_id,))) is not None and w_row[W_YTD] != paid[w_id]
+    ]  # a missing warehouse is condition 1's
+
+
+def condition_9(tables: Tables, districts: list[DistrictId]) -> list[str]:
+    """Clause 3.3.2.9: D_YTD = sum(H_AMOUNT) of the payments made at the district."""
+    paid: Counter[DistrictId] = Counter()
+    for row in tables.get(HISTORY, {}).values():
+        paid[row[H_W_ID], row[H_D_ID]] += row[H_AMOUNT]
+    district = tables.get(DISTRICT, {})
+    return [
+        f"condition 9: district {w_d}: d_ytd {district[w_d][D_YTD]} != sum(h_amount) {paid[w_d]}"
+        for w_d in districts
+        if district[w_d][D_YTD] != paid[w_d]
+    ]
+
+
+def condition_10(
+    tables: Tables, wanted: frozenset[int], delivered: Mapping[tuple, int]
+) -> list[str]:
+    """Clause 3.3.2.10: C_BALANCE = sum(OL_AMOUNT) of the customer's delivered lines -
+    sum(H_AMOUNT) of the customer's payments (wherever they were made)."""
+    paid: Counter[tuple] = Counter()
+    for row in tables.get(HISTORY, {}).values():
+        if row[H_C_W_ID] in wanted:
+            paid[row[H_C_W_ID], row[H_C_D_ID], row[H_C_ID]] += row[H_AMOUNT]
+    return _shown(
+        10,
+        (
+            (
+                key,
+                f"customer {key}: c_balance {row[C_BALANCE]} != delivered "
+                f"{delivered.get(key, 0)} - paid {paid[key]}",
+            )
+            for key, row in tables.get(CUSTOMER, {}).items()
+            if key[0] in wanted and row[C_BALANCE] != delivered.get(key, 0) - paid[key]
+        ),
+    )
+
+
+def condition_11(tables: Tables, wanted: frozenset[int], districts: list[DistrictId]) -> list[str]:
+    """Clause 3.3.2.11, at any state: count(ORDER) - count(NEW-ORDER) = 2100 +
+    sum(C_DELIVERY_CNT) in each district (the module docstring says why)."""
+    orders: Counter[DistrictId] = Counter(k[:2] for k in tables.get(ORDERS, {}) if k[0] in wanted)
+    new: Counter[DistrictId] = Counter(k[:2] for k in tables.get(NEW_ORDER, {}) if k[0] in wanted)
+    deliveries: Counter[DistrictId] = Counter()
+    for key, row in tables.get(CUSTOMER, {}).items():
+        if key[0] in wanted:
+            deliveries[key[0], key[1]] += row[C_DELIVERY_CNT]
+    loaded = ORDERS_PER_DISTRICT - NEW_ORDERS_PER_DISTRICT
+    return [
+        f"condition 11: district {w_d}: {orders[w_d]} orders - {new[w_d]} new-orders != "
+        f"{loaded} + sum(c_delivery_cnt) {deliveries[w_d]}"
+        for w_d in districts
+        if orders[w_d] - new[w_d] != loaded + deliveries[w_d]
+    ]
+
+
+def condition_12(
+    tables: Tables, wanted: frozenset[int], delivered: Mapping[tuple, int]
+) -> list[str]:
+    """Clause 3.3.2.12: C_BALANCE + C_YTD_PAYMENT = sum(OL_AMOUNT) of the customer's
+    delivered lines."""
+    return _shown(
+        12,
+        (
+            (
+                key,
+                f"customer {key}: c_balance {row[C_BALANCE]} + c_ytd_payment "
+                f"{row[C_YTD_PAYMENT]} != delivered {delivered.get(key, 0)}",
+            )
+            for key, row in tables.get(CUSTOMER, {}).items()
+            if key[0] in wanted and row[C_BALANCE] + row[C_YTD_PAYMENT] != delivered.get(key, 0)
+        ),
+    )
+
+
+def _delivered_amounts(tables: Tables, wanted: frozenset[int]) -> dict[tuple, int]:
+    """sum(OL_AMOUNT) of delivered lines per customer (w, d, c) (an order's customer is
+    in the order's district); a line whose order is missing is condition 7's."""
+    per_order: Counter[tuple] = Counter()
+    for key, row in tables.get(ORDER_LINE, {}).items():
+        if key[0] in wanted and row[OL_DELIVERY_D] is not None:
+            per_order[key[:3]] += row[OL_AMOUNT]
+    orders = tables.get(ORDERS, {})
+    out: Counter[tuple] = Counter()
+    for o_key, amount in per_order.items():
+        order = orders.get(o_key)
+        if order is not None:
+            out[o_key[0], o_key[1], order[O_C_ID]] += amount
+    return dict(out)
 
 
 def _shown(condition: int, violations: Iterable[tuple[tuple, str]]) -> list[str]:

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpcc import schema as s
-from tpcc.consistency import PER_ROW_SHOWN, check_consistency
+from tpcc.consistency import PER_ROW_SHOWN, check_consistency, check_whole
 from tpcc.loader import generate, generate_items, generate_warehouse, load_c
 from tpcc.tpcc_random import (
     ALPHANUMERIC,
@@ -450,3 +450,62 @@ def test_per_order_violations_are_listed_up_to_a_bound_then_counted(w1: Tables) 
 
 def test_missing_warehouse_is_reported(w1: Tables) -> None:
     assert check_consistency(w1, [1, 5]) == ["condition 1: warehouse 5 is missing"]
+
+
+# --- conditions 8-12, on a whole database (clause 3.3.2) ---------------------------
+
+
+def test_loaded_database_meets_conditions_1_to_12(w1: Tables) -> None:
+    assert check_whole(w1, [1]) == []
+
+
+def test_payments_and_deliveries_keep_conditions_8_to_12(w1: Tables) -> None:
+    """A payment made at warehouse 2 for a customer of warehouse 1 (its history row is
+    warehouse 2's: condition 10 needs it), and a delivery of order (1, 4, 2101) with a
+    line of 7.00, as the procedures make them."""
+    tables = {name: dict(rows) for name, rows in w1.items()}
+    customer = tables[s.CUSTOMER]
+    c = customer[1, 3, 7]
+    customer[1, 3, 7] = _replace(
+        _replace(c, s.C_BALANCE, c[s.C_BALANCE] - 250), s.C_YTD_PAYMENT, c[s.C_YTD_PAYMENT] + 250
+    )
+    h_row = (7, 3, 1, 1, 2, LOAD_TS_MS, 250, "remote")  # h_c_id, h_c_d_id, h_c_w_id, h_d_id, h_w_id
+    tables[s.HISTORY][2, 1, 9_000] = h_row
+    order = tables[s.ORDERS][1, 4, 2101]
+    tables[s.ORDERS][1, 4, 2101] = _replace(order, s.O_CARRIER_ID, 3)
+    del tables[s.NEW_ORDER][1, 4, 2101]
+    lines = [k for k in tables[s.ORDER_LINE] if k[:3] == (1, 4, 2101)]
+    for n, k in enumerate(lines):
+        ol = _replace(tables[s.ORDER_LINE][k], s.OL_DELIVERY_D, LOAD_TS_MS)
+        tables[s.ORDER_LINE][k] = _replace(ol, s.OL_AMOUNT, 700 if n == 0 else 0)
+    owner = (1, 4, order[s.O_C_ID])
+    c = customer[owner]
+    c = _replace(c, s.C_BALANCE, c[s.C_BALANCE] + 700)
+    customer[owner] = _replace(c, s.C_DELIVERY_CNT, c[s.C_DELIVERY_CNT] + 1)
+    assert check_whole(tables, [1]) == []
+    # Warehouse 2 is not in these tables: condition 1 says so, once (8 leaves it to 1).
+    assert [v.split(":")[0] for v in check_whole(tables, [1, 2])] == ["condition 1"]
+
+
+def test_each_of_conditions_8_to_12_finds_its_violation(w1: Tables) -> None:
+    history = dict(w1[s.HISTORY])
+    key = next(iter(history))
+    history[key] = _replace(history[key], s.H_AMOUNT, history[key][s.H_AMOUNT] + 5)
+    h_c = (history[key][s.H_C_W_ID], history[key][s.H_C_D_ID], history[key][s.H_C_ID])
+    found = check_whole(_with(w1, s.HISTORY, history), [1])
+    assert [v.split(":")[0] for v in found] == ["condition 8", "condition 9", "condition 10"]
+    assert f"customer {h_c}" in found[2]
+
+    def customer(column: int, delta: int) -> list[str]:
+        rows = dict(w1[s.CUSTOMER])
+        rows[1, 6, 11] = _replace(rows[1, 6, 11], column, rows[1, 6, 11][column] + delta)
+        return check_whole(_with(w1, s.CUSTOMER, rows), [1])
+
+    assert customer(s.C_DELIVERY_CNT, 1) == [
+        "condition 11: district (1, 6): 3000 orders - 900 new-orders != 2100 + "
+        "sum(c_delivery_cnt) 1"
+    ]
+    assert customer(s.C_YTD_PAYMENT, 1) == [
+        "condition 12: customer (1, 6, 11): c_balance -1000 + c_ytd_payment 1001 != delivered 0"
+    ]
+    assert [v.split(":")[0] for v in customer(s.C_BALANCE, -1)] == ["condition 10", "condition 12"]
