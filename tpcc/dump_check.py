@@ -92,15 +92,18 @@ def _csv_columns(files: list[Path], wanted: list[str]) -> dict[str, list[int | N
     """The ``wanted`` columns of every file, each as ints (None: an empty field)."""
     out: dict[str, list[int | None]] = {c: [] for c in wanted}
     for f in files:
-        with open(f, newline="") as fh:
-            reader = csv.reader(fh)
-            header = next(reader, None)
-            if header is None:
-                raise DumpUnreadable(f"{f} is empty (no header)")
-            missing = [c for c in wanted if c not in header]
-            if missing:
-                raise DumpUnreadable(f"{f} has no column {', '.join(missing)}")
-            records = list(reader)
+        try:
+            with open(f, newline="") as fh:
+                reader = csv.reader(fh)
+                header = next(reader, None)
+                records = list(reader)
+        except (OSError, UnicodeDecodeError, csv.Error) as e:
+            raise DumpUnreadable(f"{f} is not readable CSV: {e}") from None
+        if header is None:
+            raise DumpUnreadable(f"{f} is empty (no header)")
+        missing = [c for c in wanted if c not in header]
+        if missing:
+            raise DumpUnreadable(f"{f} has no column {', '.join(missing)}")
         if any(len(r) != len(header) for r in records):
             raise DumpUnreadable(f"{f}: a line without {len(header)} fields")
         for c in wanted:

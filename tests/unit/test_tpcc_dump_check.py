@@ -118,6 +118,13 @@ def test_files_that_lack_what_the_check_needs_are_errors_not_passes(tmp_path: Pa
     assert result.exit_code == 1 and "no CSV or Parquet files for table history" in result.output
     with pytest.raises(DumpUnreadable, match="not a directory"):
         check_dump(tmp_path / "missing")
+    root = _write_csv(tmp_path / "f", TINY)
+    (root / s.ORDERS / "part-0000.csv").write_bytes(b"o_id,o_d_id\n\xff\xfe" + b"x" * 200_000)
+    with pytest.raises(DumpUnreadable, match="part-0000.csv is not readable CSV"):
+        check_dump(root)
+    (root / s.ORDERS / "part-0000.csv").write_text("o_id,o_d_id\n" + "x" * 200_000)  # > field limit
+    with pytest.raises(DumpUnreadable, match="part-0000.csv is not readable CSV"):
+        check_dump(root)
 
 
 def test_the_check_reads_every_column_the_conditions_use() -> None:
