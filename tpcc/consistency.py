@@ -42,7 +42,7 @@ Conditions 10 and 12 are per customer and listed as 5-7 are.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from tpcc.schema import (
     C_BALANCE,
@@ -280,18 +280,16 @@ def condition_10(
     for row in tables.get(HISTORY, {}).values():
         if row[H_C_W_ID] in wanted:
             paid[row[H_C_W_ID], row[H_C_D_ID], row[H_C_ID]] += row[H_AMOUNT]
-    return _shown(
-        10,
-        (
-            (
-                key,
-                f"customer {key}: c_balance {row[C_BALANCE]} != delivered "
-                f"{delivered.get(key, 0)} - paid {paid[key]}",
-            )
-            for key, row in tables.get(CUSTOMER, {}).items()
-            if key[0] in wanted and row[C_BALANCE] != delivered.get(key, 0) - paid[key]
-        ),
-    )
+
+    def wrong(key: tuple, row: tuple) -> str | None:
+        if row[C_BALANCE] == delivered.get(key, 0) - paid[key]:
+            return None
+        return (
+            f"customer {key}: c_balance {row[C_BALANCE]} != delivered "
+            f"{delivered.get(key, 0)} - paid {paid[key]}"
+        )
+
+    return _per_customer(10, tables, wanted, wrong)
 
 
 def condition_11(tables: Tables, wanted: frozenset[int], districts: list[DistrictId]) -> list[str]:
@@ -317,18 +315,29 @@ def condition_12(
 ) -> list[str]:
     """Clause 3.3.2.12: C_BALANCE + C_YTD_PAYMENT = sum(OL_AMOUNT) of the customer's
     delivered lines."""
-    return _shown(
-        12,
-        (
-            (
-                key,
-                f"customer {key}: c_balance {row[C_BALANCE]} + c_ytd_payment "
-                f"{row[C_YTD_PAYMENT]} != delivered {delivered.get(key, 0)}",
-            )
-            for key, row in tables.get(CUSTOMER, {}).items()
-            if key[0] in wanted and row[C_BALANCE] + row[C_YTD_PAYMENT] != delivered.get(key, 0)
-        ),
+
+    def wrong(key: tuple, row: tuple) -> str | None:
+        if row[C_BALANCE] + row[C_YTD_PAYMENT] == delivered.get(key, 0):
+            return None
+        return (
+            f"customer {key}: c_balance {row[C_BALANCE]} + c_ytd_payment "
+            f"{row[C_YTD_PAYMENT]} != delivered {delivered.get(key, 0)}"
+        )
+
+    return _per_customer(12, tables, wanted, wrong)
+
+
+def _per_customer(
+    condition: int,
+    tables: Tables,
+    wanted: frozenset[int],
+    wrong: Callable[[tuple, tuple], str | None],
+) -> list[str]:
+    """A per-customer condition's violations (``wrong``: the text, None if it holds)."""
+    found = (
+        (key, wrong(key, row)) for key, row in tables.get(CUSTOMER, {}).items() if key[0] in wanted
     )
+    return _shown(condition, ((key, v) for key, v in found if v is not None))
 
 
 def _delivered_amounts(tables: Tables, wanted: frozenset[int]) -> dict[tuple, int]:
