@@ -146,6 +146,9 @@ class Arg:
         return text
 
 
+_ENTRIES = (tuple, list)  # what a footprint's reads and writes may be
+
+
 @dataclass(frozen=True)
 class Procedure:
     name: str
@@ -198,10 +201,18 @@ class Procedure:
         """Raise BadRequest unless every entry of ``fp`` fits its table (and, given
         ``entries_max``, there are at most that many: ERR_TOO_LARGE); the partitions of
         its non-replicated entries (none are computed for one partition)."""
+        reads, writes = fp.reads, fp.writes
+        if type(reads) not in _ENTRIES or type(writes) not in _ENTRIES:
+            # Every executor walks them more than once (cover sets, then lock names): a
+            # generator would give them entries once, the locks none.
+            raise BadRequest(
+                ERR_BAD_ARGUMENTS,
+                f"{self.name}: footprint reads and writes must be tuples or lists, not "
+                f"{type(reads).__name__} and {type(writes).__name__}",
+            )
         try:  # partitions make sets and lock names of them: hashable, or refused here
-            reads, writes = tuple(fp.reads), tuple(fp.writes)
-            hash(reads)
-            hash(writes)
+            hash(tuple(reads))
+            hash(tuple(writes))
         except TypeError as e:
             raise BadRequest(
                 ERR_BAD_ARGUMENTS, f"{self.name}: footprint keys must be hashable ({e})"
@@ -216,7 +227,7 @@ class Procedure:
         place = places.add if partitions > 1 else None
         read_only = self.read_only
         specs: dict[str, catalog.Table] = {}  # each table looked up once per call
-        for is_read, entries in ((True, fp.reads), (False, fp.writes)):
+        for is_read, entries in ((True, reads), (False, writes)):
             for t, key in entries:
                 spec = specs.get(t)
                 if spec is None:

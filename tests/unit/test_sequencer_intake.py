@@ -388,6 +388,34 @@ def test_a_footprint_key_no_partition_can_hash_is_refused_and_not_sequenced(
     assert [t.args for t in _logged_txns(tmp_path)] == [(3,)]
 
 
+@procedure(
+    "intake.lazy",
+    [Arg("intake_n", "int", min_value=0, max_value=9)],
+    lambda intake_n: Footprint(
+        reads=(("kv", (f"l{i}",)) for i in range(intake_n)),  # type: ignore[arg-type]
+        writes=[("kv", (f"l{i}",)) for i in range(intake_n)],  # type: ignore[arg-type]
+    ),
+)
+def _lazy(ctx: object, intake_n: int) -> None:
+    return None
+
+
+def test_a_footprint_whose_entries_are_a_generator_is_refused_and_not_sequenced(
+    tmp_path: Path,
+) -> None:
+    """A generator gave the sequencer's check its entries once and the placement none,
+    so the call went to partition 0 alone (and a partition's lock names none after its
+    cover sets): refused. Lists walk again, as tuples do."""
+    s = _seq(tmp_path)
+    s.on_frame(b"c", _frame(b"c1", [0, "intake.lazy", [4]]))
+    s.run_intake()
+    errors = _errors(s, b"c")
+    assert [(e[0], e[2][0]) for e in errors] == [(0, ERR_BAD_ARGUMENTS)]
+    assert "must be tuples or lists, not generator and list" in errors[0][2][1]
+    assert s.tick(1000) is None
+    assert _logged_txns(tmp_path) == []
+
+
 def test_decoding_a_frame_of_calls_starts_at_most_one_collection(tmp_path: Path) -> None:
     """A frame of 10,000 calls is ~50,000 acyclic objects: with the collector on, its
     decode started 28 collections and took the sequencer 12-14 ms instead of
