@@ -773,9 +773,11 @@ def dump(replica: int, out_dir: str, fmt: str, timeout: float, data_dir: str) ->
     Requests a checkpoint, waits until every partition of the replica reports it
     durable (progress on stderr), then reads each partition's file.
     """
+    from concurrent.futures.process import BrokenProcessPool
+
     from cluster.launcher import cluster_client
     from executor.core import checkpoint as ckpt
-    from executor.replay.export import export_storage, prepare_output, write_marker
+    from executor.replay.export import export_checkpoints, prepare_output, write_marker
 
     cfg = load_config(data_dir)
     _load_modules(cfg)
@@ -795,14 +797,10 @@ def dump(replica: int, out_dir: str, fmt: str, timeout: float, data_dir: str) ->
     files = _checkpoint_files(cfg, replica, epoch)
     # Marked first: a dump that stops half way is replaced by the next one to this --out.
     write_marker(out, "dump", {"replica": replica, "epoch": epoch, "complete": False})
-    totals: dict[str, int] = {}
-    for p, path in enumerate(files):
-        try:
-            written = export_storage(ckpt.load(path)[1], out, p, fmt)
-        except (ckpt.CheckpointInvalid, OSError) as e:
-            raise click.ClickException(f"export incomplete ({out_dir}): {e}") from None
-        for t, n in written.items():
-            totals[t] = totals.get(t, 0) + n
+    try:
+        totals = export_checkpoints(files, out, fmt, cfg.procedure_modules)
+    except (ckpt.CheckpointInvalid, OSError, BrokenProcessPool) as e:
+        raise click.ClickException(f"export incomplete ({out_dir}): {e}") from None
     write_marker(
         out,
         "dump",

@@ -7,6 +7,8 @@ sorted by key. Column names come from the catalog (key columns first, without
 repeating ones the row already holds; values past the declared columns as
 ``value_<position>``, executor.replay.tables.table_columns). Tables are written column
 by column: the table's columns in memory beside the loaded state, one table at a time.
+``ordo dump`` loads and writes its partitions side by side, a worker process each, at
+most one per core (``export_checkpoints``).
 
 Types: ints, strings, floats, bools and None are written as they are. In CSV anything
 else (lists, bytes, maps) is JSON text (bytes as hex), so no value is lost. A Parquet
@@ -19,9 +21,12 @@ from __future__ import annotations
 
 import csv
 import json
+import multiprocessing
+import os
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +34,7 @@ from executor.core.storage import Storage
 from executor.replay.tables import table_columns, table_layout, to_json
 from txn_library import catalog
 from txn_library.heap import gc_paused
+from txn_library.procedure import load_modules
 
 MARKER = "_ordo.json"  # in an output directory Ordo wrote (dump, replay), with what wrote it
 _SCALARS = frozenset({int, str, float, bool, type(None)})
@@ -89,6 +95,40 @@ def export_storage(storage: Storage, out_dir: Path, partition: int, fmt: str) ->
                 _write_parquet(path, names, cols)
         written[name] = n
     return written
+
+
+def export_checkpoints(
+    paths: Sequence[Path], out_dir: Path, fmt: str, modules: Sequence[str]
+) -> dict[str, int]:
+    """Each partition's checkpoint (``paths[p]``: partition p's) loaded and exported
+    (``export_storage``), in worker processes side by side, one per core at most; rows
+    written per table over all partitions. ``modules``: the procedure modules that
+    register the tables (a worker starts fresh: ZeroMQ contexts are never forked).
+    Raises what a load or a write raised (CheckpointInvalid, OSError)."""
+    if fmt not in ("csv", "parquet"):
+        raise ValueError(f"format must be csv or parquet, not {fmt!r}")
+    jobs = [(str(path), str(out_dir), p, fmt) for p, path in enumerate(paths)]
+    workers = max(1, min(len(jobs), os.cpu_count() or 1))
+    if workers == 1:
+        load_modules(modules)
+        written = [_export_checkpoint(*job) for job in jobs]
+    else:
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(
+            workers, mp_context=spawn, initializer=load_modules, initargs=(tuple(modules),)
+        ) as pool:
+            written = list(pool.map(_export_checkpoint, *zip(*jobs, strict=True)))
+    totals: dict[str, int] = {}
+    for counts in written:
+        for t, n in counts.items():
+            totals[t] = totals.get(t, 0) + n
+    return totals
+
+
+def _export_checkpoint(path: str, out_dir: str, partition: int, fmt: str) -> dict[str, int]:
+    from executor.core import checkpoint
+
+    return export_storage(checkpoint.load(Path(path))[1], Path(out_dir), partition, fmt)
 
 
 def _write_parquet(path: Path, names: list[str], cols: list[list[Any]]) -> None:

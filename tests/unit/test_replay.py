@@ -825,6 +825,42 @@ def test_export_writes_every_value_of_a_partition_as_csv_and_parquet(tmp_path: P
         export_storage(s, tmp_path / "x", 0, "json")
 
 
+def test_export_of_checkpoints_runs_partitions_side_by_side_and_reports_a_corrupt_one(
+    tmp_path: Path,
+) -> None:
+    """Each partition's checkpoint exported in its own worker process; a corrupt file
+    is the CheckpointInvalid it raised there, naming it."""
+    from executor.replay.export import export_checkpoints
+
+    paths = []
+    for p in range(2):
+        s = Storage()
+        s.load(("account", (a,), (a * 10,)) for a in range(p, 100, 2))
+        paths.append(
+            checkpoint.write_checkpoint(
+                tmp_path / "ck",
+                s,
+                replica=0,
+                partition=p,
+                partitions=2,
+                epoch=3,
+                next_txn_id=1,
+                txns_applied=0,
+            )
+        )
+    modules = ["txn_library.builtin"]
+    assert export_checkpoints(paths, tmp_path / "out", "csv", modules) == {"account": 100}
+    assert sorted(f.name for f in (tmp_path / "out" / "account").iterdir()) == [
+        "part-0000.csv",
+        "part-0001.csv",
+    ]
+    data = bytearray(paths[1].read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    paths[1].write_bytes(bytes(data))
+    with pytest.raises(checkpoint.CheckpointInvalid, match=paths[1].name):
+        export_checkpoints(paths, tmp_path / "again", "parquet", modules)
+
+
 # Output directories --------------------------------------------------------------------------
 def test_a_replay_job_that_fails_half_way_leaves_its_out_free_for_the_retry(tmp_path: Path) -> None:
     from executor.replay.export import MARKER, prepare_output, publish_output, staging_dir
