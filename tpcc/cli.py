@@ -3,7 +3,7 @@
   ordo tpcc up       start a TPC-C cluster (partitions load their warehouses), foreground
   ordo tpcc run      embedded cluster (or --attach DATA_DIR), drive terminals, report,
                      check consistency and replica hashes, write JSON
-  ordo tpcc check    consistency conditions 1-7 + replica hashes on a running cluster
+  ordo tpcc check    consistency conditions (all but 10) + replica hashes on a running cluster
 
 Registered on the ``ordo`` group by cluster/cli.py. Top-level imports stay light
 (click only) so that ``ordo --help`` does not pay for the driver.
@@ -224,7 +224,7 @@ def run(
     help="Check this `ordo dump` or `ordo replay state` output instead of the cluster.",
 )
 def check(data_dir: str, as_json: bool, timeout: float, dump_dir: str | None) -> None:
-    """Consistency conditions 1-7 on every warehouse of every replica, and equal replica
+    """Consistency conditions 1-9, 11, 12 on every warehouse of every replica, and equal replica
     state hashes, on the running cluster in DATA_DIR; with --dump, conditions 1-12 on a
     whole database written to files (CSV or Parquet)."""
     if dump_dir is not None:

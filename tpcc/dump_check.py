@@ -3,7 +3,7 @@
 ``ordo replay state`` (a Parquet dataset per table, hive-partitioned by warehouse).
 
 ``ordo tpcc check --dump DIR`` runs it. The live check (``ordo tpcc check``) runs
-conditions 1-7 at each partition; 8-12 need every partition's HISTORY and CUSTOMER
+conditions 1-9, 11 and 12 at each partition; 10 needs every partition's HISTORY
 (tpcc.consistency), which only a whole copy of the database has.
 
 Only the columns the conditions read are loaded, each as an int or None (an empty CSV

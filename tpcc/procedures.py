@@ -11,7 +11,7 @@ Procedures (positional arguments; money in cents, rates in basis points, dates i
       dependent: recon ``tpcc.delivery_recon``; appends a per-district prediction
   tpcc.order_status(w_id, d_id, c_id, c_last)    read-only; c_id 0 = by last name, 2.6
   tpcc.stock_level(w_id, d_id, threshold)        read-only                  clause 2.8
-  tpcc.check_warehouse(w_id)                     read-only; consistency conditions 1-7
+  tpcc.check_warehouse(w_id)                     read-only; consistency conditions 1-9, 11, 12
 
 Footprints and lock granularity (``tpcc.schema``): warehouse, district and customer
 rows and stock (w, i) are locked per row; orders, new_order, order_line,
@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tpcc.consistency import check_consistency
+from tpcc.consistency import check_local
 from tpcc.schema import (
     C_BALANCE,
     C_CITY,
@@ -546,6 +546,7 @@ def delivery_prediction(ctx: Context, w_id: int) -> tuple[DistrictPrediction, ..
 
 
 _WAREHOUSE_DISTRICTS = tuple(range(1, DISTRICTS_PER_WAREHOUSE + 1))
+_DISTRICT_CUSTOMERS = tuple(range(1, CUSTOMERS_PER_DISTRICT + 1))
 
 
 @procedure(
@@ -744,27 +745,39 @@ def stock_level(ctx: Context, w_id: int, d_id: int, threshold: int) -> Any:
     "tpcc.check_warehouse",
     [Arg("w_id", "int", min_value=1)],
     lambda w_id: Footprint(
-        reads=tuple((t, (w_id,)) for t in (WAREHOUSE, DISTRICT, ORDERS, NEW_ORDER, ORDER_LINE))
+        reads=tuple(
+            (t, (w_id,))
+            for t in (WAREHOUSE, DISTRICT, CUSTOMER, HISTORY, ORDERS, NEW_ORDER, ORDER_LINE)
+        )
     ),
     read_only=True,
 )
 def check_warehouse(ctx: Context, w_id: int) -> list[str]:
-    """Consistency conditions 1-7 (clauses 3.3.2.1-3.3.2.7) on one warehouse's rows at
-    the replica that runs it; returns the violations (empty: consistent)."""
-    w = ctx.get(WAREHOUSE, (w_id,))
+    """Consistency conditions 1-9, 11 and 12 (clause 3.3.2; 10 needs other warehouses'
+    payments: tpcc.consistency) on one warehouse's rows at the replica that runs it;
+    returns the violations (empty: consistent)."""
+    get = ctx.get
+    w = get(WAREHOUSE, (w_id,))
     districts: dict[tuple, tuple] = {}
+    customers: dict[tuple, tuple] = {}
     for d_id in _WAREHOUSE_DISTRICTS:
-        d = ctx.get(DISTRICT, (w_id, d_id))
+        d = get(DISTRICT, (w_id, d_id))
         if d is not None:
             districts[(w_id, d_id)] = d
+        for c_id in _DISTRICT_CUSTOMERS:  # customers are loaded, never inserted
+            c = get(CUSTOMER, (w_id, d_id, c_id))
+            if c is not None:
+                customers[(w_id, d_id, c_id)] = c
     tables: dict[str, dict[tuple, tuple]] = {
         WAREHOUSE: {} if w is None else {(w_id,): w},
         DISTRICT: districts,
+        CUSTOMER: customers,
+        HISTORY: dict(ctx.scan(HISTORY, (w_id,))),
         ORDERS: dict(ctx.scan(ORDERS, (w_id,))),
         NEW_ORDER: dict(ctx.scan(NEW_ORDER, (w_id,))),
         ORDER_LINE: dict(ctx.scan(ORDER_LINE, (w_id,))),
     }
-    return check_consistency(tables, [w_id])
+    return check_local(tables, [w_id])
 
 
 def _check_layout() -> None:

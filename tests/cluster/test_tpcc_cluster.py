@@ -2,7 +2,7 @@
 
 Partitions load their warehouses at startup (genesis). ``ordo tpcc run --attach``
 drives a short standard-mix run (45/43/4/4/4) against it and then checks, through
-``tpcc.check_warehouse`` at each replica, that consistency conditions 1-7 hold on
+``tpcc.check_warehouse`` at each replica, that consistency conditions 1-9, 11, 12 hold on
 every warehouse of every replica, and that the replicas' state hashes are equal per
 partition once the cluster is quiescent. ``ordo tpcc check`` repeats the check, and
 ``ordo dump`` exports replica 0 as of a fresh checkpoint: the tables the run does not

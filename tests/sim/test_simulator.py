@@ -4,7 +4,7 @@ Each seed runs the real sequencer and partition roles of a whole cluster in one
 process, with partition and sequencer crashes, torn log tails, failing fdatasyncs,
 lost batches and corrupted checkpoints, and checks the outcome against the serial oracle: state
 hashes, every reported and acknowledged result, exactly-once, read-only answers,
-money conservation (bank) and consistency conditions 1-7 (TPC-C). Tests here prove:
+money conservation (bank) and consistency conditions 1-12 (TPC-C). Tests here prove:
 
 - hundreds of bank seeds and a TPC-C seed pass every check, and the sweep really
   exercises the faults it claims to;

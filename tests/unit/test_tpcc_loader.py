@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpcc import schema as s
-from tpcc.consistency import PER_ROW_SHOWN, check_consistency, check_whole
+from tpcc.consistency import PER_ROW_SHOWN, check_consistency, check_local, check_whole
 from tpcc.loader import generate, generate_items, generate_warehouse, load_c
 from tpcc.tpcc_random import (
     ALPHANUMERIC,
@@ -117,7 +117,7 @@ def test_lock_granularity() -> None:
     assert catalog.table(s.ITEM).replicated
     ordered = {name for name, t in s.TABLES.items() if t.ordered}
     assert ordered == {
-        s.CUSTOMER_BY_NAME, s.NEW_ORDER, s.ORDERS, s.ORDER_BY_CUSTOMER, s.ORDER_LINE,
+        s.CUSTOMER_BY_NAME, s.HISTORY, s.NEW_ORDER, s.ORDERS, s.ORDER_BY_CUSTOMER, s.ORDER_LINE,
     }  # fmt: skip
 
 
@@ -509,3 +509,19 @@ def test_each_of_conditions_8_to_12_finds_its_violation(w1: Tables) -> None:
         "condition 12: customer (1, 6, 11): c_balance -1000 + c_ytd_payment 1001 != delivered 0"
     ]
     assert [v.split(":")[0] for v in customer(s.C_BALANCE, -1)] == ["condition 10", "condition 12"]
+
+
+def test_a_partition_checks_every_condition_of_its_own_rows_but_10(w1: Tables) -> None:
+    """check_local (tpcc.check_warehouse): 8, 9, 11 and 12 read rows that live with the
+    warehouse; 10 would miss payments made for its customers at other warehouses."""
+    history = dict(w1[s.HISTORY])
+    key = next(iter(history))
+    history[key] = _replace(history[key], s.H_AMOUNT, history[key][s.H_AMOUNT] + 5)
+    found = check_local(_with(w1, s.HISTORY, history), [1])
+    assert [v.split(":")[0] for v in found] == ["condition 8", "condition 9"]
+    customers = dict(w1[s.CUSTOMER])
+    c = customers[1, 2, 3]
+    customers[1, 2, 3] = _replace(c, s.C_BALANCE, c[s.C_BALANCE] - 1)
+    found = check_local(_with(w1, s.CUSTOMER, customers), [1])
+    assert [v.split(":")[0] for v in found] == ["condition 12"]
+    assert check_local(w1, [1]) == []
