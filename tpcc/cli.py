@@ -224,9 +224,9 @@ def run(
     help="Check this `ordo dump` or `ordo replay state` output instead of the cluster.",
 )
 def check(data_dir: str, as_json: bool, timeout: float, dump_dir: str | None) -> None:
-    """Consistency conditions 1-9, 11, 12 on every warehouse of every replica, and equal replica
-    state hashes, on the running cluster in DATA_DIR; with --dump, conditions 1-12 on a
-    whole database written to files (CSV or Parquet)."""
+    """Consistency conditions 1-9, 11, 12 on every warehouse of every replica, and equal
+    replica state hashes, on the running cluster in DATA_DIR; with --dump, conditions
+    1-12 on a whole database written to files (CSV or Parquet)."""
     if dump_dir is not None:
         _check_dump(dump_dir, as_json)
         return

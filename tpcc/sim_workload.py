@@ -6,8 +6,8 @@ Payment by id and by last name (dependent: reconnaissance, prediction, re-check)
 Order-Status, Delivery (dependent) and Stock-Level. The database is the genesis
 ``tpcc.loader:genesis``, built once per process and cloned (simulator workloads).
 
-Checker: consistency conditions (tpcc.consistency: 1-12) on the serial oracle and, for
-every replica, on each warehouse at the partition that holds it.
+Checker: consistency conditions 1-12 (tpcc.consistency) on the serial oracle, and 1-9,
+11 and 12 for every replica on each warehouse at the partition that holds it.
 
 Registered in ``executor.deterministic.workloads.WORKLOADS`` as "tpcc"; it lives here
 because the simulator, in the executor layer, does not import the tpcc layer; this

@@ -215,11 +215,9 @@ def table_columns(
         rows = list(map(_second, pairs))
         del pairs
         lengths = set(map(len, rows))
-        width = max(lengths, default=0)
-        names = list(layout.columns)
-        if width > layout.row_width:
-            names.extend(f"value_{j}" for j in range(layout.row_width, width))
-        width = max(width, layout.row_width)
+        longest = max(lengths, default=0)
+        names = [*layout.columns, *(f"value_{j}" for j in range(layout.row_width, longest))]
+        width = max(longest, layout.row_width)
         if lengths - {width}:
             rows = [r if len(r) == width else r + (None,) * (width - len(r)) for r in rows]
         cols = [list(map(itemgetter(pos), keys)) for pos in layout.key_positions]
