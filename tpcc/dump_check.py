@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import csv
 from collections import Counter
-from itertools import repeat
+from itertools import islice, repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,9 @@ NEEDED: dict[str, tuple[str, ...]] = {
     schema.ORDERS: ("o_id", "o_d_id", "o_w_id", "o_c_id", "o_carrier_id", "o_ol_cnt"),
     schema.ORDER_LINE: ("ol_o_id", "ol_d_id", "ol_w_id", "ol_number", "ol_delivery_d", "ol_amount"),
 }
+
+
+CSV_CHUNK_LINES = 65_536  # CSV lines held as text at a time
 
 
 class DumpUnreadable(Exception):
@@ -89,30 +92,37 @@ def _load_table(path: Path, name: str) -> dict[tuple, tuple]:
 
 
 def _csv_columns(files: list[Path], wanted: list[str]) -> dict[str, list[int | None]]:
-    """The ``wanted`` columns of every file, each as ints (None: an empty field)."""
+    """The ``wanted`` columns of every file, each as ints (None: an empty field), read
+    CSV_CHUNK_LINES at a time (memory: the int columns, not every field as text)."""
     out: dict[str, list[int | None]] = {c: [] for c in wanted}
     for f in files:
         try:
             with open(f, newline="") as fh:
                 reader = csv.reader(fh)
                 header = next(reader, None)
-                records = list(reader)
+                if header is None:
+                    raise DumpUnreadable(f"{f} is empty (no header)")
+                missing = [c for c in wanted if c not in header]
+                if missing:
+                    raise DumpUnreadable(f"{f} has no column {', '.join(missing)}")
+                while records := list(islice(reader, CSV_CHUNK_LINES)):
+                    _add_columns(out, f, header, records)
         except (OSError, UnicodeDecodeError, csv.Error) as e:
             raise DumpUnreadable(f"{f} is not readable CSV: {e}") from None
-        if header is None:
-            raise DumpUnreadable(f"{f} is empty (no header)")
-        missing = [c for c in wanted if c not in header]
-        if missing:
-            raise DumpUnreadable(f"{f} has no column {', '.join(missing)}")
-        if any(len(r) != len(header) for r in records):
-            raise DumpUnreadable(f"{f}: a line without {len(header)} fields")
-        for c in wanted:
-            cells = list(map(itemgetter(header.index(c)), records))
-            try:
-                out[c].extend(map(_int_or_none, cells) if "" in cells else map(int, cells))
-            except ValueError as e:
-                raise DumpUnreadable(f"{f}: column {c} must be integers or empty: {e}") from None
     return out
+
+
+def _add_columns(
+    out: dict[str, list[int | None]], f: Path, header: list[str], records: list[list[str]]
+) -> None:
+    if any(len(r) != len(header) for r in records):
+        raise DumpUnreadable(f"{f}: a line without {len(header)} fields")
+    for c, values in out.items():
+        cells = list(map(itemgetter(header.index(c)), records))
+        try:
+            values.extend(map(_int_or_none, cells) if "" in cells else map(int, cells))
+        except ValueError as e:
+            raise DumpUnreadable(f"{f}: column {c} must be integers or empty: {e}") from None
 
 
 def _int_or_none(cell: str) -> int | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tpcc import dump_check
 from tpcc import schema as s
 from tpcc.cli import tpcc
 from tpcc.dump_check import NEEDED, DumpUnreadable, check_dump
@@ -68,10 +69,18 @@ def _write_csv(root: Path, tables: dict[str, list[dict[str, int | None]]]) -> Pa
     return root
 
 
-def test_a_csv_dump_is_checked_for_conditions_1_to_12(tmp_path: Path) -> None:
+def test_a_csv_dump_is_checked_for_conditions_1_to_12(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = _write_csv(tmp_path / "dump", TINY)
     verdict = check_dump(root)
     assert verdict["violations"] == ONLY_11 and not verdict["ok"]
+    # Read two lines at a time: the same verdict over chunks (three payments, two of 0.00).
+    free = [{**TINY[s.HISTORY][0], "h_seq": n, "h_amount": 0} for n in (2, 3)]
+    more = _write_csv(tmp_path / "more", {**TINY, s.HISTORY: TINY[s.HISTORY] + free})
+    monkeypatch.setattr(dump_check, "CSV_CHUNK_LINES", 2)
+    chunked = check_dump(more)
+    assert chunked["violations"] == ONLY_11 and chunked["rows"][s.HISTORY] == 3
     assert verdict["warehouses"] == [1] and verdict["rows"][s.HISTORY] == 1
     result = CliRunner().invoke(tpcc, ["check", "--dump", str(root)])
     assert result.exit_code == 1
@@ -119,10 +128,11 @@ def test_files_that_lack_what_the_check_needs_are_errors_not_passes(tmp_path: Pa
     with pytest.raises(DumpUnreadable, match="not a directory"):
         check_dump(tmp_path / "missing")
     root = _write_csv(tmp_path / "f", TINY)
-    (root / s.ORDERS / "part-0000.csv").write_bytes(b"o_id,o_d_id\n\xff\xfe" + b"x" * 200_000)
+    header = ",".join(TINY[s.ORDERS][0]) + "\n"
+    (root / s.ORDERS / "part-0000.csv").write_bytes(header.encode() + b"\xff\xfe" + b"x" * 9)
     with pytest.raises(DumpUnreadable, match="part-0000.csv is not readable CSV"):
         check_dump(root)
-    (root / s.ORDERS / "part-0000.csv").write_text("o_id,o_d_id\n" + "x" * 200_000)  # > field limit
+    (root / s.ORDERS / "part-0000.csv").write_text(header + "x" * 200_000)  # > csv's field limit
     with pytest.raises(DumpUnreadable, match="part-0000.csv is not readable CSV"):
         check_dump(root)
 
