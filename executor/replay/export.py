@@ -30,6 +30,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from executor.core import checkpoint
 from executor.core.storage import Storage
 from executor.replay.tables import table_columns, table_layout, to_json
 from txn_library import catalog
@@ -126,8 +127,6 @@ def export_checkpoints(
 
 
 def _export_checkpoint(path: str, out_dir: str, partition: int, fmt: str) -> dict[str, int]:
-    from executor.core import checkpoint
-
     return export_storage(checkpoint.load(Path(path))[1], Path(out_dir), partition, fmt)
 
 
