@@ -1,4 +1,5 @@
-"""Child processes: start them in their own session, stop them for sure.
+"""Child processes: start them in their own session, stop them for sure, and let
+none outlive this process (its lifeline: cluster.ownership).
 
 Shared by the launcher (Ordo's roles) and cluster.zookeeper (ZooKeeper servers).
 Invariant: a process handed to ``stop_processes`` is gone when it returns (SIGTERM,
@@ -13,6 +14,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from cluster.ownership import LIFELINE_ENV, lifeline_fd
 
 STOP_GRACE_S = 5.0
 
@@ -109,12 +112,15 @@ class SpareCores:
 
 
 def spawn_python(args: list[str], log_path: Path, module: str = "cluster.cli") -> subprocess.Popen:
-    """Start ``python -m module args...`` in its own session, output appended to a log."""
+    """Start ``python -m module args...`` in its own session, output appended to a log,
+    holding this process's lifeline (cluster.ownership): it stops when this one exits."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    lifeline = lifeline_fd()
+    env[LIFELINE_ENV] = str(lifeline)
     with open(log_path, "ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", module, *args],
@@ -123,7 +129,19 @@ def spawn_python(args: list[str], log_path: Path, module: str = "cluster.cli") -
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             env=env,
+            pass_fds=(lifeline,),
         )
+
+
+def last_line(log_path: Path, tail_bytes: int = 4096) -> str:
+    """The last non-empty line of a child's log (what it said before it exited), or ""."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - tail_bytes))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    return next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
 
 
 KILL_WAIT_S = 10.0

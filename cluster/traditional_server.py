@@ -46,6 +46,7 @@ import zmq
 
 from cluster.config import HOST, ClusterConfig
 from cluster.launcher import ProcessGroup
+from cluster.ownership import claim_or_exit
 from cluster.processes import batch_scheduling
 from cluster.sockets import replica_mesh
 from executor.core.genesis import genesis_storage
@@ -284,6 +285,9 @@ def serve(config: ClusterConfig, partition: int) -> None:
         level=logging.INFO, format=f"%(asctime)s t-p{partition} %(levelname)s %(message)s"
     )
     batch_scheduling()  # as Ordo's partitions (cluster.processes): a fair baseline
+    claim_or_exit(
+        config.data_dir, f"traditional-p{partition}", f"traditional partition {partition}'s log"
+    )
     server = TraditionalServer(config, partition)
     signal.signal(signal.SIGTERM, server.stop)
     signal.signal(signal.SIGINT, server.stop)

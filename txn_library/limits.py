@@ -199,12 +199,21 @@ client_failover_stale_hint_s = 3.0
 # `ordo up --ha` restarts a process that exits, at most this many times per window
 supervisor_restarts_max = 5
 supervisor_window_s = 60.0
+# A process waits this long for the previous owner of its state (cluster.ownership) to
+# exit, e.g. a role whose launcher was killed, before it refuses to start
+owner_wait_s = 10.0
+# a role whose launcher exited, stopping as on SIGTERM, is made to exit after this long
+lifeline_stop_grace_s = 5.0
 
 _check(
     batch_bytes_max + (64 << 10) <= zk_node_bytes_max,
     "a batch, with the commit's other operations, fits in one ZooKeeper request",
 )
 _check(zk_commit_timeout_s < zk_session_timeout_s, "a commit gives up before its session ends")
+_check(
+    lifeline_stop_grace_s < owner_wait_s,
+    "a claimant outwaits the roles of a launcher that died",
+)
 
 # CURVE keys (cluster/security.py)
 curve_allowlist_keys_max = 10_000  # client public keys in keys/clients/; more: refused
