@@ -25,10 +25,10 @@ anything reaches the cluster; an answer the cluster gives is printed as it is.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -144,55 +144,85 @@ def up(
     --mode traditional starts the 2PL + 2PC baseline instead (one replica; clients talk
     to any partition, e.g. `ordo call` reaches partition 0).
     """
-    from dataclasses import replace
+    with _cluster_dir_owned(data_dir, fresh):  # before anything there is read or written
+        from dataclasses import replace
 
-    from cluster.launcher import LocalCluster, ProcessGroup, stop_requested_on_signals
+        from cluster.launcher import LocalCluster, ProcessGroup, stop_requested_on_signals
 
-    if fresh and Path(data_dir).exists():
-        shutil.rmtree(data_dir)
-    cfg = _config_for_up(
-        data_dir, replicas, partitions, base_port, epoch_ms, not no_fsync, modules, checkpoint_every
-    )
-    if ha:
-        if mode == "traditional":
-            raise click.ClickException(
-                "--ha replicates Ordo's ordering layer; not with --mode traditional"
-            )
-        cfg = ha_layout(cfg)
-    existing = Path(data_dir) / CONFIG_FILE
-    if existing.exists() and load_config(data_dir).sequencers != cfg.sequencers:
-        held = "a replicated" if load_config(data_dir).sequencers > 1 else "a single-sequencer"
-        raise click.ClickException(
-            f"{data_dir} holds {held} cluster; use --fresh to start over, or "
-            f"{'add' if held.startswith('a repl') else 'drop'} --ha"
+        cfg = _config_for_up(
+            data_dir,
+            replicas,
+            partitions,
+            base_port,
+            epoch_ms,
+            not no_fsync,
+            modules,
+            checkpoint_every,
         )
-    cluster: ProcessGroup
-    if mode == "traditional":
-        from cluster.traditional_server import TraditionalCluster
-        from executor.traditional.options import TraditionalOptions
-
-        if replicas != 1:
-            click.echo("ordo up: the traditional mode is not replicated; using 1 replica")
-        cfg = replace(cfg, replicas=1)
-        cluster = TraditionalCluster(cfg, TraditionalOptions(update_locks=not no_update_locks))
-        banner = f"traditional (2PL + 2PC) mode, {partitions} partitions"
-    else:
-        cluster = LocalCluster(cfg)
-        banner = f"sequencer at {cfg.client_addr}, {replicas} replicas x {partitions} partitions"
-        if cfg.replicated:
-            banner = (
-                f"{cfg.sequencers} sequencers at {', '.join(cfg.client_addrs)} "
-                f"(ZooKeeper {cfg.zookeeper_connect}), "
-                f"{replicas} replicas x {partitions} partitions"
+        if ha:
+            if mode == "traditional":
+                raise click.ClickException(
+                    "--ha replicates Ordo's ordering layer; not with --mode traditional"
+                )
+            cfg = ha_layout(cfg)
+        existing = Path(data_dir) / CONFIG_FILE
+        if existing.exists() and load_config(data_dir).sequencers != cfg.sequencers:
+            held = "a replicated" if load_config(data_dir).sequencers > 1 else "a single-sequencer"
+            raise click.ClickException(
+                f"{data_dir} holds {held} cluster; use --fresh to start over, or "
+                f"{'add' if held.startswith('a repl') else 'drop'} --ha"
             )
-    stopping = stop_requested_on_signals()
+        cluster: ProcessGroup
+        if mode == "traditional":
+            from cluster.traditional_server import TraditionalCluster
+            from executor.traditional.options import TraditionalOptions
+
+            if replicas != 1:
+                click.echo("ordo up: the traditional mode is not replicated; using 1 replica")
+            cfg = replace(cfg, replicas=1)
+            cluster = TraditionalCluster(cfg, TraditionalOptions(update_locks=not no_update_locks))
+            banner = f"traditional (2PL + 2PC) mode, {partitions} partitions"
+        else:
+            cluster = LocalCluster(cfg)
+            shape = f"{replicas} replicas x {partitions} partitions"
+            banner = f"sequencer at {cfg.client_addr}, {shape}"
+            if cfg.replicated:
+                banner = (
+                    f"{cfg.sequencers} sequencers at {', '.join(cfg.client_addrs)} "
+                    f"(ZooKeeper {cfg.zookeeper_connect}), "
+                    f"{replicas} replicas x {partitions} partitions"
+                )
+        stopping = stop_requested_on_signals()
+        try:
+            cluster.start()
+            click.echo(f"ordo up: {banner}, data in {data_dir} (Ctrl-C to stop)")
+            cluster.run_foreground(stopping)
+        finally:
+            click.echo("ordo up: stopping")
+            cluster.stop()
+
+
+@contextmanager
+def _cluster_dir_owned(data_dir: str, fresh: bool) -> Iterator[None]:
+    """``ordo up``'s claim on DATA_DIR for its whole run (cluster.ownership): refused,
+    with the owner's pid, while another process owns anything there; ``fresh`` empties
+    it only then. A child that exits is reported in one line."""
+    from cluster.launcher import ChildExited
+    from cluster.ownership import StateInUse, claim_cluster_dir
+
+    def waiting(pid: int | None) -> None:
+        click.echo(f"ordo up: {data_dir} is held by process {pid}: waiting for it to exit")
+
     try:
-        cluster.start()
-        click.echo(f"ordo up: {banner}, data in {data_dir} (Ctrl-C to stop)")
-        cluster.run_foreground(stopping)
+        owner = claim_cluster_dir(data_dir, fresh, on_wait=waiting)
+    except StateInUse as e:
+        raise click.ClickException(str(e)) from None
+    try:
+        yield
+    except ChildExited as e:
+        raise click.ClickException(str(e)) from None
     finally:
-        click.echo("ordo up: stopping")
-        cluster.stop()
+        owner.release()
 
 
 HA_HOSTS = {"h1": "127.0.0.1", "h2": "127.0.0.2", "h3": "127.0.0.3"}
@@ -369,13 +399,27 @@ def replica(
     data_dir: str,
 ) -> None:
     """Run partition processes of one replica."""
+    from cluster.ownership import StateInUse, claim, partition_owner, watch_lifeline
+
     cfg = role_config(cluster_file, data_dir)
+    if partition is None:
+        watch_lifeline()  # its partitions' launcher: they go when it goes
     if copy_from is not None:
         from executor.core.checkpoint import copy_newest_complete
 
-        epoch = copy_newest_complete(
-            cfg.checkpoint_dir(copy_from), cfg.checkpoint_dir(replica), cfg.partitions
-        )
+        held = []
+        try:  # no partition of this replica may run while its checkpoints are replaced
+            for p in range(cfg.partitions):
+                what = f"replica {replica}'s partition {p}"
+                held.append(claim(cfg.data_dir, partition_owner(replica, p), what))
+            epoch = copy_newest_complete(
+                cfg.checkpoint_dir(copy_from), cfg.checkpoint_dir(replica), cfg.partitions
+            )
+        except StateInUse as e:
+            raise click.ClickException(str(e)) from None
+        finally:
+            for c in held:
+                c.release()
         if epoch is None:
             raise click.ClickException(f"replica {copy_from} has no complete valid checkpoint")
         click.echo(

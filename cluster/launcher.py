@@ -19,10 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from cluster.config import ClusterConfig
-from cluster.processes import kill_process, spawn_python, stop_processes
+from cluster.processes import kill_process, last_line, spawn_python, stop_processes
 from txn_library import limits
 from txn_library.client import Client
 from txn_library.errors import CallTimeout
+
+
+class ChildExited(RuntimeError):
+    """A process of the cluster exited while it should be running."""
 
 
 class ProcessGroup(ABC):
@@ -31,18 +35,27 @@ class ProcessGroup(ABC):
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config
         self.procs: dict[str, subprocess.Popen] = {}
+        self.log_files: dict[str, Path] = {}
 
     @property
     def logs_dir(self) -> Path:
         return Path(self.config.data_dir) / "logs"
 
     def spawn(self, name: str, args: list[str], log_name: str, module: str = "cluster.cli") -> None:
-        self.procs[name] = spawn_python(args, self.logs_dir / log_name, module)
+        self.log_files[name] = self.logs_dir / log_name
+        self.procs[name] = spawn_python(args, self.log_files[name], module)
 
     def check_alive(self) -> None:
+        """Raise ChildExited if a child has exited, with the last line it logged."""
         for name, p in self.procs.items():
             if p.poll() is not None:
-                raise RuntimeError(f"{name} exited with {p.returncode}; see {self.logs_dir}")
+                path = self.log_files.get(name, self.logs_dir)
+                said = last_line(path) if path.is_file() else ""
+                raise ChildExited(
+                    f"{name} exited with {p.returncode}"
+                    + (f": {said}" if said else "")
+                    + f" (see {path})"
+                )
 
     def wait_exit(self, name: str, timeout_s: float) -> int:
         """Wait for a process expected to exit (an injected crash); forget it."""

@@ -43,6 +43,7 @@ from typing import Any
 from cluster.config import ClusterConfig
 from cluster.loadgen import ClosedLoop, LoadGenerator, OpenLoop
 from cluster.measure import CpuMeter, KindStats, Window
+from cluster.ownership import claim_cluster_dir
 from tpcc.inputs import KINDS, NEW_ORDER, Call, TpccInputs, terminals_for
 from txn_library import limits, native
 
@@ -317,6 +318,7 @@ def run(opts: RunOptions, log: Callable[[str], None] = _stderr) -> dict[str, Any
         raise ValueError("--open-loop needs --rate > 0")
     lc = None
     tmp_dir = None
+    owner = None
     if opts.attach:
         cfg = ClusterConfig.load(opts.attach)
         opts.warehouses = warehouses_of(cfg)
@@ -327,14 +329,14 @@ def run(opts: RunOptions, log: Callable[[str], None] = _stderr) -> dict[str, Any
         data_dir = opts.data_dir
         if data_dir is None:
             data_dir = tmp_dir = tempfile.mkdtemp(prefix="ordo-tpcc-")
-        elif Path(data_dir).exists():
-            if not opts.fresh:  # a database lives there: never deleted unasked
-                raise FileExistsError(
-                    f"{data_dir} exists; pass --fresh to start a new TPC-C database there "
-                    f"(it is deleted first), or --attach {data_dir} to drive the cluster "
-                    f"running there"
-                )
-            shutil.rmtree(data_dir)
+        elif Path(data_dir).exists() and not opts.fresh:  # never deleted unasked
+            raise FileExistsError(
+                f"{data_dir} exists; pass --fresh to start a new TPC-C database there "
+                f"(it is deleted first), or --attach {data_dir} to drive the cluster "
+                f"running there"
+            )
+        if tmp_dir is None:  # another launcher's cluster there is never touched
+            owner = claim_cluster_dir(data_dir, fresh=opts.fresh)
         cfg = embedded_config(opts, data_dir, free_base_port())
     load_before = os.getloadavg()
     try:
@@ -395,6 +397,8 @@ def run(opts: RunOptions, log: Callable[[str], None] = _stderr) -> dict[str, Any
     finally:
         if lc is not None:
             lc.stop()
+        if owner is not None:
+            owner.release()
         if tmp_dir and not opts.keep_data:
             shutil.rmtree(tmp_dir, ignore_errors=True)
     if opts.out:

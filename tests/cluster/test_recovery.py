@@ -11,10 +11,15 @@
 - Log pruning removes only what every partition's checkpoint covers, and a
   partition still recovers afterwards.
 - A corrupt log (flipped byte mid-log) stops the sequencer with a clear message.
+- `ordo up` itself killed with kill -9: its roles stop with it, a second `ordo up` on
+  the directory is refused while the first lives, and `ordo up` started again loses no
+  acknowledged transfer and runs none twice.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -22,7 +27,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
+
 from cluster.bank_load import run_transfers
+from cluster.cli import main as cli_main
 from cluster.config import ClusterConfig
 from cluster.launcher import (
     LocalCluster,
@@ -31,10 +40,12 @@ from cluster.launcher import (
     wait_live_again,
     wait_quiescent,
 )
+from cluster.ledger import Ledger, drive_transfers
 from executor.core.checkpoint import copy_newest_complete
 from sequencer.log import CommandLog, iter_frames
 from tests.cluster_checks import replicas_agree_with_serial_replay
-from txn_library import wire
+from tests.ha_checks import check_outcome
+from txn_library import limits, wire
 from txn_library.bank_workload import make_transfers, open_accounts
 from txn_library.client import Client
 
@@ -241,3 +252,88 @@ def test_corrupt_log_stops_the_sequencer_with_a_clear_message(tmp_path: Path) ->
     )
     assert proc.returncode == 3
     assert "corrupt" in proc.stderr and "epoch 1" in proc.stderr
+
+
+def _start_up(args: list[str]) -> subprocess.Popen[str]:
+    up = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    assert up.stdout is not None
+    line = up.stdout.readline()
+    while "ordo up: sequencer at" not in line:
+        assert up.poll() is None and line, f"ordo up did not start: {line}"
+        line = up.stdout.readline()
+    return up
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(x) for x in out.stdout.split()]
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if "zombie" in Path(f"/proc/{pid}/status").read_text().lower():
+                return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_kill9_of_ordo_up_takes_its_cluster_down_and_a_restart_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ordo up` killed with SIGKILL under a transfer load (its roles see their lifeline
+    end and stop: none is left holding the cluster's ports or files); a second `ordo up`
+    on the directory while the first lives is refused, touching nothing; `ordo up`
+    started again on the same directory serves the clients' retries: every transfer is
+    answered, none is lost or run twice, replicas equal the serial replay."""
+    data = tmp_path / "d"
+    args = [sys.executable, "-m", "cluster.cli", "up", "--replicas", "2", "--partitions", "2"]
+    args += ["--base-port", str(free_base_port()), "--data-dir", str(data)]
+    args += ["--checkpoint-every", "50"]
+    up = _start_up(args)
+    try:
+        cfg = ClusterConfig.load(data)
+        roles = _children(up.pid)
+        assert len(roles) == 5  # sequencer + 2 x 2 partitions
+        with Client(cfg.client_addr) as c:
+            open_accounts(c, ACCOUNTS, START)
+        transfers = make_transfers(3_000, ACCOUNTS, 2, 0.5, seed=11)
+        ledger = Ledger()
+        load = threading.Thread(
+            target=drive_transfers, args=(cfg, transfers, 2, ledger), kwargs={"timeout_s": 120}
+        )
+        load.start()
+        _wait_for(lambda: len(ledger.acked) >= 500, what="transfers answered")
+
+        monkeypatch.setattr(limits, "owner_wait_s", 0.3)
+        second = CliRunner().invoke(cli_main, args[3:])
+        assert second.exit_code == 1, second.output
+        assert f"in use by process {up.pid}" in second.output
+        assert sorted(p.name for p in (data / "owners").iterdir()) == [
+            "launcher.lock", "r0p0.lock", "r0p1.lock", "r1p0.lock", "r1p1.lock", "sequencer-0.lock"
+        ]  # fmt: skip
+
+        up.kill()  # SIGKILL to the launcher alone
+        up.wait()
+        left = [pid for pid in roles if not _gone(pid, 10.0)]
+        assert not left, f"roles outlived their launcher: {left}"
+
+        up = _start_up(args)  # same directory, same ports: the retries reach it
+        load.join(timeout=180)
+        assert not load.is_alive()
+        with Client(cfg.client_addr) as c:
+            st = wait_quiescent(c, 2, 2, timeout_s=90)
+        check_outcome(cfg, ledger, st, len(transfers))
+    finally:
+        if up.poll() is None:
+            up.send_signal(signal.SIGINT)
+        try:
+            up.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
