@@ -26,7 +26,8 @@ the launcher has exited, whatever ended it, and the child stops as on SIGTERM (a
 exit if that has not ended it after ``limits.lifeline_stop_grace_s``). So kill -9 of
 ``ordo up`` brings its cluster down as Ctrl-C does, instead of leaving processes that
 hold its ports and its state. A role started by hand (a multi-host cluster) has no
-lifeline and watches nothing. ZooKeeper servers (Java) are not watched.
+lifeline and watches nothing. ZooKeeper servers (Java) cannot watch it: the kernel's
+parent-death signal ties them instead (cluster.zookeeper._spawn_here).
 
 Invariants: a role holds its claim from before it opens its state until it exits
 (roles never release one); a lock file is never deleted while its directory exists

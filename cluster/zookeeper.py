@@ -11,8 +11,9 @@ Invariants:
   its log files) and three consecutive ports from ``base_port + 3 * (n - 1)``: client,
   peer and election; every port is bound to its address only: ``host`` for all (one
   machine), or ``hosts[n - 1]`` (one server per host, e.g. cluster.netns hosts).
-- Processes are started through ``spawn`` (default: a plain child process; with
-  cluster.netns, ``Hosts.run`` on the server's host) and every TCP connection to a
+- Processes are started through ``spawn`` (default: a child process that the kernel
+  kills when this process dies, ``_spawn_here``; with cluster.netns, ``Hosts.run`` on
+  the server's host) and every TCP connection to a
   server (four-letter words, the readiness client) is opened through ``dial`` (default:
   from this namespace; with cluster.netns, ``Hosts.dialer(host)``).
 - Every server started is tracked by pid and stopped by ``stop()`` (SIGTERM, then
@@ -72,6 +73,13 @@ class Spawn(Protocol):
 
 
 def _spawn_here(n: int, argv: list[str], **popen_kwargs: Any) -> subprocess.Popen[Any]:
+    """A child that dies with this process (its launcher): the JVM cannot watch Ordo's
+    lifeline (cluster.ownership), so util-linux's ``setpriv`` (in every Debian) sets
+    the kernel's parent-death signal and execs it (same pid). Where it is missing, the
+    server is not tied to the launcher."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is not None:
+        argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
     return subprocess.Popen(argv, **popen_kwargs)
 
 

@@ -10,6 +10,7 @@
 - Bad arguments (server count 2, ports out of range, a host that is not an IP address,
   a hosts list that does not name one address per server, unknown server numbers,
   starting a running server) get a clear error.
+- A server dies with the process that started it (kill -9 of the launcher).
 - One server per host (``hosts=``, on network namespaces): tests/cluster/test_netns.py.
 
 ZooKeeper missing is a failure that says to run scripts/setup.sh, never a skip.
@@ -18,6 +19,10 @@ ZooKeeper missing is a failure that says to run scripts/setup.sh, never a skip.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -118,6 +123,49 @@ def test_one_server_runs_standalone(tmp_path: Path, connect: Callable[[str], Kaz
         zk = connect(ens.connect_string())
         zk.create("/one", b"x")
         assert zk.get("/one")[0] == b"x"
+
+
+def test_a_server_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """kill -9 of the launcher (here a bare Python process): the kernel kills its
+    ZooKeeper server too (setpriv's parent-death signal), so none is left holding the
+    cluster's ports and data."""
+    _require_zookeeper()
+    code = textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from cluster.zookeeper import Ensemble
+        ens = Ensemble(Path({str(tmp_path / "zk")!r}), {free_base_port(span=PORTS_PER_SERVER)},
+                       servers=1)
+        ens.start()
+        print(ens.pid(1), flush=True)
+        time.sleep(600)
+        """
+    )
+    root = Path(__file__).resolve().parents[2]
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE, text=True
+    )
+    assert launcher.stdout is not None
+    server = int(launcher.stdout.readline())
+    try:
+        assert Path(f"/proc/{server}").exists()
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{server}").exists() and "zombie" not in _status(server):
+            assert time.monotonic() < deadline, "the ZooKeeper server outlived its launcher"
+            time.sleep(0.05)
+    finally:
+        if Path(f"/proc/{server}").exists():
+            os.kill(server, signal.SIGKILL)
+
+
+def _status(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().lower()
+    except FileNotFoundError:
+        return "zombie"
 
 
 def test_term_version_check_fences_a_stale_leaders_batch(
