@@ -361,16 +361,21 @@ def zookeeper(server: int, cluster_file: str | None, data_dir: str) -> None:
     import os
 
     from cluster.ordering_zk import ensemble_of
+    from cluster.ownership import StateInUse, claim
 
     cfg = role_config(cluster_file, data_dir)
     if not 1 <= server <= cfg.zookeeper_servers:
         raise click.ClickException(
             f"no ZooKeeper server {server}: the cluster has {cfg.zookeeper_servers}"
         )
-    try:
+    try:  # before its configuration is written: a running server keeps its own
+        owner = claim(cfg.data_dir, f"zookeeper-{server}", f"ZooKeeper server {server}'s data")
         argv = ensemble_of(cfg).server_command(server)
+    except StateInUse as e:
+        raise click.ClickException(str(e)) from None
     except FileNotFoundError as e:
         raise click.ClickException(str(e)) from None
+    owner.keep_across_exec()  # the JVM holds the claim for as long as it runs
     os.execv(argv[0], argv)
 
 

@@ -9,6 +9,8 @@ Owners. Before a process touches state that it writes, it takes an exclusive loc
   sequencer-<m>.lock       sequencer member m: its command log
   r<R>p<P>.lock            partition P of replica R: its checkpoint files
   traditional-p<P>.lock    partition P of the 2PL + 2PC mode
+  zookeeper-<n>.lock       ZooKeeper server n started by ``ordo zookeeper`` (held by
+                           the JVM it execs; a launcher's servers are under its claim)
 
 The file holds the owner's pid, for messages only: the lock is the truth. The kernel
 drops a lock when its process exits, however it exits (kill -9 included), so a restart
@@ -80,6 +82,13 @@ class Claim:
     @property
     def held(self) -> bool:
         return self._fd is not None
+
+    def keep_across_exec(self) -> None:
+        """Let the program this process execs next hold the lock (``ordo zookeeper``
+        execs the JVM: the server owns its data for as long as it runs)."""
+        invariant(self._fd is not None, "a released claim cannot be kept")
+        assert self._fd is not None
+        os.set_inheritable(self._fd, True)
 
     def release(self) -> None:
         if self._fd is not None:

@@ -86,6 +86,31 @@ def test_the_claim_of_a_process_killed_with_sigkill_is_free_at_once(tmp_path: Pa
     c.release()
 
 
+def test_a_claim_kept_across_exec_is_held_by_the_program_execed(tmp_path: Path) -> None:
+    """``ordo zookeeper`` claims, then execs the JVM, which holds the claim until it ends."""
+    code = textwrap.dedent(
+        f"""
+        import os
+        from cluster.ownership import claim
+        claim({str(tmp_path)!r}, "zookeeper-1", "ZooKeeper server 1's data").keep_across_exec()
+        os.execv("/bin/sleep", ["sleep", "60"])
+        """
+    )
+    execed = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 30
+        cmdline = Path(f"/proc/{execed.pid}/cmdline")
+        while not cmdline.read_bytes().startswith(b"sleep"):  # until it has exec'd
+            assert execed.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        with pytest.raises(StateInUse):
+            claim(tmp_path, "zookeeper-1", "ZooKeeper server 1's data", wait_s=0)
+    finally:
+        execed.kill()
+        execed.wait()
+    claim(tmp_path, "zookeeper-1", "ZooKeeper server 1's data", wait_s=0).release()
+
+
 def test_a_role_whose_state_is_owned_exits_without_touching_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
