@@ -172,6 +172,8 @@ def run(
     Terminals run back to back (closed loop) or at a fixed rate (open loop): no keying
     or think times, so the numbers are engine capacity, not a compliant tpmC.
     """
+    from cluster.launcher import ChildExited
+    from cluster.ownership import StateInUse
     from tpcc.driver import RunOptions
     from tpcc.driver import run as run_driver
 
@@ -207,7 +209,7 @@ def run(
     )
     try:
         result = run_driver(opts)
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError, StateInUse, ChildExited) as e:
         raise click.ClickException(str(e)) from None
     if check and not result.get("check", {}).get("ok", False):
         sys.exit(1)

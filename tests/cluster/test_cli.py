@@ -369,3 +369,38 @@ def test_tpcc_run_never_deletes_an_existing_data_dir_unasked(tmp_path: Path) -> 
     r = CliRunner().invoke(main, ["tpcc", "run", "--data-dir", str(d), "--duration", "1"])
     assert r.exit_code != 0 and "--fresh" in r.output and "--attach" in r.output, r.output
     assert (d / CONFIG_FILE).read_text() == "{}"
+
+
+def test_fresh_never_deletes_a_directory_a_live_process_owns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ordo up --fresh` and `ordo tpcc run --fresh` on a directory whose partition still
+    runs (its launcher died): refused with the owner's pid, nothing deleted."""
+    d = tmp_path / "ordo-data"
+    d.mkdir()
+    (d / CONFIG_FILE).write_text("{}")
+    code = (
+        "import time\n"
+        "from cluster.ownership import claim, partition_owner\n"
+        f"claim({str(d)!r}, partition_owner(0, 1), 'a partition', wait_s=0)\n"
+        "print('held', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE, text=True
+    )
+    monkeypatch.setattr(limits, "owner_wait_s", 0.2)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        for args in (
+            ["up", "--fresh", "--data-dir", str(d)],
+            ["tpcc", "run", "--fresh", "--data-dir", str(d), "--duration", "1"],
+        ):
+            r = CliRunner().invoke(main, args)
+            assert r.exit_code == 1, r.output
+            assert f"in use by process {holder.pid}" in r.output, r.output
+            assert (d / CONFIG_FILE).read_text() == "{}"
+    finally:
+        holder.kill()
+        holder.wait()
