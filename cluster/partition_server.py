@@ -618,6 +618,8 @@ def main(config: ClusterConfig, replica: int, partition: int) -> None:
         partition_owner(replica, partition),
         f"partition {partition} of replica {replica} (its checkpoints)",
     )
+    for path in checkpoint.remove_temp_files(config.checkpoint_dir(replica), partition):
+        log.warning("removed %s: a checkpoint writer was killed before it finished", path)
     server = PartitionServer(config, replica, partition)
     signal.signal(signal.SIGTERM, server.stop)
     signal.signal(signal.SIGINT, server.stop)

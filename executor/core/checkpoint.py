@@ -64,7 +64,8 @@ costs its new rows. Files are written in process while the partition keeps worki
 
 Invariants:
 - Written to a temp file, fsynced, renamed, then the directory fsynced: a reader sees a
-  whole file or none.
+  whole file or none. A killed writer's temp file is deleted when its partition next
+  starts (``remove_temp_files``, called by the process that owns its checkpoints).
 - A checkpoint is valid only if every file of its chain (and its static file) reads
   whole: every frame's CRC holds, the footer is present, row counts match, each
   delta's parent link (epoch, state hash, depth, base, static hash) matches its
@@ -245,6 +246,26 @@ def static_name(partition: int, static_hash: int) -> str:
 
 def skip_name(epoch: int, partition: int) -> str:
     return f"{epoch:012d}-p{partition}.skipped"
+
+
+# a writer's temp file: a checkpoint's, a skip marker's or a static file's (its partition)
+_TEMP_NAME = re.compile(
+    r"(?:\d{12}-p(\d+)\.(?:ckpt|skipped)|static-p(\d+)-[0-9a-f]{16}\.ckpt)\.tmp"
+)
+
+
+def remove_temp_files(directory: Path, partition: int) -> list[Path]:
+    """Delete ``partition``'s temp files in ``directory``: what a writer killed before
+    its rename left (never read: a reader sees whole files only). Only a process that
+    owns the partition's checkpoints may call it (cluster.ownership): another writer's
+    file in progress would go too. The deleted paths."""
+    removed = []
+    for path in sorted(directory.glob("*.tmp")) if directory.is_dir() else []:
+        m = _TEMP_NAME.fullmatch(path.name)
+        if m is not None and int(m.group(1) or m.group(2)) == partition:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 def mark_skipped(directory: Path, epoch: int, partition: int, previous_epoch: int) -> Path:

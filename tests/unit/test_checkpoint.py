@@ -101,6 +101,28 @@ def test_prune_keeps_newest_and_complete_epochs(tmp_path: Path) -> None:
     assert [i.epoch for i in checkpoint.list_checkpoints(tmp_path, 0)] == [3, 4]
 
 
+def test_a_killed_writers_temp_files_are_removed_for_that_partition_only(
+    tmp_path: Path,
+) -> None:
+    st = _storage(10)
+    kept = [_write(tmp_path, 5, st, partition=0)]
+    left = [
+        tmp_path / (checkpoint.checkpoint_name(7, 0) + ".tmp"),
+        tmp_path / (checkpoint.skip_name(9, 0) + ".tmp"),
+        tmp_path / (checkpoint.static_name(0, 0xABC) + ".tmp"),
+    ]
+    other = [
+        tmp_path / (checkpoint.checkpoint_name(7, 1) + ".tmp"),  # partition 1's
+        tmp_path / (checkpoint.checkpoint_name(7, 10) + ".tmp"),
+        tmp_path / "notes.tmp",  # not a checkpoint writer's
+    ]
+    for p in left + other:
+        p.write_bytes(b"half a file")
+    assert checkpoint.remove_temp_files(tmp_path, 0) == sorted(left)
+    assert all(p.exists() for p in kept + other) and not any(p.exists() for p in left)
+    assert checkpoint.remove_temp_files(tmp_path / "missing", 0) == []
+
+
 def test_flagged_epochs_give_identical_boundaries_on_replicas(tmp_path: Path) -> None:
     """Two in-process replicas (different message orders) checkpoint at the same
     boundaries with equal hashes; resuming from a checkpoint reaches the same end."""
