@@ -207,7 +207,7 @@ def claim_cluster_dir(
 EXIT_STATE_IN_USE = 4  # a role's exit code when another process owns its state
 
 
-def claim_or_exit(data_dir: str | Path, name: str, what: str) -> Claim:
+def start_role(data_dir: str | Path, name: str, what: str) -> Claim:
     """A role's start: watch the lifeline (if started by a launcher), then claim its
     state, or log why not and exit with ``EXIT_STATE_IN_USE`` having touched nothing."""
     watch_lifeline()

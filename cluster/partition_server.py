@@ -63,7 +63,7 @@ from pathlib import Path
 import zmq
 
 from cluster.config import ClusterConfig
-from cluster.ownership import claim_or_exit, partition_owner
+from cluster.ownership import partition_owner, start_role
 from cluster.processes import SpareCores, batch_scheduling
 from cluster.security import SocketSecurity, partition_role, sequencer_role
 from cluster.sockets import replica_mesh
@@ -613,7 +613,7 @@ def main(config: ClusterConfig, replica: int, partition: int) -> None:
         level=logging.INFO, format=f"%(asctime)s r{replica}p{partition} %(levelname)s %(message)s"
     )
     batch_scheduling()  # before the sockets: zmq's I/O thread inherits it
-    claim_or_exit(
+    start_role(
         config.data_dir,
         partition_owner(replica, partition),
         f"partition {partition} of replica {replica} (its checkpoints)",

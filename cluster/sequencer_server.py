@@ -48,7 +48,7 @@ from typing import Any
 import zmq
 
 from cluster.config import ClusterConfig
-from cluster.ownership import claim_or_exit
+from cluster.ownership import start_role
 from cluster.security import SocketSecurity, partition_role, sequencer_role
 from sequencer.calls import is_req_id, parse_log_fetch, serve_log_fetch
 from sequencer.log import CommandLog, LogCorruption
@@ -577,7 +577,7 @@ def main(config: ClusterConfig, member: int = 0) -> None:
         level=logging.INFO,
         format=f"%(asctime)s s{member} %(name)s %(levelname)s %(message)s",
     )
-    claim_or_exit(config.data_dir, f"sequencer-{member}", f"sequencer {member}'s command log")
+    start_role(config.data_dir, f"sequencer-{member}", f"sequencer {member}'s command log")
     try:
         server = SequencerServer(config, member)
     except LogCorruption as e:

@@ -46,7 +46,7 @@ import zmq
 
 from cluster.config import HOST, ClusterConfig
 from cluster.launcher import ProcessGroup
-from cluster.ownership import claim_or_exit
+from cluster.ownership import start_role
 from cluster.processes import batch_scheduling
 from cluster.sockets import replica_mesh
 from executor.core.genesis import genesis_storage
@@ -285,7 +285,7 @@ def serve(config: ClusterConfig, partition: int) -> None:
         level=logging.INFO, format=f"%(asctime)s t-p{partition} %(levelname)s %(message)s"
     )
     batch_scheduling()  # as Ordo's partitions (cluster.processes): a fair baseline
-    claim_or_exit(
+    start_role(
         config.data_dir, f"traditional-p{partition}", f"traditional partition {partition}'s log"
     )
     server = TraditionalServer(config, partition)

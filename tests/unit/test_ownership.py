@@ -19,9 +19,9 @@ from cluster.ownership import (
     StateInUse,
     claim,
     claim_cluster_dir,
-    claim_or_exit,
     held_owners,
     owner_file,
+    start_role,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,7 +118,7 @@ def test_a_role_whose_state_is_owned_exits_without_touching_it(
     monkeypatch.setattr(ownership.limits, "owner_wait_s", 0.1)
     try:
         with pytest.raises(SystemExit) as e:
-            claim_or_exit(tmp_path, "sequencer-0", "sequencer 0's command log")
+            start_role(tmp_path, "sequencer-0", "sequencer 0's command log")
         assert e.value.code == ownership.EXIT_STATE_IN_USE
         assert sorted(p.name for p in tmp_path.iterdir()) == ["owners"]
     finally:
