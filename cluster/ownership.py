@@ -95,6 +95,12 @@ class Claim:
             os.close(self._fd)  # closing the only descriptor drops the lock
             self._fd = None
 
+    def __enter__(self) -> Claim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
 
 def owner_file(data_dir: str | Path, name: str) -> Path:
     return Path(data_dir) / OWNERS_DIR / f"{name}.lock"
@@ -171,7 +177,8 @@ def wait_unowned(data_dir: str | Path, launcher: Claim, wait_s: float | None = N
             return
         if time.monotonic() >= deadline:
             name, pid = others[0]
-            raise StateInUse(f"{data_dir} ({name})", owner_file(data_dir, name), pid)
+            what = f"{name} of the cluster in {data_dir}"
+            raise StateInUse(what, owner_file(data_dir, name), pid)
         time.sleep(CLAIM_POLL_S)
 
 

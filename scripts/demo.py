@@ -9,7 +9,6 @@ until Ctrl-C (or exits at once with --exit).
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from cluster.launcher import (  # noqa: E402
     stop_requested_on_signals,
     wait_quiescent,
 )
+from cluster.ownership import StateInUse, claim_cluster_dir  # noqa: E402
 from txn_library.bank_workload import make_transfers, open_accounts  # noqa: E402
 from txn_library.client import Client  # noqa: E402
 
@@ -34,11 +34,13 @@ def main() -> None:
     ap.add_argument("--data-dir", default="ordo-data")
     ap.add_argument("--exit", action="store_true", help="stop after the workload")
     a = ap.parse_args()
-    if Path(a.data_dir).exists():
-        shutil.rmtree(a.data_dir)
+    try:  # a fresh directory each run, but never one a live cluster is using
+        owner = claim_cluster_dir(a.data_dir, fresh=True)
+    except StateInUse as e:
+        sys.exit(f"demo: {e}")
     cfg = ClusterConfig(replicas=a.replicas, partitions=a.partitions, data_dir=a.data_dir)
     accounts = 1_000
-    with LocalCluster(cfg) as lc:
+    with owner, LocalCluster(cfg) as lc:
         print(
             f"cluster up: sequencer {cfg.client_addr}, {a.replicas} replicas x "
             f"{a.partitions} partitions, data in {a.data_dir}"
