@@ -48,18 +48,20 @@ def up(
     Each partition generates and loads its own warehouses (clause 4.3.3.1) at startup;
     drive it with `ordo tpcc run --attach DATA_DIR` or scripts/locustfile.py.
     """
-    import shutil
     from pathlib import Path
 
-    from cluster.launcher import stop_requested_on_signals
+    from cluster.launcher import ChildExited, stop_requested_on_signals
+    from cluster.ownership import StateInUse, claim_cluster_dir
     from tpcc.driver import RunOptions, embedded_config, start_cluster
 
-    if Path(data_dir).exists():
-        if not fresh:
-            raise click.ClickException(
-                f"{data_dir} exists; pass --fresh to start a new TPC-C database there"
-            )
-        shutil.rmtree(data_dir)
+    if Path(data_dir).exists() and not fresh:
+        raise click.ClickException(
+            f"{data_dir} exists; pass --fresh to start a new TPC-C database there"
+        )
+    try:  # --fresh never deletes a directory a live cluster is using
+        owner = claim_cluster_dir(data_dir, fresh=fresh)
+    except StateInUse as e:
+        raise click.ClickException(str(e)) from None
     opts = RunOptions(
         warehouses=warehouses,
         partitions=partitions,
@@ -70,16 +72,22 @@ def up(
     )
     cfg = embedded_config(opts, data_dir, base_port)
     stopping = stop_requested_on_signals()
-    cluster = start_cluster(cfg, True, lambda line: click.echo(line, err=True))
-    try:
-        click.echo(
-            f"ordo tpcc up: W={warehouses} at {cfg.client_addr}, {replicas} replicas x "
-            f"{partitions} partitions, data in {data_dir} (Ctrl-C to stop)"
-        )
-        cluster.run_foreground(stopping)
-    finally:
-        click.echo("ordo tpcc up: stopping")
-        cluster.stop()
+    with owner:
+        try:
+            cluster = start_cluster(cfg, True, lambda line: click.echo(line, err=True))
+        except ChildExited as e:
+            raise click.ClickException(str(e)) from None
+        try:
+            click.echo(
+                f"ordo tpcc up: W={warehouses} at {cfg.client_addr}, {replicas} replicas x "
+                f"{partitions} partitions, data in {data_dir} (Ctrl-C to stop)"
+            )
+            cluster.run_foreground(stopping)
+        except ChildExited as e:
+            raise click.ClickException(str(e)) from None
+        finally:
+            click.echo("ordo tpcc up: stopping")
+            cluster.stop()
 
 
 @tpcc.command()
