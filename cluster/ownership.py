@@ -4,8 +4,9 @@ launcher starts do not outlive it.
 Owners. Before a process touches state that it writes, it takes an exclusive lock
 (``flock``) on that state's lock file in ``<data dir>/owners/``:
 
-  launcher.lock            ``ordo up`` and the embedded cluster of ``ordo tpcc run``:
-                           cluster.json, and ``--fresh`` (which deletes the rest)
+  launcher.lock            ``ordo up``, ``ordo tpcc up``, ``ordo tpcc run --data-dir``,
+                           scripts/demo.py: cluster.json, and ``--fresh`` (which
+                           deletes the rest)
   sequencer-<m>.lock       sequencer member m: its command log
   r<R>p<P>.lock            partition P of replica R: its checkpoint files
   traditional-p<P>.lock    partition P of the 2PL + 2PC mode
