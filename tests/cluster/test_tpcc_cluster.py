@@ -7,7 +7,8 @@ every warehouse of every replica, and that the replicas' state hashes are equal 
 partition once the cluster is quiescent. ``ordo tpcc check`` repeats the check, and
 ``ordo dump`` exports replica 0 as of a fresh checkpoint: the tables the run does not
 grow hold exactly the rows of a W=2 population (clause 4.3.3.1), and ``ordo tpcc check
---dump`` finds conditions 1-12 hold on it.
+--dump`` finds conditions 1-12 hold on it; ``ordo tpcc check --whole`` finds the same on
+replica 1 in one command.
 """
 
 from __future__ import annotations
@@ -94,6 +95,16 @@ def test_standard_mix_on_two_replicas_keeps_tpcc_consistent(make_cluster, tmp_pa
     verdict = json.loads(whole.output)
     assert verdict["ok"] and verdict["warehouses"] == [1, 2] and verdict["violations"] == []
     assert verdict["rows"][schema.HISTORY] > FIXED_ROWS[schema.CUSTOMER]  # payments ran
+    # The same in one command on the running cluster (replica 1, a fresh checkpoint).
+    live = CliRunner().invoke(
+        tpcc, ["check", "--whole", "--replica", "1", "--json", "--data-dir", data_dir]
+    )
+    assert live.exit_code == 0, live.output
+    assert "2/2 partitions durable" in live.stderr  # the dump's progress, not in the JSON
+    verdict = json.loads(live.stdout)
+    assert verdict["ok"] and verdict["warehouses"] == [1, 2] and verdict["violations"] == []
+    both = CliRunner().invoke(tpcc, ["check", "--whole", "--dump", str(dump_dir)])
+    assert both.exit_code == 2 and "give one" in both.output
 
 
 def _csv_rows(dump_dir: Path, tables: dict[str, int]) -> dict[str, int]:
