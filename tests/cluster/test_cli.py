@@ -24,6 +24,7 @@ from click.testing import CliRunner, Result
 from cluster.cli import main
 from cluster.config import CONFIG_FILE, ClusterConfig
 from cluster.launcher import free_base_port
+from tests.process_checks import children, gone
 from txn_library import limits, wire
 from txn_library.errors import OK
 
@@ -35,11 +36,6 @@ def _ordo(*args: str, data_dir: str, timeout: float = 60) -> subprocess.Complete
         text=True,
         timeout=timeout,
     )
-
-
-def _children(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
-    return [int(x) for x in out.stdout.split()]
 
 
 def test_ordo_up_call_status_dump_and_ctrl_c(tmp_path: Path) -> None:
@@ -64,7 +60,7 @@ def test_ordo_up_call_status_dump_and_ctrl_c(tmp_path: Path) -> None:
         text=True,
         start_new_session=True,
     )
-    children: list[int] = []
+    roles: list[int] = []
     try:
         assert up.stdout is not None
         line = up.stdout.readline()
@@ -72,8 +68,8 @@ def test_ordo_up_call_status_dump_and_ctrl_c(tmp_path: Path) -> None:
         while "ordo up: sequencer at" not in line and time.monotonic() < deadline:
             assert up.poll() is None, line
             line = up.stdout.readline()
-        children = _children(up.pid)
-        assert len(children) == 5  # sequencer + 2 x 2 partitions
+        roles = children(up.pid)
+        assert len(roles) == 5  # sequencer + 2 x 2 partitions
 
         r = _ordo("call", "bank.open", "first=0", "count=10", "balance=100", data_dir=data)
         assert r.returncode == 0 and json.loads(r.stdout) == {"status": "ok", "value": 10}
@@ -147,11 +143,8 @@ def test_ordo_up_call_status_dump_and_ctrl_c(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(up.pid, signal.SIGKILL)
             up.wait()
-    for pid in children:
-        assert (
-            not Path(f"/proc/{pid}").exists()
-            or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
-        ), pid
+    for pid in roles:
+        assert gone(pid), pid
 
 
 # In-process, against a scripted stand-in for the sequencer ------------------------------

@@ -35,6 +35,7 @@ from cluster.zookeeper import (
     four_letter_word,
     mode_of,
 )
+from tests.process_checks import gone
 from txn_library import limits
 
 MakeHosts = Callable[[Sequence[str]], Hosts]
@@ -99,15 +100,6 @@ def _root_addresses() -> str:
     ).stdout
 
 
-def _gone(pid: int) -> bool:
-    """The process no longer runs (absent, or a zombie its new parent has not reaped)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rpartition(")")[2].split()[0] == "Z"
-
-
 def _until(what: str, check: Callable[[], bool]) -> None:
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline:
@@ -165,7 +157,7 @@ def test_close_kills_every_process_and_deletes_every_namespace(require_netns: No
         )
         assert escaper.stdout is not None
         escaped_pid = int(escaper.stdout.readline())
-        assert not _gone(escaped_pid)
+        assert not gone(escaped_pid)
 
         net.kill9(on_h1)  # one process, the others run on
         assert on_h1.returncode == -9
@@ -174,7 +166,7 @@ def test_close_kills_every_process_and_deletes_every_namespace(require_netns: No
         net.close()
     assert on_h2.returncode == -9
     assert escaper.returncode == -9
-    _until("the escaped grandchild is killed", lambda: _gone(escaped_pid))
+    _until("the escaped grandchild is killed", lambda: gone(escaped_pid))
     assert _ours(net) == []
     assert _root_interfaces() == root_before
     net.close()  # closing twice is harmless

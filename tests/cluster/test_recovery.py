@@ -45,6 +45,7 @@ from executor.core.checkpoint import copy_newest_complete
 from sequencer.log import CommandLog, iter_frames
 from tests.cluster_checks import replicas_agree_with_serial_replay
 from tests.ha_checks import check_outcome
+from tests.process_checks import children, gone_within
 from txn_library import limits, wire
 from txn_library.bank_workload import make_transfers, open_accounts
 from txn_library.client import Client
@@ -266,23 +267,6 @@ def _start_up(args: list[str]) -> subprocess.Popen[str]:
     return up
 
 
-def _children(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
-    return [int(x) for x in out.stdout.split()]
-
-
-def _gone(pid: int, within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            if "zombie" in Path(f"/proc/{pid}/status").read_text().lower():
-                return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_kill9_of_ordo_up_takes_its_cluster_down_and_a_restart_loses_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -298,7 +282,7 @@ def test_kill9_of_ordo_up_takes_its_cluster_down_and_a_restart_loses_nothing(
     up = _start_up(args)
     try:
         cfg = ClusterConfig.load(data)
-        roles = _children(up.pid)
+        roles = children(up.pid)
         assert len(roles) == 5  # sequencer + 2 x 2 partitions
         with Client(cfg.client_addr) as c:
             open_accounts(c, ACCOUNTS, START)
@@ -320,7 +304,7 @@ def test_kill9_of_ordo_up_takes_its_cluster_down_and_a_restart_loses_nothing(
 
         up.kill()  # SIGKILL to the launcher alone
         up.wait()
-        left = [pid for pid in roles if not _gone(pid, 10.0)]
+        left = [pid for pid in roles if not gone_within(pid, 10.0)]
         assert not left, f"roles outlived their launcher: {left}"
 
         up = _start_up(args)  # same directory, same ports: the retries reach it

@@ -39,6 +39,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from cluster.launcher import free_base_port
 from cluster.zookeeper import PORTS_PER_SERVER, SERVING_MODES, ZOOKEEPER_JAR, Ensemble
+from tests.process_checks import gone, gone_within
 
 DEADLINE_S = 20.0
 
@@ -152,20 +153,10 @@ def test_a_server_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
         assert Path(f"/proc/{server}").exists()
         launcher.kill()
         launcher.wait()
-        deadline = time.monotonic() + 10
-        while Path(f"/proc/{server}").exists() and "zombie" not in _status(server):
-            assert time.monotonic() < deadline, "the ZooKeeper server outlived its launcher"
-            time.sleep(0.05)
+        assert gone_within(server, 10.0), "the ZooKeeper server outlived its launcher"
     finally:
-        if Path(f"/proc/{server}").exists():
+        if not gone(server):
             os.kill(server, signal.SIGKILL)
-
-
-def _status(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/status").read_text().lower()
-    except FileNotFoundError:
-        return "zombie"
 
 
 def test_term_version_check_fences_a_stale_leaders_batch(

@@ -23,21 +23,9 @@ from cluster.ownership import (
     owner_file,
     start_role,
 )
+from tests.process_checks import gone, gone_within
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _gone(pid: int, within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except FileNotFoundError:
-            return True
-        if "zombie" in status.lower():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def _holder(data_dir: Path, name: str) -> subprocess.Popen[str]:
@@ -174,12 +162,12 @@ def test_children_stop_when_their_launcher_is_killed(tmp_path: Path) -> None:
         while "watching" not in (log.read_text() if log.exists() else ""):
             assert time.monotonic() < deadline, "the child did not start watching"
             time.sleep(0.02)
-        assert not _gone(child, 0.3)  # alive while its launcher is
+        assert not gone_within(child, 0.3)  # alive while its launcher is
         launcher.send_signal(signal.SIGKILL)
         launcher.wait()
-        assert _gone(child, 5.0), "the child outlived its launcher"
+        assert gone_within(child, 5.0), "the child outlived its launcher"
     finally:
-        if not _gone(child, 0):
+        if not gone(child):
             os.kill(child, signal.SIGKILL)
     plain = subprocess.run(
         [sys.executable, "-c", "from cluster.ownership import watch_lifeline as w; print(w())"],
