@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from txn_library.client import Client
 
 # A checkpoint file its partition reported durable must exist within this (dump).
-CHECKPOINT_FILE_WAIT_S = 10.0
 
 data_dir_option = click.option(
     "--data-dir",
@@ -658,75 +657,6 @@ def _status(c: Client) -> dict:
         raise click.ClickException(f"no answer at {c.address}: {e}") from None
 
 
-def _request_checkpoint(c: Client) -> int:
-    from txn_library import wire
-    from txn_library.errors import OrdoError
-
-    try:
-        return int(c.control(wire.CheckpointRequest()))
-    except OrdoError as e:
-        raise click.ClickException(f"checkpoint not requested ({c.address}): {e}") from None
-
-
-def _wait_checkpoint_durable(
-    c: Client, epoch: int, replicas: Sequence[int], partitions: int, timeout_s: float
-) -> None:
-    """Wait until every partition of ``replicas`` reports a durable checkpoint >= epoch.
-
-    Progress goes to stderr whenever the count changes; ClickException on timeout,
-    naming the partitions still missing.
-    """
-    want = {(r, p) for r in replicas for p in range(partitions)}
-    deadline = time.monotonic() + timeout_s
-    shown = -1
-    while True:
-        parts = _status(c)["partitions"]
-        durable = want & {
-            (p["replica"], p["partition"]) for p in parts if p["newest_checkpoint_epoch"] >= epoch
-        }
-        if len(durable) != shown:
-            shown = len(durable)
-            click.echo(
-                f"waiting for checkpoint at epoch {epoch}: {shown}/{len(want)} partitions durable",
-                err=True,
-            )
-        if durable == want:
-            return
-        if time.monotonic() >= deadline:
-            down = {(p["replica"], p["partition"]) for p in parts if p["down"]}
-            missing = ", ".join(
-                f"replica {r} partition {p}" + (" (down)" if (r, p) in down else "")
-                for r, p in sorted(want - durable)
-            )
-            raise click.ClickException(
-                f"checkpoint at epoch {epoch} not durable within {timeout_s:g} s on {missing}"
-            )
-        time.sleep(0.2)
-
-
-def _checkpoint_files(cfg: ClusterConfig, replica: int, epoch: int) -> list[Path]:
-    """The replica's checkpoint file per partition for ``epoch``, once all exist.
-
-    Defence in depth: partitions report a checkpoint only once durable, but a file
-    can still be missing (pruned by newer checkpoints, a bug): wait briefly, then fail
-    clearly instead of opening a file that is not there.
-    """
-    from executor.core import checkpoint as ckpt
-
-    paths = [
-        cfg.checkpoint_dir(replica) / ckpt.checkpoint_name(epoch, p) for p in range(cfg.partitions)
-    ]
-    deadline = time.monotonic() + CHECKPOINT_FILE_WAIT_S
-    while missing := [str(p) for p in paths if not p.is_file()]:
-        if time.monotonic() >= deadline:
-            raise click.ClickException(
-                f"replica {replica} reported its checkpoint at epoch {epoch} durable, but "
-                f"{', '.join(missing)} is missing (pruned by newer checkpoints?)"
-            )
-        time.sleep(0.1)
-    return paths
-
-
 @main.command()
 @click.option("--json", "as_json", is_flag=True)
 @data_dir_option
@@ -795,17 +725,27 @@ def status(as_json: bool, data_dir: str) -> None:
 @data_dir_option
 def checkpoint(timeout: float, data_dir: str) -> None:
     """Ask every partition of every replica to checkpoint after the next epoch, and wait
-    until each reports it durable."""
+    until each reports it durable (a partition still writing an earlier checkpoint
+    finishes that one first)."""
+    from cluster.fresh_checkpoint import CheckpointUnavailable, wait_fresh_checkpoint
     from cluster.launcher import cluster_client
 
     cfg = load_config(data_dir)
     with cluster_client(cfg, leader_address(cfg)) as c:
-        epoch = _request_checkpoint(c)
-        _wait_checkpoint_durable(c, epoch, range(cfg.replicas), cfg.partitions, timeout)
+        try:
+            epoch = wait_fresh_checkpoint(
+                c, range(cfg.replicas), cfg.partitions, timeout, _progress
+            )
+        except CheckpointUnavailable as e:
+            raise click.ClickException(str(e)) from None
     click.echo(
         f"checkpoint at epoch {epoch} written by {cfg.replicas * cfg.partitions} partitions "
         f"(in {cfg.data_dir}/replica-*/checkpoints)"
     )
+
+
+def _progress(text: str) -> None:
+    click.echo(text, err=True)
 
 
 @main.command()
@@ -820,10 +760,12 @@ def dump(replica: int, out_dir: str, fmt: str, timeout: float, data_dir: str) ->
     """Export one replica's tables as of a fresh checkpoint (a consistent epoch boundary).
 
     Requests a checkpoint, waits until every partition of the replica reports it
-    durable (progress on stderr), then reads each partition's file.
+    durable (progress on stderr), then reads each partition's file, held against
+    pruning until it is read (cluster.fresh_checkpoint).
     """
     from concurrent.futures.process import BrokenProcessPool
 
+    from cluster.fresh_checkpoint import CheckpointUnavailable, hold_fresh_checkpoint
     from cluster.launcher import cluster_client
     from executor.core import checkpoint as ckpt
     from executor.replay.export import export_checkpoints, prepare_output, write_marker
@@ -840,16 +782,19 @@ def dump(replica: int, out_dir: str, fmt: str, timeout: float, data_dir: str) ->
         out = prepare_output(out_dir, "dump")
     except FileExistsError as e:
         raise click.ClickException(str(e)) from None
-    with cluster_client(cfg, leader_address(cfg)) as c:
-        epoch = _request_checkpoint(c)
-        _wait_checkpoint_durable(c, epoch, [replica], cfg.partitions, timeout)
-    files = _checkpoint_files(cfg, replica, epoch)
-    # Marked first: a dump that stops half way is replaced by the next one to this --out.
-    write_marker(out, "dump", {"replica": replica, "epoch": epoch, "complete": False})
     try:
-        totals = export_checkpoints(files, out, fmt, cfg.procedure_modules)
-    except (ckpt.CheckpointInvalid, OSError, BrokenProcessPool) as e:
-        raise click.ClickException(f"export incomplete ({out_dir}): {e}") from None
+        with (
+            cluster_client(cfg, leader_address(cfg)) as c,
+            hold_fresh_checkpoint(c, cfg, replica, timeout, _progress) as (epoch, files),
+        ):
+            # Marked first: a dump that stops half way is replaced by the next one to --out.
+            write_marker(out, "dump", {"replica": replica, "epoch": epoch, "complete": False})
+            try:
+                totals = export_checkpoints(files, out, fmt, cfg.procedure_modules)
+            except (ckpt.CheckpointInvalid, OSError, BrokenProcessPool) as e:
+                raise click.ClickException(f"export incomplete ({out_dir}): {e}") from None
+    except CheckpointUnavailable as e:
+        raise click.ClickException(str(e)) from None
     write_marker(
         out,
         "dump",

@@ -58,6 +58,7 @@ import logging
 import math
 import signal
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import zmq
@@ -136,13 +137,7 @@ class PartitionServer:
                 storage.row_count(),
                 time.monotonic() - t0,
             )
-        self.part = Partition(
-            replica,
-            partition,
-            config.partitions,
-            storage,
-            retain_checkpoints=max(2, config.checkpoint_keep),
-        )
+        self.part = Partition(replica, partition, config.partitions, storage)
         self.part.hold_clock = time.monotonic  # honour ctx.hold_locks (benchmarks)
         self.checkpoints_skipped = 0  # boundaries not written: the previous writer was busy
         if restored is not None:
@@ -237,9 +232,16 @@ class PartitionServer:
             self._drain_started = time.monotonic()
         if not part.checkpoint_ready():
             return
+        keep = self.config.checkpoint_keep
+        if keep > 0 and self._writer is not None and part.checkpoint_requested:
+            # A client asked for this boundary (ordo checkpoint, ordo dump): batches wait
+            # here while _reap_child finishes the previous file unpaced, then it is
+            # written like any other (PostgreSQL's CHECKPOINT likewise finishes the
+            # running checkpoint at full speed). Status goes on meanwhile.
+            return
         drain_s = time.monotonic() - (self._drain_started or time.monotonic())
         self._drain_started = None
-        if self.config.checkpoint_keep <= 0:
+        if keep <= 0:
             part.checkpoint_taken()  # a boundary to compare, no file: never durable
             self.feed.apply_held()
             return
@@ -266,6 +268,7 @@ class PartitionServer:
         t0 = time.monotonic()
         planned = self._chain.plan(epoch)
         self._writer = self._chain.writer(self.checkpoint_dir, planned, **self._checkpoint_ids())
+        part.checkpoint_writing = epoch
         self._writer_started = t0
         self._drain_s = drain_s
         self._capture_s = time.monotonic() - t0
@@ -280,16 +283,20 @@ class PartitionServer:
         writer = self._writer
         if writer is None:
             return
+        part = self.part
         if block:
             writer.complete()
         else:
             cpu0 = time.process_time()
-            writer.step(WRITER_STEP_IDLE_S if self.part.idle() else WRITER_STEP_S)
+            # unpaced while a requested boundary waits for it (_maybe_checkpoint)
+            waited_for = part.checkpoint_requested and part.checkpoint_due is not None
+            writer.step(WRITER_STEP_IDLE_S if part.idle() else WRITER_STEP_S, pace=not waited_for)
             self._writer_cpu_s += time.process_time() - cpu0
         outcome = writer.outcome
         if outcome is None:
             return
         self._writer = None
+        part.checkpoint_writing = -1
         planned = writer.planned
         if outcome is not True:
             log.error(
@@ -305,6 +312,7 @@ class PartitionServer:
         removed = checkpoint.prune(
             self.checkpoint_dir, self.partition_id, self.config.checkpoint_keep
         )
+        self._announce_reads_floor(self.peers)
         log.info(
             "checkpoint at epoch %d written (%s, %d rows, %d copied from the last base) in "
             "%.2fs: drain %.1fms, capture %.1fms, packing %.2fs CPU in the loop; pruned %d old",
@@ -318,6 +326,20 @@ class PartitionServer:
             self._writer_cpu_s,
             len(removed),
         )
+
+    def _announce_reads_floor(self, peers: Iterable[int]) -> None:
+        """Tell ``peers`` the first txn a restart of this partition could replay from
+        (its oldest checkpoint on disk), so they keep the reads they sent it from there
+        on and may forget older ones (MSG_READS_FLOOR). Nothing before a first
+        checkpoint: a restart would replay from genesis."""
+        floor = checkpoint.reads_floor(
+            self.checkpoint_dir, self.partition_id, self.config.partitions
+        )
+        if floor is None:
+            return
+        msg = ewire.encode(ewire.ReadsFloor(self.partition_id, floor))
+        for q in peers:
+            self.peers[q].send(msg)
 
     def _checkpoint_ids(self) -> dict[str, int]:
         """Who writes a checkpoint and the counters it records (the writer's header)."""
@@ -406,6 +428,8 @@ class PartitionServer:
             return
         if isinstance(msg, ewire.Reads):
             self.part.on_reads(msg.from_partition, msg.entries)
+        elif isinstance(msg, ewire.ReadsFloor):
+            self.part.on_reads_floor(msg.from_partition, msg.txn_id)
         elif isinstance(msg, ewire.Query):
             for qid, tag, name, args, min_txn_id in msg.calls:
                 self.part.on_query(qid, tag, name, args, min_txn_id)
@@ -453,6 +477,7 @@ class PartitionServer:
             self._resend(peer, self._resend_wanted.pop(peer))
 
     def _resend(self, peer: int, first_txn_id: int) -> None:
+        self._announce_reads_floor([peer])  # the restarted peer forgot it
         if self.part.resend(peer, first_txn_id):
             log.info("peer %d restarted: resending its reads from txn %d", peer, first_txn_id)
         else:
@@ -548,9 +573,9 @@ class PartitionServer:
         for s in (*self.subs, *self.logsvcs, self.inbox):
             poller.register(s, zmq.POLLIN)
         # Reads our previous incarnation received are gone: ask the peers again.
-        for q, sock in self.peers.items():
+        for sock in self.peers.values():
             sock.send(ewire.encode(ewire.Resend(self.partition_id, self.part.next_txn_id)))
-            del q
+        self._announce_reads_floor(self.peers)
         # Catch up from the log service right away (slow-joiner safe: SUB is connected).
         for fetch in self.logsvcs:  # every sequencer: the leader is not known yet
             fetch.send(swire.encode(swire.LogFetch(self.part.last_epoch + 1, 1 << 62)))
@@ -559,6 +584,8 @@ class PartitionServer:
         part = self.part
         while not self._stop:
             timeout_ms = 50.0
+            if self._writer is not None and part.checkpoint_requested:
+                timeout_ms = 0.0  # a requested boundary waits for the writer: no pauses
             due = part.next_hold_due()
             if due is not None:
                 timeout_ms = min(timeout_ms, max(0.0, 1000.0 * (due - time.monotonic())))

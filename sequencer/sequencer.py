@@ -105,6 +105,7 @@ from txn_library.partition_wire import RESULT_LOOKUP, PartitionStatus, Results
 from txn_library.procedure import Procedure, lookup
 from txn_library.wire import (
     FLAG_CHECKPOINT,
+    FLAG_CHECKPOINT_REQUESTED,
     CallsRequest,
     ErrorReply,
     OkReply,
@@ -560,7 +561,9 @@ class Sequencer:
         return self.epoch + 1
 
     def _checkpoint_flag(self, epoch: int, now_ms: int) -> int:
-        due = self._checkpoint_requested
+        """FLAG_CHECKPOINT at a periodic boundary; with FLAG_CHECKPOINT_REQUESTED when a
+        client asked for it (every partition writes that one: wire.py)."""
+        requested = due = self._checkpoint_requested
         if self.checkpoint_every_epochs and epoch % self.checkpoint_every_epochs == 0:
             due = True
         if self.checkpoint_every_s:
@@ -571,7 +574,7 @@ class Sequencer:
         if due:
             self._checkpoint_requested = False
             self._last_checkpoint_ms = now_ms
-            return FLAG_CHECKPOINT
+            return FLAG_CHECKPOINT | (FLAG_CHECKPOINT_REQUESTED if requested else 0)
         return 0
 
     def tick(self, now_ms: int) -> bytes | None:

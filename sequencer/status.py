@@ -41,6 +41,11 @@ def status_report(
                 "down": now - heard_at.get((r, p), now) > PARTITION_SILENT_S,
                 "pid": st.pid,
                 "newest_checkpoint_epoch": st.newest_checkpoint_epoch,
+                # the last checkpoint boundary applied, and the one being written (-1:
+                # none): a boundary passed while nothing is written and newer than the
+                # newest durable one was skipped or its writer failed
+                "boundary_epoch": st.boundary_epoch,
+                "checkpoint_writing": st.checkpoint_writing,
                 "catching_up": bool(st.catching_up),
                 "replica": r,
                 "partition": p,

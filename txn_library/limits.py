@@ -151,6 +151,9 @@ checkpoint_chain_depth_max = 16  # deltas after a base before the next checkpoin
 checkpoint_chain_load_excess_max = 0.25  # a chain may cost a load this much more than a base
 checkpoint_sync_bytes = 8 << 20  # a checkpoint writer fdatasyncs after each this many
 # bytes, so a base's write-back does not land at once on the command log's fsyncs
+# a command that needs a fresh checkpoint (ordo checkpoint, ordo dump) asks again when a
+# partition's writer failed, at most this many asks in all; then its error names the partition
+checkpoint_asks_max = 3
 checkpoint_write_bytes_per_s = 64 << 20  # a checkpoint file's pace after its first
 # checkpoint_sync_bytes (a delta goes at once; a 100 MB base takes ~1.5 s, not 0.2 s
 # of the disk that the command log's fsyncs wait behind)

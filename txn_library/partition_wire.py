@@ -19,13 +19,17 @@ sequencer):
       it needs (reads sent to its previous incarnation were lost with it)
   [MSG_RESEND_GAP, from_partition, oldest_retained_txn_id]
       the peer no longer retains reads that far back
+  [MSG_READS_FLOOR, from_partition, txn_id]
+      from_partition will never ask for reads of txns before txn_id again: its oldest
+      kept checkpoint starts there (sent after each of its checkpoints, and to a peer
+      that restarted); reads sent to it for older txns may be forgotten
 
 Outbound to the sequencer's results PULL socket:
   [MSG_RESULTS, replica, partition, results, query_results, status]
       results       = [[txn_id, status, msgpack(value)], ...]   (one partition per replica
                        reports a txn; the value packed once, by the partition)
       query_results = [[query_id, replica_tag, status, value], ...]
-      status        = PartitionStatus (below: one record, 14 fields, positional on
+      status        = PartitionStatus (below: one record, 15 fields, positional on
                        the wire)
       boundary_* is the state hash at the end of the last checkpoint-flagged epoch
       applied: comparable across replicas (the sequencer compares them).
@@ -69,6 +73,7 @@ class PartitionStatus(NamedTuple):
     txn_waits: int  # admissions that waited for a lock, so far
     blocked: int  # transactions waiting for locks now
     bypassed: int  # transactions run on the uncontended fast path, so far
+    checkpoint_writing: int  # the boundary whose file is being written now (-1: none)
 
 
 MSG_READS = 1
@@ -76,6 +81,7 @@ MSG_QUERY = 2
 MSG_STATUS_REQUEST = 3
 MSG_RESEND = 4
 MSG_RESEND_GAP = 5
+MSG_READS_FLOOR = 6
 MSG_RESULTS = 10
 
 RESULT_LOOKUP = "__result__"
@@ -123,6 +129,13 @@ class ResendGap(NamedTuple):
     oldest_retained_txn_id: int
 
 
+class ReadsFloor(NamedTuple):
+    """[MSG_READS_FLOOR, from_partition, txn_id]"""
+
+    from_partition: int
+    txn_id: int
+
+
 class Results(NamedTuple):
     """[MSG_RESULTS, replica, partition, results, query_results, status]
 
@@ -137,7 +150,7 @@ class Results(NamedTuple):
     status: PartitionStatus | tuple
 
 
-Inbound = Reads | Query | StatusRequest | Resend | ResendGap
+Inbound = Reads | Query | StatusRequest | Resend | ResendGap | ReadsFloor
 
 MESSAGES = Family(
     {
@@ -146,6 +159,7 @@ MESSAGES = Family(
         StatusRequest: MSG_STATUS_REQUEST,
         Resend: MSG_RESEND,
         ResendGap: MSG_RESEND_GAP,
+        ReadsFloor: MSG_READS_FLOOR,
         Results: MSG_RESULTS,
     }
 )
@@ -243,7 +257,7 @@ def query_problem(msg: tuple) -> str | None:
 
 
 def resend_problem(msg: tuple) -> str | None:
-    """[MSG_RESEND or MSG_RESEND_GAP, from_partition, txn_id]"""
+    """[MSG_RESEND, MSG_RESEND_GAP or MSG_READS_FLOOR, from_partition, txn_id]"""
     if not (len(msg) == 3 and _is_int(msg[1]) and _is_int(msg[2])):
         return "resend: not [kind, from_partition, txn_id]"
     return None
@@ -260,6 +274,7 @@ _INBOUND_CHECKS = {
     MSG_STATUS_REQUEST: status_request_problem,
     MSG_RESEND: resend_problem,
     MSG_RESEND_GAP: resend_problem,
+    MSG_READS_FLOOR: resend_problem,
 }
 
 

@@ -31,7 +31,11 @@ Sequencer -> client:
 
 Batch (= one command-log frame = one PUB message body):
   [epoch, prev_epoch, first_txn_id, timestamp_ms, seed, txns, flags, prev_digest, term]
-  flags: FLAG_CHECKPOINT = partitions checkpoint at the end of this epoch
+  flags: FLAG_CHECKPOINT = partitions checkpoint at the end of this epoch;
+      FLAG_CHECKPOINT_REQUESTED (with it) = a client asked for this one (ordo
+      checkpoint, ordo dump): a partition whose previous checkpoint is still being
+      written finishes that one first, at full speed, instead of skipping this
+      boundary, so every partition of every replica writes it
   prev_digest: batch_digest() of the previous batch's bytes as logged (0 for epoch
       1), so every logged batch's bytes are vouched for by its successor: a batch
       changed after the fact, even with a valid frame CRC, is found at its exact
@@ -76,6 +80,7 @@ REP_OK = 13
 REP_ERROR = 14
 
 FLAG_CHECKPOINT = 1
+FLAG_CHECKPOINT_REQUESTED = 2  # always with FLAG_CHECKPOINT: written, never skipped
 
 TOPIC_BATCH = b"B"
 TOPIC_HEARTBEAT = b"H"

@@ -82,6 +82,7 @@ Invariants:
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import re
@@ -1527,6 +1528,16 @@ def load_newest(
     return None
 
 
+def reads_floor(directory: Path, partition: int, partitions: int) -> int | None:
+    """The first txn a restart of ``partition`` could replay from: the ``next_txn_id``
+    of its oldest checkpoint on disk (None: none, a restart replays from genesis).
+    Peers may forget the reads they sent it for earlier txns (MSG_READS_FLOOR)."""
+    ids = [
+        i.next_txn_id for i in list_checkpoints(directory, partition) if i.partitions == partitions
+    ]
+    return min(ids) if ids else None
+
+
 def complete_epochs(directory: Path, partitions: int) -> list[int]:
     """Epochs for which every partition of the replica has a checkpoint (headers only)."""
     by_epoch: dict[int, set[int]] = {}
@@ -1544,11 +1555,112 @@ def _chain_files(directory: Path, info: CheckpointInfo) -> list[Path]:
     return files
 
 
+HOLDS_DIR = "holds"
+
+
+class CheckpointHold:
+    """A reader's hold on a replica's checkpoints (``ordo dump``): while it lives,
+    ``prune`` keeps every checkpoint it names, with the files of its chain.
+
+    First ``keep_from(E)`` (every checkpoint at or after E: taken before the reader
+    asks for a checkpoint, so the one it gets cannot go before it is found), then
+    ``keep_only(X)`` (the one it reads), then ``release``. Files in
+    ``<directory>/holds/``: ``<id>.lock``, locked (flock) by the holder for its whole
+    life, and ``<id>.hold``, msgpack ``[from_epoch, only_epoch]`` (-1: none), replaced
+    atomically. A hold whose lock is free is stale (its holder died, kill -9 included:
+    the kernel drops the lock) and the next prune deletes it. The lock is created
+    under a temporary name and renamed once locked, so a prune never takes a new
+    hold's lock for a stale one.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        holds = directory / HOLDS_DIR
+        holds.mkdir(parents=True, exist_ok=True)
+        self._name = f"{os.getpid()}-{time.time_ns():x}"
+        tmp = holds / f"{self._name}.lock.tmp"
+        self._fd: int | None = os.open(tmp, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        self.lock_path = holds / f"{self._name}.lock"
+        os.replace(tmp, self.lock_path)
+        self.path = holds / f"{self._name}.hold"
+
+    def _write(self, from_epoch: int, only_epoch: int) -> None:
+        invariant(self._fd is not None, "a released hold is not written")
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_bytes(msgpack.packb([from_epoch, only_epoch]))
+        os.replace(tmp, self.path)
+
+    def keep_from(self, epoch: int) -> None:
+        """Keep every checkpoint at or after ``epoch``."""
+        self._write(epoch, -1)
+
+    def keep_only(self, epoch: int) -> None:
+        """Keep the checkpoint of ``epoch`` (and its chain) only."""
+        self._write(-1, epoch)
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        self.path.unlink(missing_ok=True)
+        self.lock_path.unlink(missing_ok=True)
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> CheckpointHold:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _held_epochs(directory: Path) -> tuple[int | None, set[int]]:
+    """What live holds keep: the smallest ``from`` epoch (None: none) and the ``only``
+    epochs. Stale holds (their lock free) are deleted; an unreadable hold file keeps
+    nothing (its holder rewrites it whole)."""
+    holds = directory / HOLDS_DIR
+    if not holds.is_dir():
+        return None, set()
+    from_epoch: int | None = None
+    only: set[int] = set()
+    for lock in holds.glob("*.lock"):
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except FileNotFoundError:
+            continue  # released meanwhile
+        hold = lock.with_suffix(".hold")
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # its holder lives
+                try:
+                    f, o = msgpack.unpackb(hold.read_bytes())
+                except (OSError, ValueError, TypeError, msgpack.UnpackException):
+                    continue
+                if type(f) is int and f >= 0:
+                    from_epoch = f if from_epoch is None else min(from_epoch, f)
+                if type(o) is int and o >= 0:
+                    only.add(o)
+                continue
+            hold.unlink(missing_ok=True)  # stale: its holder is gone
+            lock.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+    return from_epoch, only
+
+
 def prune(directory: Path, partition: int, keep: int) -> list[Path]:
     """Delete all but the newest ``keep`` checkpoints of one partition, keeping every
-    file their chains need (older files of a kept chain, its static tables file)."""
+    file their chains need (older files of a kept chain, its static tables file), and
+    every checkpoint a live ``CheckpointHold`` names."""
     infos = list_checkpoints(directory, partition)
     kept = infos[-keep:] if keep > 0 else []
+    held_from, held_only = _held_epochs(directory)
+    kept += [
+        i
+        for i in infos[: len(infos) - len(kept)]
+        if i.epoch in held_only or (held_from is not None and i.epoch >= held_from)
+    ]
+    kept.sort(key=lambda i: i.epoch)
     needed = {p.name for info in kept for p in _chain_files(directory, info)}
     doomed = [i.path for i in infos if i.path.name not in needed]
     for entry in directory.glob(f"static-p{partition}-*.ckpt"):

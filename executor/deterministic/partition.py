@@ -23,12 +23,15 @@ Invariants:
   on the same reads.
 - Exactly one partition per replica reports a transaction's result: the lowest
   executor.
-- A partition keeps the reads it sent for the last ``retain_checkpoints`` checkpoint
-  intervals, so a peer restarted from one of those checkpoints can ask for them again
-  (``resend``). Reads are idempotent on arrival: a duplicate, or a read for a txn that
-  already finished here, is dropped. So are reads claiming to come from a partition
-  that is not a peer. Reads that arrive before their txn wait in ``_early``: at most
-  one entry per (txn, peer), for at most ``limits.early_reads_txns_max`` txns.
+- A partition keeps the reads it sent until every peer has said it will never ask for
+  them again (``on_reads_floor``: a peer's oldest kept checkpoint starts after them),
+  so a peer restarted from any checkpoint it keeps can ask for them again
+  (``resend``), however many checkpoint boundaries it skipped; at most
+  ``limits.sent_reads_txns_max`` txns' reads are kept. Reads are idempotent on
+  arrival: a duplicate, or a read for a txn that already finished here, is dropped.
+  So are reads claiming to come from a partition that is not a peer. Reads that
+  arrive before their txn wait in ``_early``: at most one entry per (txn, peer), for
+  at most ``limits.early_reads_txns_max`` txns.
 - Unsequenced queries waiting here are at most ``limits.queries_pending_max``, and
   are served in ``min_txn_id`` order (one that must wait never blocks a ready one).
   Refused inputs are counted in ``inputs_dropped`` (the server logs them, rate-limited).
@@ -73,7 +76,7 @@ from txn_library.errors import (
 )
 from txn_library.partition_wire import RESULT_LOOKUP, PartitionStatus
 from txn_library.procedure import Procedure, lookup
-from txn_library.wire import FLAG_CHECKPOINT, Batch
+from txn_library.wire import FLAG_CHECKPOINT, FLAG_CHECKPOINT_REQUESTED, Batch
 
 REPLICATED = catalog.REPLICATED
 # on_batch calls its interleave hook at most once per this many admissions: reads go out
@@ -136,7 +139,6 @@ class Partition:
         partition: int,
         partitions: int,
         storage: Storage | None = None,
-        retain_checkpoints: int = 3,
     ) -> None:
         self.replica = replica
         self.partition = partition
@@ -167,13 +169,21 @@ class Partition:
         # then calls checkpoint_taken(). No later batch is applied meanwhile. Once the
         # snapshot is durable the owner calls checkpoint_durable().
         self.checkpoint_due: int | None = None
+        # The due boundary was asked for by a client (FLAG_CHECKPOINT_REQUESTED): the
+        # owner writes it even if its previous writer is still busy (it finishes that
+        # one first), never skips it.
+        self.checkpoint_requested = False
+        # The boundary whose file the owner is writing now (-1: none); status only.
+        self.checkpoint_writing = -1
         self.newest_checkpoint_epoch = 0
         self.boundary: tuple[int, int] = (0, 0)  # (epoch, state hash) at last flagged epoch
         self._result_cache: OrderedDict[int, tuple[int, Any]] = OrderedDict()
         # Sent reads, for restarted peers: txn id -> (destinations, entry).
         self._sent: OrderedDict[int, tuple[tuple[int, ...], tuple]] = OrderedDict()
         self._sent_complete_from = 0  # every read of txns >= this is retained
-        self._boundary_txn_ids: deque[int] = deque(maxlen=max(1, retain_checkpoints))
+        # Per peer: it will never ask again for reads of txns before this (its oldest
+        # kept checkpoint). Reads before the lowest go once every peer has said.
+        self._peer_floors: dict[int, int] = {}
         # Held transactions (ctx.hold_locks): heap of (due, txn id, txn, status, value,
         # the value packed).
         self.hold_clock: Callable[[], float] | None = None
@@ -188,7 +198,6 @@ class Partition:
         self.newest_checkpoint_epoch = epoch
         self.boundary = (epoch, self.storage.state_hash)
         self._sent_complete_from = next_txn_id
-        self._boundary_txn_ids.append(next_txn_id)
 
     # Inputs -------------------------------------------------------------------
     def on_batch(self, batch: Batch, interleave: Callable[[], None] | None = None) -> None:
@@ -227,6 +236,7 @@ class Partition:
         self.next_txn_id = txn_id
         if batch.flags & FLAG_CHECKPOINT:
             self.checkpoint_due = epoch
+            self.checkpoint_requested = bool(batch.flags & FLAG_CHECKPOINT_REQUESTED)
         self._run()
 
     def results_due(self) -> bool:
@@ -249,10 +259,7 @@ class Partition:
         assert epoch is not None
         self.boundary = (epoch, self.storage.state_hash)
         self.checkpoint_due = None
-        bounds = self._boundary_txn_ids
-        if len(bounds) == bounds.maxlen:
-            self._forget_sent_before(bounds[0])
-        bounds.append(self.next_txn_id)
+        self.checkpoint_requested = False
 
     def checkpoint_durable(self, epoch: int) -> None:
         """The snapshot of boundary ``epoch`` is on disk (renamed, directory fsynced)."""
@@ -262,6 +269,18 @@ class Partition:
             f"boundary {self.boundary[0]})",
         )
         self.newest_checkpoint_epoch = epoch
+
+    def on_reads_floor(self, from_partition: int, txn_id: int) -> None:
+        """Peer ``from_partition`` will never ask for reads of txns before ``txn_id``
+        again (MSG_READS_FLOOR); once every peer has said so, reads sent before the
+        lowest floor are forgotten. A floor never goes down."""
+        if from_partition == self.partition or not 0 <= from_partition < self.partitions:
+            self.inputs_dropped += 1
+            return
+        floors = self._peer_floors
+        floors[from_partition] = max(floors.get(from_partition, 0), txn_id)
+        if len(floors) == self.partitions - 1:
+            self._forget_sent_before(min(floors.values()))
 
     def _forget_sent_before(self, txn_id: int) -> None:
         sent = self._sent
@@ -595,6 +614,7 @@ class Partition:
             self.locks.txn_waits,
             self.locks.blocked,
             self.locks.bypassed,
+            self.checkpoint_writing,
         )
 
     def idle(self) -> bool:

@@ -148,6 +148,12 @@ class CheckpointStore:
         self._planned = None
         checkpoint.prune(self.directory, self.partition, self.keep)
 
+    def reads_floor(self) -> int | None:
+        """The first txn a restart could replay from (checkpoint.reads_floor)."""
+        if self.in_memory:
+            return min((meta[1] for meta, _ in self._memory), default=None)
+        return checkpoint.reads_floor(self.directory, self.partition, self.partitions)
+
     def abort(self, rng: random.Random) -> None:
         """The partition died while its writer ran: only a torn temp file remains."""
         staged, self._staged = self._staged, None
@@ -265,13 +271,7 @@ class PartitionNode:
         else:
             storage = restored[1]
         self.store.begin(storage)
-        part = Partition(
-            self.replica,
-            self.partition,
-            sim.partitions,
-            storage,
-            retain_checkpoints=max(2, sim.opts.checkpoint_keep),
-        )
+        part = Partition(self.replica, self.partition, sim.partitions, storage)
         if restored is not None:
             part.restore(*restored[0])
         part.interleave_every = SIM_INTERLEAVE_EVERY
@@ -291,9 +291,10 @@ class PartitionNode:
         sim.net.reconnect(self.node)
         origin = f"checkpoint {restored[0][0]}" if restored is not None else "genesis"
         sim.trace.note(sim.loop.now_us, f"start {self.node.name} from {origin}")
-        for q in range(sim.partitions):
-            if q != self.partition:
-                self._send_peer(q, ewire.encode(ewire.Resend(self.partition, part.next_txn_id)))
+        peers = [q for q in range(sim.partitions) if q != self.partition]
+        for q in peers:
+            self._send_peer(q, ewire.encode(ewire.Resend(self.partition, part.next_txn_id)))
+        self._announce_reads_floor(peers)
         self._fetch(part.last_epoch + 1, FETCH_ALL)
         self.feed.requested(self.mono_us)
         life = self.node.incarnation
@@ -350,6 +351,8 @@ class PartitionNode:
         if isinstance(msg, ewire.Reads):
             part.on_reads(msg.from_partition, msg.entries)
             self._feed().after_reads()
+        elif isinstance(msg, ewire.ReadsFloor):
+            part.on_reads_floor(msg.from_partition, msg.txn_id)
         elif isinstance(msg, ewire.Query):
             for qid, tag, name, args, min_txn_id in msg.calls:
                 part.on_query(qid, tag, name, args, min_txn_id)
@@ -361,10 +364,18 @@ class PartitionNode:
             self._status_requested = True
         self.turn()
 
+    def _announce_reads_floor(self, peers: list[int]) -> None:
+        """As PartitionServer: the first txn a restart could replay from, to peers."""
+        floor = self.store.reads_floor()
+        if floor is not None:
+            for q in peers:
+                self._send_peer(q, ewire.encode(ewire.ReadsFloor(self.partition, floor)))
+
     def _on_resend(self, peer: int, first_txn_id: int) -> None:
         assert self.part is not None
         if peer == self.partition or not 0 <= peer < self.sim.partitions:
             return
+        self._announce_reads_floor([peer])  # the restarted peer forgot it
         if not self.part.resend(peer, first_txn_id):
             gap = ewire.ResendGap(self.partition, self.part.sent_complete_from)
             self._send_peer(peer, ewire.encode(gap))
@@ -392,7 +403,10 @@ class PartitionNode:
         assert part is not None
         if not part.checkpoint_ready():
             return
-        if self.sim.opts.checkpoint_keep <= 0 or self._writing is not None:
+        keep = self.sim.opts.checkpoint_keep
+        if keep > 0 and self._writing is not None and part.checkpoint_requested:
+            return  # as live: a requested boundary waits for the writer (then turn())
+        if keep <= 0 or self._writing is not None:
             # As live: a boundary reached while the writer runs is recorded, not written.
             part.checkpoint_taken()
             self._feed().apply_held()
@@ -400,7 +414,7 @@ class PartitionNode:
         epoch = part.checkpoint_due
         assert epoch is not None
         self.store.stage(part)
-        self._writing = epoch
+        self._writing = part.checkpoint_writing = epoch
         part.checkpoint_taken()
         self._feed().apply_held()
         delay = self.sim.rng.randint(200, self.sim.checkpoint_write_max_us)
@@ -412,6 +426,8 @@ class PartitionNode:
         assert self.part is not None
         self.store.commit(epoch)
         self._writing = None
+        self.part.checkpoint_writing = -1
+        self._announce_reads_floor([q for q in range(self.sim.partitions) if q != self.partition])
         self.part.checkpoint_durable(epoch)
         self._status_requested = True
         self.sim.trace.note(self.sim.loop.now_us, f"checkpoint {self.node.name} {epoch}")

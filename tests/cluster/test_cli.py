@@ -158,6 +158,7 @@ class FakeSequencer(threading.Thread):
         super().__init__(daemon=True)
         self.addr, self.partitions, self.epoch = addr, partitions, epoch
         self.calls: list[tuple] = []
+        self.checkpoint_requests = 0
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -177,15 +178,20 @@ class FakeSequencer(threading.Thread):
             self.calls += msg[2]
             return (wire.REP_RESULTS, [(c[0], OK, c[2]) for c in msg[2]])
         if msg[0] == wire.REQ_CHECKPOINT:
+            self.checkpoint_requests += 1
             return (wire.REP_OK, self.epoch)
-        return (wire.REP_STATUS, {"partitions": self.partitions})
+        return (wire.REP_STATUS, {"epoch": self.epoch - 1, "partitions": self.partitions})
 
 
-def _partition(p: int, newest_checkpoint_epoch: int, down: bool = False) -> dict[str, Any]:
+def _partition(
+    p: int, newest_checkpoint_epoch: int, down: bool = False, boundary_epoch: int = 0
+) -> dict[str, Any]:
     return {
         "replica": 0,
         "partition": p,
         "newest_checkpoint_epoch": newest_checkpoint_epoch,
+        "boundary_epoch": boundary_epoch,
+        "checkpoint_writing": -1,
         "down": down,
     }
 
@@ -247,10 +253,8 @@ def test_call_takes_negative_numbers_as_values_and_options_anywhere(fake_cluster
 
 def test_dump_waits_for_every_partition_with_progress_then_fails_clearly(
     fake_cluster,  # type: ignore[no-untyped-def]
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     data, fake = fake_cluster
-    monkeypatch.setattr("cluster.cli.CHECKPOINT_FILE_WAIT_S", 0.5, raising=False)
     fake.partitions = [_partition(0, 5), _partition(1, 4, down=True)]
     r = _invoke("dump", "--out", str(Path(data) / "out"), "--timeout", "1", data_dir=data)
     assert r.exit_code == 1, r.output
@@ -260,12 +264,26 @@ def test_dump_waits_for_every_partition_with_progress_then_fails_clearly(
 
     # Reported durable, yet the files are not there: a clear error, not a traceback.
     fake.partitions = [_partition(0, 5), _partition(1, 5)]
-    t0 = time.monotonic()
     r = _invoke("dump", "--out", str(Path(data) / "out"), data_dir=data)
     assert r.exit_code == 1 and isinstance(r.exception, SystemExit), r.output
-    assert "2/2 partitions durable" in r.stderr
-    assert "000000000005-p0.ckpt" in r.stderr and "is missing" in r.stderr
-    assert time.monotonic() - t0 < 10
+    assert "no checkpoint of every partition at or after it" in r.stderr, r.stderr
+    assert not list(Path(data, "replica-0", "checkpoints", "holds").glob("*")), "hold left"
+
+
+def test_a_failed_checkpoint_writer_is_asked_again_then_named(
+    fake_cluster,  # type: ignore[no-untyped-def]
+) -> None:
+    """A partition past the asked boundary, writing nothing, with nothing durable at or
+    after it lost its writer: asked again (limits.checkpoint_asks_max in all), then
+    named, long before the timeout."""
+    data, fake = fake_cluster
+    fake.partitions = [_partition(0, 5, boundary_epoch=5), _partition(1, 3, boundary_epoch=5)]
+    t0 = time.monotonic()
+    r = _invoke("checkpoint", "--timeout", "60", data_dir=data)
+    assert r.exit_code == 1, r.output
+    assert "checkpoint writers failed 3 times on replica 0 partition 1" in r.stderr, r.stderr
+    assert fake.checkpoint_requests == 3
+    assert time.monotonic() - t0 < 30
 
 
 def test_every_command_without_a_valid_cluster_config_fails_with_one_clear_line(

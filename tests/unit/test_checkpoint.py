@@ -101,6 +101,40 @@ def test_prune_keeps_newest_and_complete_epochs(tmp_path: Path) -> None:
     assert [i.epoch for i in checkpoint.list_checkpoints(tmp_path, 0)] == [3, 4]
 
 
+def test_prune_keeps_what_a_live_hold_names_and_sweeps_a_dead_holders(tmp_path: Path) -> None:
+    """``ordo dump`` holds checkpoints while it waits for one and reads it: every one at
+    or after an epoch, then one with its chain. A hold whose holder died (its lock
+    free) keeps nothing and is deleted by the next prune."""
+    s = _mixed_storage()
+    chain = checkpoint.CheckpointChain(s)
+    epochs = lambda: [i.epoch for i in checkpoint.list_checkpoints(tmp_path, 0)]  # noqa: E731
+    for e in (1, 2, 3):  # a base and two deltas
+        _txn(s, {("account", (e,)): (e,)})
+        _checkpoint(tmp_path, chain, e)
+    with checkpoint.CheckpointHold(tmp_path) as hold:
+        hold.keep_from(2)
+        chain.failed()  # 4: a new base, so keep=1 (5 and its base 4) needs none of 1-3
+        for e in (4, 5):
+            _txn(s, {("account", (e,)): (e,)})
+            _checkpoint(tmp_path, chain, e)
+        assert checkpoint.prune(tmp_path, 0, keep=1) == [] and epochs() == [1, 2, 3, 4, 5]
+        hold.keep_only(2)  # a delta: its base stays too
+        removed = checkpoint.prune(tmp_path, 0, keep=1)
+        assert [p.name for p in removed] == [checkpoint.checkpoint_name(3, 0)]
+        assert checkpoint.load(tmp_path / checkpoint.checkpoint_name(2, 0))[0].epoch == 2
+    assert not list((tmp_path / checkpoint.HOLDS_DIR).iterdir())  # released: gone
+    checkpoint.prune(tmp_path, 0, keep=1)
+    assert epochs() == [4, 5]
+
+    dead = checkpoint.CheckpointHold(tmp_path)
+    dead.keep_from(0)
+    os.close(dead._fd)  # type: ignore[arg-type]  # as its process dying drops the lock
+    dead._fd = None
+    assert dead.path.exists()
+    checkpoint.prune(tmp_path, 0, keep=1)
+    assert not dead.path.exists() and not dead.lock_path.exists()
+
+
 def test_a_killed_writers_temp_files_are_removed_for_that_partition_only(
     tmp_path: Path,
 ) -> None:

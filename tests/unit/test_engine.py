@@ -15,7 +15,7 @@ from executor.deterministic.partition import INTERLEAVE_EVERY, Partition
 from executor.deterministic.replica import LocalReplica
 from sequencer.calls import make_batch
 from tests.heap_checks import no_cycles
-from txn_library import catalog, placement
+from txn_library import catalog, placement, wire
 from txn_library.errors import ABORTED, ERROR, OK
 from txn_library.procedure import Abort, Arg, Footprint, procedure
 
@@ -307,3 +307,31 @@ def test_a_hold_runs_out_when_the_peer_stays_silent() -> None:
     assert not feed.pace(1.2, contended=True) and feed.hold_for_peers  # holding again
     quiet = BatchFeed(p0, 0.5, peer_hold_max=0.1, peer_hold_retry=1.0)
     assert not quiet.pace(0.0, contended=False) and not quiet.hold_for_peers
+
+
+def test_sent_reads_are_kept_until_every_peer_says_it_will_not_ask_again() -> None:
+    """However many checkpoint boundaries pass (a peer's busy writer may skip them all),
+    a partition keeps the reads it sent until each peer names the first txn it could
+    replay from (MSG_READS_FLOOR: its oldest kept checkpoint); then only older ones go.
+    A floor from a partition that is not a peer is refused and changes nothing."""
+    n = 3
+    batches = bank_batches(n, 600, seed=5)
+    flagged = [b._replace(flags=wire.FLAG_CHECKPOINT) for b in batches]
+    r = LocalReplica(n)
+    r.apply_all(flagged)  # every epoch a boundary
+    p0 = r.parts[0]
+    assert p0.boundary[0] == flagged[-1].epoch and p0.sent_complete_from == 0
+    sent_to_1 = [t for t, (dests, _) in p0._sent.items() if 1 in dests]
+    assert len(sent_to_1) > 50
+    assert p0.resend(1, 0) and p0.take_peer_out()[1]  # a restart from genesis recovers
+    floor = sent_to_1[len(sent_to_1) // 2]
+    p0.on_reads_floor(1, floor)
+    assert p0.resend(1, 0)  # partition 2 has not said: nothing is forgotten
+    p0.on_reads_floor(9, floor)
+    p0.on_reads_floor(0, floor)
+    assert p0.inputs_dropped == 2 and p0.resend(2, 0)
+    p0.on_reads_floor(2, floor + 10**6)
+    assert p0.sent_complete_from == floor  # the lowest floor of all peers
+    assert not p0.resend(1, floor - 1) and p0.resend(1, floor)
+    p0.on_reads_floor(1, 0)  # a floor never goes down
+    assert p0.sent_complete_from == floor

@@ -24,7 +24,7 @@ from txn_library.errors import ERR_BAD_ARGUMENTS, ERR_TOO_LARGE, ERROR, OK
 from txn_library.partition_wire import MSG_RESULTS, PartitionStatus
 from txn_library.procedure import Arg, Footprint, lookup, procedure
 
-STATUS = (1, 1, 0, 0, 1, 0, 0, 0, False, 1, 0, 0, 0, 0)  # a well-formed partition status
+STATUS = (1, 1, 0, 0, 1, 0, 0, 0, False, 1, 0, 0, 0, 0, -1)  # a well-formed partition status
 
 
 class FakeClock:
