@@ -1,5 +1,10 @@
 """Every bound on a queue, buffer, message or retry loop in Ordo, in one place.
 
+Each limit carries a docstring (the string on the line after it) saying what it bounds
+and what a client, or the process, gets past it; a full-line comment after a blank line
+opens a section. scripts/gen_limits_doc.py writes docs/LIMITS.md from them, and
+tests/unit/test_limits_doc.py checks that the page matches this module.
+
 Invariant: the relations between limits are checked when this module loads, so a
 bad edit fails at import rather than at 3 a.m. under load.
 """
@@ -7,90 +12,184 @@ bad edit fails at import rather than at 3 a.m. under load.
 from __future__ import annotations
 
 # Client intake
-request_bytes_max = 1 << 20  # one client frame; larger gets ERR_TOO_LARGE
-frame_bytes_hard_max = 16 << 20  # zmq MAXMSGSIZE: above this zmq drops the peer
-calls_per_frame_max = 10_000  # calls a client may pack in one frame
-args_per_call_max = 64
-pending_calls_max = 200_000  # accepted but not yet answered; above: ERR_OVERLOADED
-req_id_max = (1 << 63) - 1  # request ids are non-negative int64
-client_id_bytes_max = 64
-# Footprint entries (reads + writes) of one call or query, checked where calls are admitted
-# (the sequencer, the 2PL coordinator), not where logged calls run: more gets ERR_TOO_LARGE.
-# Bounds what one call costs the lock manager and the partitions (~16 us an entry: the
-# built-in bank.open of its 10,000 accounts has 20,000).
-footprint_entries_max = 20_000
 
-# Fair intake (sequencer): work per loop turn is bounded, and shared round robin
-intake_turn_s_max = 0.004  # validating queued calls, per turn
-receive_turn_s_max = 0.004  # reading and decoding client frames, per turn
-turn_s_min = 0.0005  # each of the two when the epoch's tick is due (both stop at it)
-receive_bytes_per_turn_max = 8 << 20  # and at most this many frame bytes per turn
-intake_quantum_calls = 64  # calls of one client per round robin round
-intake_client_bytes_max = 16 << 20  # frames of one client awaiting validation; above:
-# ERR_OVERLOADED for that client's further calls
-intake_bytes_max = 32 << 20  # ... of all clients; above: frames wait unread in ZeroMQ
-client_pending_calls_max = 50_000  # accepted, unsequenced calls of one client
-client_pending_bytes_max = 32 << 20  # their encoded bytes; above either: ERR_OVERLOADED
-pending_bytes_max = 256 << 20  # encoded bytes of all accepted, unsequenced calls
+request_bytes_max = 1 << 20
+"""One client frame, encoded. A larger frame gets `too_large` (a frame-level error: no
+call of it runs)."""
+frame_bytes_hard_max = 16 << 20
+"""One ZeroMQ message on the client socket (zmq's MAXMSGSIZE). Past it ZeroMQ drops the
+connection before Ordo sees a byte."""
+calls_per_frame_max = 10_000
+"""Calls a client may pack in one frame. More gets `malformed` for the whole frame."""
+args_per_call_max = 64
+"""Arguments of one call that the fuzzers try just past. The procedure's schema sets
+the real count: a call with any other number of arguments gets `bad_arguments`."""
+pending_calls_max = 200_000
+"""Calls accepted by the sequencer and not yet answered, all clients together (queries
+included). Past it a new call gets `overloaded`; retry later."""
+req_id_max = (1 << 63) - 1
+"""A request id: a non-negative int64. Anything else gets `malformed`."""
+client_id_bytes_max = 64
+"""A client id: bytes, at most this long. Anything else gets `malformed`."""
+footprint_entries_max = 20_000
+"""Footprint entries (reads and writes together) of one call or query, checked where
+calls are admitted (the sequencer, the 2PL coordinator), not where logged calls run.
+More gets `too_large`. It bounds what one call costs the lock manager and the
+partitions (~16 us an entry: the built-in bank.open of its 10,000 accounts has
+20,000)."""
+
+# Fair intake at the sequencer: work per loop turn is bounded and shared round robin
+
+intake_turn_s_max = 0.004
+"""Time one loop turn of the sequencer spends validating queued calls. The rest waits
+for the next turn, in order."""
+receive_turn_s_max = 0.004
+"""Time one loop turn spends reading and decoding client frames. Frames not read wait
+in ZeroMQ."""
+turn_s_min = 0.0005
+"""What each of the two phases above still gets when the epoch's tick is due (both stop
+at the tick otherwise), so a flood never starves intake entirely."""
+receive_bytes_per_turn_max = 8 << 20
+"""Frame bytes read per loop turn, at most. The rest wait in ZeroMQ for the next turn."""
+intake_quantum_calls = 64
+"""Calls of one client validated per round robin round, so one client's flood costs the
+others at most this slice of a turn."""
+intake_client_bytes_max = 16 << 20
+"""Frames of one client read but not yet validated. Past it that client's further calls
+get `overloaded`."""
+intake_bytes_max = 32 << 20
+"""Frames of all clients read but not yet validated. Past it nothing is refused:
+further frames wait unread in ZeroMQ."""
+client_pending_calls_max = 50_000
+"""Accepted, unsequenced calls of one client connection. Past it (or past
+`client_pending_bytes_max`) that client's calls get `overloaded`."""
+client_pending_bytes_max = 32 << 20
+"""Encoded bytes of one client's accepted, unsequenced calls. Past it that client's
+calls get `overloaded`."""
+pending_bytes_max = 256 << 20
+"""Encoded bytes of all accepted, unsequenced calls. Past it a new call gets
+`overloaded`."""
 
 # Epochs and batches
+
 epoch_duration_ms_default = 10
-batch_txns_max = 20_000  # a batch is cut early when it reaches this many txns
-batch_bytes_max = 2 << 20  # an epoch's batch is cut when the next call would not fit
-# Flow control: bytes of published batches the fastest live replica of some partition
-# has not applied yet; at or above it, the next batch waits (calls stay pending, where
-# every client gets its fair share of the next batch instead of queueing behind a flood)
+"""The epoch length a cluster gets unless `--epoch-ms` says otherwise."""
+batch_txns_max = 20_000
+"""Calls in one batch: a batch is cut early when it reaches this many. Nothing is
+refused: the calls that do not fit wait for the next epoch, in order."""
+batch_bytes_max = 2 << 20
+"""Encoded bytes of one batch: a batch is cut when the next call would not fit.
+Nothing is refused: that call waits for the next epoch, in order."""
 unapplied_bytes_max = 4 << 20
-batch_overhead_bytes_max = 128  # a batch's fields other than its txns, encoded
-txn_bytes_max = request_bytes_max + 256  # one encoded txn (a call plus participants, ids)
-batch_quantum_calls = 256  # calls of one client per round when a batch is cut
+"""Flow control: bytes of published batches that the fastest live replica of some
+partition has not applied yet. At or above it the next batch waits; calls stay pending
+at the sequencer, where every client gets its fair share of the next batch, instead of
+queueing behind a flood in every partition's inbox. Nothing is refused."""
+batch_overhead_bytes_max = 128
+"""A batch's fields other than its calls, encoded (internal: sizes the room for calls)."""
+txn_bytes_max = request_bytes_max + 256
+"""One call encoded as the log holds it (the call, its participants and ids). A larger
+call gets `too_large`."""
+batch_quantum_calls = 256
+"""Calls of one client per round robin round when a batch is cut, so one client's
+backlog shares each batch with the others."""
 
 # Command log
-segment_bytes_max = 64 << 20  # roll to a new segment file past this size
-log_frame_bytes_max = 32 << 20  # a frame header claiming more is corruption
 
-# Log service
+segment_bytes_max = 64 << 20
+"""One log segment file: the log rolls to a new segment past this size."""
+log_frame_bytes_max = 32 << 20
+"""One log frame. A frame header claiming more is corruption: the sequencer stops with
+file, offset and epoch rather than skip it."""
+
+# Log service (batches a partition fetches to repair a gap or recover)
+
 log_service_epochs_per_reply_max = 256
-log_service_reply_bytes_max = 64 << 20  # a reply holds at least one batch, then up to this
-log_service_request_bytes_max = 1024  # a LOG_FETCH frame is three ints
+"""Batches in one log-service reply. The partition asks again for the rest."""
+log_service_reply_bytes_max = 64 << 20
+"""Bytes of one log-service reply (it always holds at least one batch). The partition
+asks again for the rest."""
+log_service_request_bytes_max = 1024
+"""One log-service request (three ints). A larger one is dropped, unanswered."""
 
 # Replicas
-peer_message_bytes_max = 32 << 20
-result_backlog_txns_max = 1_000_000  # results awaiting other replicas' comparison
 
-result_cache_txns_max = 200_000  # per reporting partition, for retries after a crash
+peer_message_bytes_max = 32 << 20
+"""One message between the partitions of a replica (internal: the relations below keep
+a batch and a row within it)."""
+result_backlog_txns_max = 1_000_000
+"""Sequenced calls whose results the sequencer still waits for or compares across
+replicas. Past it the oldest are forgotten: their later replicas' results are not
+compared, and a client still waiting gets its answer by retrying (exactly-once)."""
+result_cache_txns_max = 200_000
+"""Results a reporting partition keeps, so that a retry after a sequencer restart is
+answered without running the call again. Past it the oldest are forgotten: such a
+retry gets `retry_expired` (outcome unknown, not run again)."""
+sent_reads_txns_max = 1_000_000
+"""Transactions whose reads a partition keeps to resend to a restarted peer. Past it
+the oldest are dropped; a peer that would need them cannot recover from its
+checkpoint and needs a copy of another replica's."""
 
 # Exactly-once retries at the sequencer (sequencer/retry_cache.py)
-retry_cache_entries_max = 200_000  # answered calls remembered for retries
-retry_cache_bytes_max = 64 << 20  # bytes of the answers kept; oldest evicted first
-retry_watermark_clients_max = 65_536  # clients whose evicted request ids are remembered
-retry_rebuild_epochs_max = 2_000  # log epochs scanned for logged calls at restart
-sent_reads_txns_max = 1_000_000  # reads a partition keeps to resend to a restarted peer
+
+retry_cache_entries_max = 200_000
+"""Answered calls remembered for retries. Past it (or past `retry_cache_bytes_max`)
+the oldest are evicted; a retry of an evicted call, or of an older request id of its
+client, gets `retry_expired` (outcome unknown, not run again)."""
+retry_cache_bytes_max = 64 << 20
+"""Bytes of the answers the retry cache keeps; the oldest are evicted first (see
+`retry_cache_entries_max` for what a retry then gets)."""
+retry_watermark_clients_max = 65_536
+"""Clients whose evicted request ids are remembered (so that an old retry is told
+`retry_expired`). Past it the oldest client's watermark is dropped."""
+retry_rebuild_epochs_max = 2_000
+"""Log epochs a restarted sequencer scans for logged calls. A retry of a call logged
+further back than that is not recognised as logged."""
 
 # Dependent transactions
+
 dependent_restarts_max = 5
+"""Times a dependent call (one whose footprint a reconnaissance predicted) is
+re-sequenced after its prediction turned out wrong. Past it the call gets
+`restarts_exhausted`."""
 
 # Traditional (2PL + 2PC baseline) mode, per coordinator partition
-traditional_calls_max = pending_calls_max  # accepted, not yet answered; above: ERR_OVERLOADED
 
-# Client
+traditional_calls_max = pending_calls_max
+"""Calls a coordinator partition of the baseline has accepted and not yet answered.
+Past it a new call gets `overloaded`."""
+
+# Client (txn_library/client.py)
+
 client_timeout_s_default = 30.0
+"""How long `Client.call` waits for an answer. Past it the caller gets `CallTimeout`;
+the call may still commit."""
 client_in_flight_max = 50_000
+"""Calls in flight in one `Client`. Past it `submit` blocks until some finish."""
 
 # Load generator (cluster/loadgen.py): a client driving many terminals from one thread
-loadgen_in_flight_max = client_in_flight_max  # calls outstanding, all its connections
-loadgen_connections_max = 64  # client identities (one DEALER per target each)
-loadgen_frame_calls_max = 1_000  # calls per frame it sends
-loadgen_latency_samples_max = 5_000_000  # latencies kept per kind and window; then sampled
-loadgen_timeline_buckets_max = 100_000  # buckets of a run's timeline
+
+loadgen_in_flight_max = client_in_flight_max
+"""Calls the load generator keeps outstanding, over all its connections. A larger load
+gets `ValueError` when it is built."""
+loadgen_connections_max = 64
+"""Client identities of one load generator (one DEALER per target each). More gets
+`ValueError` when the load is built."""
+loadgen_frame_calls_max = 1_000
+"""Calls per frame the load generator sends (a frame is also split at the intake's
+byte bound)."""
+loadgen_latency_samples_max = 5_000_000
+"""Latencies kept per kind and window. Past it a uniform sample is kept."""
+loadgen_timeline_buckets_max = 100_000
+"""Buckets of a run's timeline. More gets `ValueError` when the timeline is built."""
 
 
-# msgpack's integer encoding edges (fixint, int8/16/32, float-exact, int64, uint64)
 WIRE_INT_EDGES = (
     0, 1, -1, 2, 127, 128, -32, -33, 255, 256, 65535, 65536,
     2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**32, 2**53 + 1,
     2**63 - 2, 2**63 - 1, 2**63, 2**64 - 1, -(2**63), -(2**63) + 1,
 )  # fmt: skip
+"""msgpack's integer encoding edges (fixint, int8/16/32, float-exact, int64, uint64)."""
 
 
 def edge_values() -> tuple[int, ...]:
@@ -133,30 +232,53 @@ _check(
 _check(loadgen_frame_calls_max <= calls_per_frame_max, "the load generator's frames fit intake")
 
 
-# Executor (write validation, inbox)
-row_bytes_max = 1 << 21  # one written row, encoded with its table and key; larger: ERROR
-result_bytes_max = 1 << 20  # one procedure result (or abort reason), encoded; larger: ERROR
-# digests of rows transactions overwrote that a Storage keeps, so that the next overwrite of
-# such a row hashes it out without packing it again (executor.core.storage); past it, all
-# are forgotten (~150 bytes each: TPC-C W=2 New Order keeps ~200k, its stock rows)
+# Executor: write validation, inbox
+
+row_bytes_max = 1 << 21
+"""One written row, encoded with its table and key. A larger row is rejected: the
+transaction aborts on every replica and its caller gets `procedure_failed`."""
+result_bytes_max = 1 << 20
+"""One procedure result (or abort reason), encoded. A larger one gets
+`procedure_failed`."""
 overwritten_digests_max = 500_000
-early_reads_txns_max = sent_reads_txns_max  # txns whose peer reads arrived before the txn
-queries_pending_max = pending_calls_max  # unsequenced queries waiting at one partition
-# A partition on a host without cores to spare holds its next batch while a multi-partition txn
-# waits for peers' reads (executor.deterministic.delivery), at most this long at a time:
-# a peer that is down then stops nothing else.
+"""Digests of rows that transactions overwrote that a Storage keeps, so that the next
+overwrite of such a row hashes it out without packing it again (executor.core.storage;
+~150 bytes each: TPC-C W=2 New Order keeps ~200k, its stock rows). Past it all are
+forgotten at once; nothing else changes."""
+early_reads_txns_max = sent_reads_txns_max
+"""Transactions whose peer reads arrived before the transaction itself did. Past it
+reads for transactions already passed are purged, and then stray reads are dropped
+(and counted)."""
+queries_pending_max = pending_calls_max
+"""Unsequenced queries waiting at one partition. More than the sequencer can have
+pending is junk: dropped and counted."""
 peer_hold_s_max = 0.1
-checkpoint_frame_bytes_max = 4 << 20  # rows per checkpoint frame are cut at this size
-checkpoint_chain_depth_max = 16  # deltas after a base before the next checkpoint is a base
-checkpoint_chain_load_excess_max = 0.25  # a chain may cost a load this much more than a base
-checkpoint_sync_bytes = 8 << 20  # a checkpoint writer fdatasyncs after each this many
-# bytes, so a base's write-back does not land at once on the command log's fsyncs
-# a command that needs a fresh checkpoint (ordo checkpoint, ordo dump) asks again when a
-# partition's writer failed, at most this many asks in all; then its error names the partition
+"""How long a partition on a host without idle cores holds its next batch while a
+multi-partition transaction waits for peers' reads
+(executor/deterministic/delivery.py), at a time: a peer that is down then stops
+nothing else. Past it the batch runs, and batches run ahead for 1 s."""
+
+# Checkpoints
+
+checkpoint_frame_bytes_max = 4 << 20
+"""Rows per checkpoint frame are cut at this size."""
+checkpoint_chain_depth_max = 16
+"""Deltas after a base: past it the next checkpoint is a base."""
+checkpoint_chain_load_excess_max = 0.25
+"""What loading a chain (a base and its deltas, a delta row weighing 1.5 base rows) may
+cost beyond loading a base of the same state. Past it the next checkpoint is a base,
+so a load costs at most a quarter more than the state's own rows."""
+checkpoint_sync_bytes = 8 << 20
+"""A checkpoint writer starts write-back after each this many bytes, so that a base's
+write-back does not land at once on the command log's fsyncs."""
 checkpoint_asks_max = 3
-checkpoint_write_bytes_per_s = 64 << 20  # a checkpoint file's pace after its first
-# checkpoint_sync_bytes (a delta goes at once; a 100 MB base takes ~1.5 s, not 0.2 s
-# of the disk that the command log's fsyncs wait behind)
+"""Asks of a command that needs a fresh checkpoint (`ordo checkpoint`, `ordo dump`)
+when a partition's writer failed. Past it the command fails with an error naming the
+partition."""
+checkpoint_write_bytes_per_s = 64 << 20
+"""A checkpoint file's pace after its first `checkpoint_sync_bytes` (a delta goes at
+once; a 100 MB base takes ~1.5 s, not 0.2 s of the disk that the command log's fsyncs
+wait behind)."""
 
 _check(row_bytes_max < peer_message_bytes_max, "a row must fit in a peer read message")
 _check(result_bytes_max < frame_bytes_hard_max, "a result must fit in a frame zmq accepts")
@@ -171,42 +293,117 @@ _check(0 < peer_hold_s_max < 1, "a held batch waits less than a second for a pee
 _check(checkpoint_chain_depth_max >= 1, "a chain holds at least one delta")
 _check(checkpoint_chain_load_excess_max > 0, "a chain may hold a delta")
 
+# Streams, windows and dataflows (txn_library/streams/)
+
+stream_batch_tuples_max = 10_000
+"""Tuples of one batch pushed to a stream (or emitted by a step). A larger push gets
+`bad_arguments` and changes nothing; a step emitting more fails its transaction
+(`procedure_failed`) on every replica."""
+stream_batches_retained = 1_000
+"""Batches a stream keeps unless it declares `retain_batches`: when one more comes,
+the oldest batch's row and any tuples left of it go (tuples every consumer has taken
+go at once). A re-push of a batch id older than what is kept cannot be told from a
+step back: it is refused (aborted, nothing changes). A sink resumes from any batch
+still kept."""
+stream_batches_retained_max = 1_000_000
+"""The most a stream may declare as `retain_batches` (a larger declaration fails at
+import)."""
+window_tuples_max = 100_000
+"""The size of a tuple-based window, at most (a larger declaration fails at import)."""
+window_batches_max = 10_000
+"""The size of a batch-based window in batches, at most (likewise)."""
+trigger_depth_max = 8
+"""EE triggers that insert into targets with triggers of their own, nested at most this
+deep. Deeper fails the transaction (`procedure_failed`) on every replica."""
+stream_read_batches_max = 1_000
+"""Batches one `stream.read` (a sink's poll) returns at most; the subscriber asks again
+from the next one."""
+
+_check(stream_batches_retained <= stream_batches_retained_max, "the default is allowed")
+_check(stream_batch_tuples_max <= calls_per_frame_max, "a batch fits the calls of a frame")
+_check(window_batches_max <= window_tuples_max, "windows are bounded alike")
+
 # ZooKeeper ensemble (cluster/zookeeper.py): what one local server may hold
-zk_server_heap_mb_max = 256  # JVM -Xmx of one server
-zk_snapshots_retained = 3  # autopurge keeps this many snapshots and their txn logs
-zk_client_connections_per_host_max = 60  # ZooKeeper's maxClientCnxns, per client address
-zk_server_log_bytes_max = 8 << 20  # one server's log4j file; one older file is kept
-zk_four_letter_reply_bytes_max = 64 << 10  # a srvr/ruok/mntr answer, as Ensemble reads it
+
+zk_server_heap_mb_max = 256
+"""JVM heap (-Xmx) of one ZooKeeper server."""
+zk_snapshots_retained = 3
+"""Snapshots (and their transaction logs) ZooKeeper's autopurge keeps."""
+zk_client_connections_per_host_max = 60
+"""ZooKeeper's maxClientCnxns, per client address. Past it ZooKeeper refuses further
+connections from that address."""
+zk_server_log_bytes_max = 8 << 20
+"""One ZooKeeper server's log file; one older file is kept."""
+zk_four_letter_reply_bytes_max = 64 << 10
+"""A srvr/ruok/mntr answer as `ordo status` reads it; the rest is not read."""
 
 _check(zk_snapshots_retained >= 3, "ZooKeeper raises autopurge.snapRetainCount below 3 to 3")
 
 # Replicated ordering layer (sequencer.replication, cluster.ordering_zk)
-zk_session_timeout_s = 1.0  # a leader silent this long loses its session: failover
-zk_commit_timeout_s = 0.8  # a batch commit unanswered this long: outcome unknown, step down
-zk_connect_timeout_s = 30.0  # a sequencer's first connection to the ensemble
-zk_node_bytes_max = 4 << 20  # ZooKeeper's jute.maxbuffer, set on servers and clients
-zk_tail_epochs_max = 2_000  # committed batches ZooKeeper keeps; older come from peers
-zk_trim_batch_max = 256  # deletes per trimming multi-op
-sequencer_copy_batches_per_turn = 256  # a follower copies at most this many per loop turn
-sequencer_copy_backstop_s = 0.5  # a follower checks ZooKeeper for what its feed missed
-sequencer_local_sync_s = 0.05  # a replicated sequencer fdatasyncs its local log this often
-sequencer_progress_every_s = 0.5  # a sequencer reports its synced last epoch (if moved) this often
-sequencer_trim_every_s = 1.0  # the leader trims the committed tail this often
-sequencer_election_check_s = 0.05  # a follower looks at the election on a watch, at most this often
-sequencer_candidate_catch_up_s_max = 10.0  # an elected sequencer not caught up by then resigns
-client_failover_silence_s = 1.0  # a client with calls out hears nothing this long: next
-client_failover_backoff_s = 0.1  # after "not leader" with no leader named, wait this long
-# a hint naming a sequencer whose connection dropped is believed only after this long
-# (ZooKeeper expires the dead leader's session and elects another well within it)
+
+zk_session_timeout_s = 1.0
+"""A leader's ZooKeeper session. A leader silent this long loses it: another sequencer
+is elected (failover)."""
+zk_commit_timeout_s = 0.8
+"""One batch commit to ZooKeeper. Unanswered this long, its outcome is unknown and the
+leader steps down: its calls get `not_leader`, and clients resend them to the next
+leader."""
+zk_connect_timeout_s = 30.0
+"""A sequencer's first connection to the ensemble. Past it the sequencer does not
+start (kazoo's timeout error ends it)."""
+zk_node_bytes_max = 4 << 20
+"""One ZooKeeper request (the servers' and clients' jute.maxbuffer). Nothing is
+refused: a batch, at most `batch_bytes_max`, always fits."""
+zk_tail_epochs_max = 2_000
+"""Committed batches ZooKeeper keeps. Older ones come from a peer sequencer's log."""
+zk_trim_batch_max = 256
+"""Deletes per trimming multi-op."""
+sequencer_copy_batches_per_turn = 256
+"""Batches a follower sequencer copies per loop turn; it takes the rest next turn."""
+sequencer_copy_backstop_s = 0.5
+"""A follower takes batches from the leader's publication, and checks ZooKeeper for
+what that feed missed at least this often."""
+sequencer_local_sync_s = 0.05
+"""A replicated sequencer fdatasyncs its local log this often (the ZooKeeper quorum
+holds what is committed meanwhile)."""
+sequencer_progress_every_s = 0.5
+"""A sequencer reports its synced last epoch this often (only when it moved)."""
+sequencer_trim_every_s = 1.0
+"""The leader trims ZooKeeper's committed tail this often."""
+sequencer_election_check_s = 0.05
+"""A follower looks at the election when ZooKeeper's watch fires, at most this often."""
+sequencer_candidate_catch_up_s_max = 10.0
+"""An elected sequencer that cannot copy every committed batch by then resigns, and the
+next one leads."""
+
+# Client failover (txn_library/client_failover.py)
+
+client_failover_silence_s = 1.0
+"""A client with calls out that hears nothing this long moves to the next sequencer
+address and resends them, same ids (a dropped connection: at once)."""
+client_failover_backoff_s = 0.1
+"""After `not_leader` with no leader named, the client waits this long before it asks
+again."""
 client_failover_stale_hint_s = 3.0
-# `ordo up --ha` restarts a process that exits, at most this many times per window
+"""A follower's hint naming a sequencer whose connection dropped is believed only
+after this long (ZooKeeper expires the dead leader's session and elects another well
+within it); until then the client asks again."""
+
+# Processes: supervision and ownership (cluster/launcher.py, cluster/ownership.py)
+
 supervisor_restarts_max = 5
+"""Restarts of one process by `ordo up --ha`'s supervisor within `supervisor_window_s`.
+Past it `ordo up` stops the cluster and says which process keeps exiting."""
 supervisor_window_s = 60.0
-# A process waits this long for the previous owner of its state (cluster.ownership) to
-# exit, e.g. a role whose launcher was killed, before it refuses to start
+"""The window `supervisor_restarts_max` counts restarts in."""
 owner_wait_s = 10.0
-# a role whose launcher exited, stopping as on SIGTERM, is made to exit after this long
+"""How long a process waits for the previous owner of its state (a cluster directory,
+a command log, a partition's checkpoints) to exit, e.g. a role whose launcher was
+killed. Past it a second `ordo up` (or role) is refused with the owner's pid, having
+touched nothing."""
 lifeline_stop_grace_s = 5.0
+"""A role whose launcher exited stops as on SIGTERM, and is made to exit after this
+long."""
 
 _check(
     batch_bytes_max + (64 << 10) <= zk_node_bytes_max,
@@ -218,18 +415,29 @@ _check(
     "a claimant outwaits the roles of a launcher that died",
 )
 
-# CURVE keys (cluster/security.py)
-curve_allowlist_keys_max = 10_000  # client public keys in keys/clients/; more: refused
-curve_key_file_bytes_max = 4096  # one key file; larger is not a key file: refused
-curve_key_name_chars_max = 64  # a role or client name, which names its key files
+# CURVE keys (cluster/security/)
+
+curve_allowlist_keys_max = 10_000
+"""Client public keys in `keys/clients/`. More: `ordo keys` and a server's start
+refuse, naming the count."""
+curve_key_file_bytes_max = 4096
+"""One key file. A larger file is not a key file: refused, naming the file."""
+curve_key_name_chars_max = 64
+"""A role or client name, which names its key files. A longer name is refused."""
 
 _check(curve_key_name_chars_max < curve_key_file_bytes_max // 8, "a key file holds its name")
 
 # Hosts for multi-host tests from network namespaces (cluster/netns.py)
-netns_hosts_max = 64  # hosts of one Hosts: 198.18.0.1 .. 198.18.0.64 on one bridge
-netns_processes_max = 1024  # live processes one Hosts tracks; more: RuntimeError
-netns_command_timeout_s = 10.0  # one `ip` command; slower: NetnsError
-netns_process_exit_timeout_s = 10.0  # a SIGKILLed process is reaped within this
+
+netns_hosts_max = 64
+"""Hosts of one `Hosts`: 198.18.0.1 .. 198.18.0.64 on one bridge. More gets
+`ValueError`."""
+netns_processes_max = 1024
+"""Live processes one `Hosts` tracks. More gets `RuntimeError`."""
+netns_command_timeout_s = 10.0
+"""One `ip` command. Slower gets `NetnsError`."""
+netns_process_exit_timeout_s = 10.0
+"""A SIGKILLed process is reaped within this."""
 
 _check(netns_hosts_max <= 254, "every host's address fits the one /24 of its bridge")
 _check(
