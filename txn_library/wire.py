@@ -30,7 +30,8 @@ Sequencer -> client:
                        reply [REP_OK, [paths]] or an error
 
 Batch (= one command-log frame = one PUB message body):
-  [epoch, prev_epoch, first_txn_id, timestamp_ms, seed, txns, flags, prev_digest, term]
+  [epoch, prev_epoch, first_txn_id, timestamp_ms, seed, txns, flags, prev_digest, term,
+   derived]
   flags: FLAG_CHECKPOINT = partitions checkpoint at the end of this epoch;
       FLAG_CHECKPOINT_REQUESTED (with it) = a client asked for this one (ordo
       checkpoint, ordo dump): a partition whose previous checkpoint is still being
@@ -46,6 +47,11 @@ Batch (= one command-log frame = one PUB message body):
       sequencer without ZooKeeper). Terms never decrease along the log; a partition
       ignores a *published* batch of a term older than one it has seen
       (sequencer.replication). Absent (0) in logs written before it existed.
+  derived: with FLAG_DERIVED_UNLOGGED (weak recovery of dataflows), how many
+      transactions the batch's pushes derive, which are not logged: every reader
+      appends them after the logged txns (txn_library.streams.batch_txns), so txn ids
+      run to first_txn_id + len(txns) + derived. 0 otherwise (strong recovery logs
+      them among txns), and absent (0) in logs written before dataflows existed.
   txn = [proc_name, args, participants, client_id, req_id]
   txn ids are consecutive from first_txn_id; epochs are consecutive from 1.
 
@@ -81,6 +87,7 @@ REP_ERROR = 14
 
 FLAG_CHECKPOINT = 1
 FLAG_CHECKPOINT_REQUESTED = 2  # always with FLAG_CHECKPOINT: written, never skipped
+FLAG_DERIVED_UNLOGGED = 4  # weak recovery: readers derive the dataflow steps (``derived``)
 
 TOPIC_BATCH = b"B"
 TOPIC_HEARTBEAT = b"H"
@@ -111,10 +118,13 @@ class Batch(NamedTuple):
     flags: int = 0
     prev_digest: int | None = None  # None: not chained (logs written before the chain)
     term: int = 0  # leader term that committed it; 0: single sequencer (or older logs)
+    # Weak recovery (FLAG_DERIVED_UNLOGGED): the transactions its pushes derive, which
+    # every reader appends (txn_library.streams.batch_txns); else 0.
+    derived: int = 0
 
     @property
     def next_txn_id(self) -> int:
-        return self.first_txn_id + len(self.txns)
+        return self.first_txn_id + len(self.txns) + self.derived
 
 
 def decode_batch(data: bytes) -> Batch:
@@ -131,15 +141,18 @@ def named_batch(raw: tuple) -> Batch:
     prev_digest = raw[7] if len(raw) > 7 else None
     term = raw[8] if len(raw) > 8 else 0
     flags = raw[6] if len(raw) > 6 else 0
-    return Batch(raw[0], raw[1], raw[2], raw[3], raw[4], txns, flags, prev_digest, term)
+    derived = raw[9] if len(raw) > 9 else 0
+    return Batch(raw[0], raw[1], raw[2], raw[3], raw[4], txns, flags, prev_digest, term, derived)
 
 
 def batch_problem(raw: Any) -> str | None:
     """Why a decoded array is not a batch ``named_batch`` can take, or None."""
-    if not isinstance(raw, tuple) or not 6 <= len(raw) <= 9:
-        return "a batch is an array of 6 to 9 fields"
-    if len(raw) == 9 and (type(raw[8]) is not int or raw[8] < 0):
+    if not isinstance(raw, tuple) or not 6 <= len(raw) <= 10:
+        return "a batch is an array of 6 to 10 fields"
+    if len(raw) >= 9 and (type(raw[8]) is not int or raw[8] < 0):
         return "term must be an int >= 0"
+    if len(raw) == 10 and (type(raw[9]) is not int or raw[9] < 0):
+        return "derived must be an int >= 0"
     if not all(type(v) is int for v in raw[:5]):
         return "epoch, prev, first txn id, timestamp and seed must be ints"
     txns = raw[5]

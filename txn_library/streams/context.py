@@ -1,0 +1,366 @@
+"""What a stream step (and a push) does to streams and windows inside its transaction:
+appending a batch to a stream, windows that slide, and EE triggers.
+
+Everything here goes through the transaction's ``Context`` (``get``/``put``/``scan``/
+``delete``), so it is checked against the footprint, buffered, validated and applied
+(or not) with the rest of the transaction: a stream, a window and a trigger's writes
+are transactional, replicated, checkpointed and replayed like any table.
+
+Invariants:
+- A stream's batch rows form one list in push order; a stream holds at most
+  ``retain_batches`` batches (the oldest row and its tuples go when one more comes).
+- A window shows exactly the rows ``visible_from <= seq < visible_to``; a tuple
+  inserted since the last slide is staged and invisible. A tuple-based window slides
+  when ``slide`` tuples are staged; a batch-based one when ``slide`` batches (each
+  batch its owner processed, tuples or not) are staged; after a slide it shows the last
+  ``size`` tuples (or the tuples of the last ``size`` batches) and rows before that
+  are deleted.
+- Only the window's owner (one step of one dataflow) reads or changes it
+  (``WindowNotOwned`` otherwise).
+- EE triggers run inside the same transaction: ``on_insert`` once per row inserted
+  into its target through this module (a stream's tuples, a window's tuples, a table's
+  rows inserted with ``StreamContext.insert``), ``on_slide`` after each slide of its
+  window. A trigger may insert again (depth bounded by ``limits.trigger_depth_max``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import xxhash
+
+from txn_library import limits
+from txn_library.procedure import Context, Footprint, FootprintEntry
+from txn_library.streams.spec import (
+    META_BATCH,
+    STREAM_BATCHES,
+    WINDOWS,
+    Stream,
+    Window,
+    check_values,
+    window_named,
+)
+
+
+class WindowNotOwned(Exception):
+    """A step touched a window another step owns (S-Store's rule: one owner)."""
+
+
+class TriggerDepthExceeded(Exception):
+    """Triggers inserting into tables with triggers nested past the bound."""
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """An EE trigger: ``fn(ctx, key, row)`` on insert, or ``fn(ctx, view)`` on a slide;
+    what it reads and writes besides its target (added to every footprint that
+    writes the target)."""
+
+    target: str
+    event: str  # "insert" or "slide"
+    fn: Callable[..., Any]
+    footprint: Footprint
+
+
+_TRIGGERS: dict[tuple[str, str], list[Trigger]] = {}
+generation = [0]  # bumped at every registration: cached footprints are rebuilt
+
+
+def _register(t: Trigger) -> Trigger:
+    _TRIGGERS.setdefault((t.target, t.event), []).append(t)
+    generation[0] += 1
+    return t
+
+
+def _entries(entries: Iterable[Any]) -> tuple[FootprintEntry, ...]:
+    return tuple((t, tuple(k)) for t, k in entries)
+
+
+def on_insert(
+    target: str, *, reads: Iterable[Any] = (), writes: Iterable[Any] = ()
+) -> Callable[[Callable[..., Any]], Trigger]:
+    """Decorator: ``fn(ctx, key, row)`` runs in the inserting transaction for every row
+    inserted into ``target`` (a stream: key ``(batch_id, seq)``, row its values; a
+    window: key ``(batch_id, seq)``; a table: its key and row). ``reads``/``writes``:
+    what it touches besides ``target`` ((table, key prefix) pairs)."""
+
+    def wrap(fn: Callable[..., Any]) -> Trigger:
+        return _register(
+            Trigger(target, "insert", fn, Footprint(_entries(reads), _entries(writes)))
+        )
+
+    return wrap
+
+
+def on_slide(
+    window: str, *, reads: Iterable[Any] = (), writes: Iterable[Any] = ()
+) -> Callable[[Callable[..., Any]], Trigger]:
+    """Decorator: ``fn(ctx, view)`` runs in the owner's transaction after each slide of
+    ``window`` (``view.rows()`` is what it shows now)."""
+
+    def wrap(fn: Callable[..., Any]) -> Trigger:
+        return _register(Trigger(window, "slide", fn, Footprint(_entries(reads), _entries(writes))))
+
+    return wrap
+
+
+def triggers(target: str, event: str) -> list[Trigger]:
+    return _TRIGGERS.get((target, event), [])
+
+
+def trigger_footprint(targets: Iterable[str]) -> Footprint:
+    """What the triggers on ``targets`` touch (and, transitively, the triggers on what
+    they write), for the footprint of a step or push that writes ``targets``."""
+    reads: list[FootprintEntry] = []
+    writes: list[FootprintEntry] = []
+    todo, seen = list(targets), set()
+    while todo:
+        target = todo.pop()
+        if target in seen:
+            continue
+        seen.add(target)
+        for event in ("insert", "slide"):
+            for t in triggers(target, event):
+                reads += t.footprint.reads
+                writes += t.footprint.writes
+                todo += [table for table, _ in t.footprint.writes]
+    return Footprint(tuple(reads), tuple(writes))
+
+
+def batch_digest(tuples: Sequence[tuple]) -> int:
+    """A batch's tuples' digest: a re-push with the same id is a retry only if equal."""
+    return xxhash.xxh3_64_intdigest(msgpack.packb(tuples))
+
+
+class StreamContext:
+    """A step's (or a push's) view: the transaction's Context, plus streams, windows and
+    triggers. ``batch_id`` is the batch the step processes."""
+
+    def __init__(self, ctx: Context, batch_id: int, owner: str | None) -> None:
+        self.ctx = ctx
+        self.batch_id = batch_id
+        self.owner = owner
+        self._depth = 0
+        self._views: dict[str, WindowView] = {}
+        self._ended: set[str] = set()  # windows told this batch ended (end_batch)
+
+    # The Context, unchanged ------------------------------------------------------
+    @property
+    def txn_id(self) -> int:
+        return self.ctx.txn_id
+
+    @property
+    def timestamp_ms(self) -> int:
+        return self.ctx.timestamp_ms
+
+    @property
+    def rng(self) -> random.Random:
+        return self.ctx.rng
+
+    def get(self, table: str, key: tuple) -> tuple | None:
+        return self.ctx.get(table, key)
+
+    def scan(self, table: str, prefix: tuple) -> list[tuple[tuple, tuple]]:
+        return self.ctx.scan(table, prefix)
+
+    def put(self, table: str, key: tuple, row: tuple) -> None:
+        self.ctx.put(table, key, row)
+
+    def delete(self, table: str, key: tuple) -> None:
+        self.ctx.delete(table, key)
+
+    # Inserts that fire triggers ----------------------------------------------------
+    def insert(self, table: str, key: tuple, row: tuple) -> bool:
+        """Put ``row`` under ``key`` if the key is absent (False if present: nothing
+        changes), firing ``table``'s insert triggers."""
+        if self.ctx.get(table, key) is not None:
+            return False
+        self.ctx.put(table, key, row)
+        self.fire_insert(table, key, row)
+        return True
+
+    def fire_insert(self, target: str, key: tuple, row: tuple) -> None:
+        ts = triggers(target, "insert")
+        if not ts:
+            return
+        self._enter()
+        try:
+            for t in ts:
+                t.fn(self, key, row)
+        finally:
+            self._depth -= 1
+
+    def fire_slide(self, view: WindowView) -> None:
+        ts = triggers(view.window.name, "slide")
+        if not ts:
+            return
+        self._enter()
+        try:
+            for t in ts:
+                t.fn(self, view)
+        finally:
+            self._depth -= 1
+
+    def _enter(self) -> None:
+        self._depth += 1
+        if self._depth > limits.trigger_depth_max:
+            raise TriggerDepthExceeded(
+                f"triggers nested deeper than {limits.trigger_depth_max} (limits.trigger_depth_max)"
+            )
+
+    # Windows ---------------------------------------------------------------------
+    def window(self, name: str) -> WindowView:
+        """The window ``name``; only its owner may have it."""
+        view = self._views.get(name)
+        if view is None:
+            w = window_named(name)
+            if w.owner != self.owner:
+                raise WindowNotOwned(
+                    f"window {name} belongs to {w.owner}, not {self.owner or 'this call'}"
+                )
+            view = self._views[name] = WindowView(self, w)
+        return view
+
+    def end_batch(self, windows: Iterable[str]) -> None:
+        """The owner has processed its batch: batch-based windows count it (and slide
+        every ``slide`` batches). A step may call it itself, to see the slide in the
+        same transaction; the dataflow calls it after every step, once per window."""
+        for name in windows:
+            if name not in self._ended:
+                self._ended.add(name)
+                self.window(name).end_batch(self.batch_id)
+
+    # Streams ---------------------------------------------------------------------
+    def append_batch(
+        self, s: Stream, batch_id: int, tuples: Sequence[tuple], digest: int, result: Any
+    ) -> None:
+        """Append batch ``batch_id`` (not in ``s`` yet, after its last) with its tuples,
+        firing the stream's insert triggers; drop the oldest batch past retention."""
+        ctx, h, name = self.ctx, s.home, s.name
+        meta_key = (h, name, META_BATCH)
+        meta = ctx.get(STREAM_BATCHES, meta_key)
+        first, last, count = (meta[0], meta[1], meta[2]) if meta is not None else (None, None, 0)
+        ctx.put(STREAM_BATCHES, (h, name, batch_id), (len(tuples), digest, last, None, result))
+        if last is not None:
+            prev = ctx.get(STREAM_BATCHES, (h, name, last))
+            if prev is not None:
+                ctx.put(STREAM_BATCHES, (h, name, last), (*prev[:3], batch_id, prev[4]))
+        put, fire = ctx.put, self.fire_insert
+        has_triggers = bool(triggers(name, "insert"))
+        for i, t in enumerate(tuples):
+            put(name, (h, batch_id, i), t)
+            if has_triggers:
+                fire(name, (batch_id, i), t)
+        count += 1
+        if first is None:
+            first = batch_id
+        while count > s.retain_batches and first is not None:
+            oldest = ctx.get(STREAM_BATCHES, (h, name, first))
+            self.drop_tuples(s, first)
+            ctx.delete(STREAM_BATCHES, (h, name, first))
+            count -= 1
+            first = None if oldest is None else oldest[3]
+        ctx.put(STREAM_BATCHES, meta_key, (first, batch_id, count, 0, None))
+
+    def batch_tuples(self, s: Stream, batch_id: int) -> list[tuple]:
+        return [row for _, row in self.ctx.scan(s.name, (s.home, batch_id))]
+
+    def drop_tuples(self, s: Stream, batch_id: int) -> None:
+        """Delete a batch's tuples (its batch row stays: retries still find it)."""
+        for key, _ in self.ctx.scan(s.name, (s.home, batch_id)):
+            self.ctx.delete(s.name, key)
+
+
+class WindowView:
+    """A window as its owner sees it inside one transaction."""
+
+    def __init__(self, sctx: StreamContext, w: Window) -> None:
+        self.sctx = sctx
+        self.window = w
+        self._key = (w.home, w.name)
+
+    def _state(self) -> list[Any]:
+        row = self.sctx.ctx.get(WINDOWS, self._key)
+        return [0, 0, 0, 0, []] if row is None else [row[0], row[1], row[2], row[3], list(row[4])]
+
+    def _save(self, st: list[Any]) -> None:
+        st[4] = tuple(tuple(b) for b in st[4])
+        self.sctx.ctx.put(WINDOWS, self._key, tuple(st))
+
+    def insert(self, values: Sequence[Any]) -> None:
+        """Stage one tuple (invisible until the window slides)."""
+        w, ctx = self.window, self.sctx.ctx
+        row = (self.sctx.batch_id, *check_values(f"window {w.name}", values, w.types))
+        st = self._state()
+        seq = st[0]
+        ctx.put(w.name, (w.home, seq), row)
+        st[0] = seq + 1
+        if w.kind == "batches" and (not st[4] or st[4][-1][0] != self.sctx.batch_id):
+            st[4].append([self.sctx.batch_id, seq])
+        self._save(st)
+        self.sctx.fire_insert(w.name, (self.sctx.batch_id, seq), row)
+        if w.kind == "tuples" and st[0] - st[2] >= w.slide:
+            self._slide()
+
+    def end_batch(self, batch_id: int) -> None:
+        """Batch-based windows: the owner processed ``batch_id``; slide every ``slide``
+        batches."""
+        w = self.window
+        if w.kind != "batches":
+            return
+        st = self._state()
+        if not st[4] or st[4][-1][0] != batch_id:
+            st[4].append([batch_id, st[0]])  # a batch with no tuples counts too
+        st[3] += 1
+        self._save(st)
+        if st[3] >= w.slide:
+            self._slide()
+
+    def _slide(self) -> None:
+        w, ctx = self.window, self.sctx.ctx
+        st = self._state()
+        st[2] = st[0]  # every staged tuple becomes visible
+        if w.kind == "tuples":
+            start = max(st[1], st[2] - w.size)
+        else:
+            st[4] = st[4][-w.size :]
+            start = st[4][0][1] if st[4] else st[2]
+            st[3] = 0
+        for seq in range(st[1], start):
+            ctx.delete(w.name, (w.home, seq))
+        st[1] = start
+        self._save(st)
+        self.sctx.fire_slide(self)
+
+    def tuples(self) -> list[tuple]:
+        """The visible rows, oldest first: (batch_id, *values)."""
+        st = self._state()
+        lo, hi = st[1], st[2]
+        return [
+            row
+            for (_, seq), row in self.sctx.ctx.scan(self.window.name, (self.window.home,))
+            if lo <= seq < hi
+        ]
+
+    def rows(self) -> list[tuple]:
+        """The visible tuples' values, oldest first."""
+        return [row[1:] for row in self.tuples()]
+
+    def staged(self) -> int:
+        """How many tuples wait for the next slide."""
+        st = self._state()
+        return st[0] - st[2]
+
+
+def footprint_union(parts: Iterable[Footprint]) -> Footprint:
+    """One footprint of several, each entry once, in first-seen order."""
+    reads: dict[FootprintEntry, None] = {}
+    writes: dict[FootprintEntry, None] = {}
+    for f in parts:
+        reads.update(dict.fromkeys(f.reads))
+        writes.update(dict.fromkeys(f.writes))
+    return Footprint(tuple(reads), tuple(writes))

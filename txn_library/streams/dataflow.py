@@ -1,0 +1,536 @@
+"""Dataflows: stored procedures over streams, triggered per atomic batch (S-Store's PE
+triggers), and where their chains are expanded.
+
+A step is declared with ``@stream_procedure(name, input=..., output=...)``: a function
+``fn(ctx, batch_id, tuples) -> output tuples | Abort``. A ``Dataflow`` binds steps
+into a DAG, which follows from the streams (a step that consumes stream X runs after
+the step that produces X); its border stream is the one no step produces, fed by
+clients with ``stream.push(stream, batch_id, tuples)`` (the border transaction).
+
+Expansion (docs/STREAMS.md says why here): a push to a dataflow's border stream
+*derives* one transaction per step (or per nested group), appended after every
+logged transaction of the same batch, in the order of the pushes and, within a push,
+in the dataflow's topological order (ties: declaration order). Derivation is a pure
+function of the logged batch and the declared dataflows (``derived_txns``), so the
+sequencer, every partition, every recovery, the serial oracle and Spark replay get
+the same chain at the same txn ids. Strong recovery (the default): the sequencer
+writes the derived transactions into the command log after the batch's calls, and a
+reader runs what it reads. Weak recovery (``dataflow_recovery = "weak"`` in the
+cluster's config): only pushes and OLTP calls are logged; the batch carries
+FLAG_DERIVED_UNLOGGED and the count of what it derives (``Batch.derived``), and
+every reader derives them again (``batch_txns``). The serial order, and so the state,
+is the same either way.
+
+Exactly once and in order: a step records, per dataflow, the last batch it processed
+(``ordo_dataflow_progress``); it processes batch b only if b is newer and its input
+stream holds b (the upstream step or push committed it), so a repeated push or a
+client's direct call never processes a batch twice, and batch ids increase along
+every step because they increase along the border stream (a push whose id does not
+increase is refused).
+
+Invariants:
+- A step belongs to one dataflow; a window to one step of that dataflow; a stream is
+  the border of at most one dataflow and is produced by at most one step.
+- Derived transactions have ``client_id == DERIVED_CLIENT`` and no request id: nobody
+  waits for their results (sinks read their output).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from txn_library import limits
+from txn_library.errors import InvariantViolation
+from txn_library.procedure import Abort, Arg, Footprint, Procedure, register
+from txn_library.streams.context import (
+    StreamContext,
+    batch_digest,
+    footprint_union,
+    generation,
+    trigger_footprint,
+)
+from txn_library.streams.spec import (
+    PROGRESS,
+    STREAM_BATCHES,
+    Stream,
+    stream_named,
+    window_named,
+)
+from txn_library.wire import FLAG_DERIVED_UNLOGGED, Batch, Txn
+
+DERIVED_CLIENT = b"\x00dataflow"  # the client id of derived (triggered) transactions
+PUSH = "stream.push"
+BATCH_ID_MAX = (1 << 63) - 1
+
+StepFn = Callable[[StreamContext, int, list[tuple]], Any]
+
+
+@dataclass(eq=False)
+class Step:
+    """A stream procedure, before a Dataflow binds it."""
+
+    name: str
+    input: str
+    output: str | None
+    fn: StepFn
+    reads: tuple[tuple[str, tuple], ...]
+    writes: tuple[tuple[str, tuple], ...]
+    windows: tuple[str, ...]
+    dataflow: Dataflow | None = None
+    procedure: Procedure | None = None
+
+    def __rshift__(self, other: Step | Sequence[Step]) -> list[Step]:
+        return [self, *([other] if isinstance(other, Step) else other)]
+
+
+def stream_procedure(
+    name: str,
+    *,
+    input: str,
+    output: str | None = None,
+    reads: Iterable[Any] = (),
+    writes: Iterable[Any] = (),
+    windows: Iterable[str] = (),
+) -> Callable[[StepFn], Step]:
+    """Decorator: a step that processes one batch of ``input`` and returns the tuples it
+    appends to ``output`` (as the same batch id), or ``Abort(reason)``. ``reads`` and
+    ``writes``: the (table, key prefix) pairs of state it touches besides its streams
+    and its own ``windows``."""
+
+    def wrap(fn: StepFn) -> Step:
+        return Step(
+            name,
+            input,
+            output,
+            fn,
+            tuple((t, tuple(k)) for t, k in reads),
+            tuple((t, tuple(k)) for t, k in writes),
+            tuple(windows),
+        )
+
+    return wrap
+
+
+@dataclass(eq=False)
+class Unit:
+    """What one derived transaction runs: a step, or a nested group of steps."""
+
+    proc_name: str
+    steps: tuple[Step, ...]
+
+
+@dataclass(eq=False)
+class Dataflow:
+    """A DAG of steps over streams, run per batch pushed to its border stream.
+
+    ``nested=True``: the whole chain is one transaction (atomic and isolated); a
+    group ``nested(a, b)`` among ``steps`` makes just those one transaction.
+    ``triggers=False``: no PE triggers; clients call the steps themselves."""
+
+    name: str
+    steps: Sequence[Any]
+    nested: bool = False
+    triggers: bool = True
+    order: tuple[Step, ...] = field(init=False)
+    units: tuple[Unit, ...] = field(init=False)
+    border: Stream = field(init=False)
+    consumers: dict[str, tuple[Step, ...]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        groups = [g if isinstance(g, _Nested) else _flatten(g) for g in self.steps]
+        flat = [s for g in groups for s in (g.steps if isinstance(g, _Nested) else g)]
+        self.order = _topological(self.name, flat)
+        self.border = _border(self.name, flat)
+        self.consumers = {
+            s.input: tuple(c for c in self.order if c.input == s.input) for s in self.order
+        }
+        for s in self.order:
+            if s.dataflow is not None:
+                raise ValueError(f"step {s.name} is in dataflow {s.dataflow.name} already")
+            for w in s.windows:
+                if window_named(w).owner != s.name:
+                    raise ValueError(f"window {w} belongs to {window_named(w).owner}, not {s.name}")
+            s.dataflow = self
+        rank = {s.name: i for i, s in enumerate(self.order)}
+        if self.nested:
+            nested_groups = [tuple(self.order)]
+        else:
+            nested_groups = [
+                tuple(sorted(g.steps, key=lambda s: rank[s.name]))
+                for g in groups
+                if isinstance(g, _Nested)
+            ]
+        in_group = {s.name for g in nested_groups for s in g}
+        units: list[Unit] = []
+        for s in self.order:
+            s.procedure = register(_step_procedure(self, (s,), s.name))
+            if s.name not in in_group:
+                units.append(Unit(s.name, (s,)))
+        for i, g in enumerate(nested_groups):
+            name = f"{self.name}.nested{i}"
+            register(_step_procedure(self, g, name))
+            units.append(Unit(name, g))
+        units.sort(key=lambda u: rank[u.steps[0].name])
+        self.units = tuple(units)
+        other = _BORDERS.get(self.border.name)
+        if other is not None:
+            raise ValueError(f"stream {self.border.name} is the border of {other.name} already")
+        _BORDERS[self.border.name] = self
+        _DATAFLOWS[self.name] = self
+        generation[0] += 1
+
+    def last_consumer(self, stream: str) -> Step | None:
+        c = self.consumers.get(stream)
+        return c[-1] if c else None
+
+
+@dataclass(frozen=True)
+class _Nested:
+    steps: tuple[Step, ...]
+
+
+def nested(*steps: Step) -> _Nested:
+    """Steps of a dataflow that run as one transaction (atomic and isolated)."""
+    return _Nested(tuple(steps))
+
+
+def _flatten(x: Any) -> list[Step]:
+    if isinstance(x, Step):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [s for y in x for s in _flatten(y)]
+    raise TypeError(f"a dataflow's steps are steps, lists of steps or nested(...), not {x!r}")
+
+
+def _topological(name: str, steps: list[Step]) -> tuple[Step, ...]:
+    """Kahn's order over the streams, ties in declaration order."""
+    if len({s.name for s in steps}) != len(steps):
+        raise ValueError(f"dataflow {name}: a step is listed twice")
+    producer: dict[str, Step] = {}
+    for s in steps:
+        if s.output is not None:
+            if s.output in producer:
+                raise ValueError(f"dataflow {name}: stream {s.output} has two producers")
+            producer[s.output] = s
+    done: list[Step] = []
+    left = list(steps)
+    while left:
+        ready = [s for s in left if s.input not in producer or producer[s.input] in done]
+        if not ready:
+            raise ValueError(f"dataflow {name}: its streams form a cycle")
+        done.append(ready[0])
+        left.remove(ready[0])
+    return tuple(done)
+
+
+def _border(name: str, steps: list[Step]) -> Stream:
+    produced = {s.output for s in steps}
+    borders = sorted({s.input for s in steps} - produced)
+    if len(borders) != 1:
+        raise ValueError(f"dataflow {name}: needs one border stream, has {borders}")
+    for s in steps:
+        for st in (s.input, s.output):
+            if st is not None:
+                stream_named(st)  # declared
+    return stream_named(borders[0])
+
+
+_BORDERS: dict[str, Dataflow] = {}
+_DATAFLOWS: dict[str, Dataflow] = {}
+
+
+def dataflows() -> dict[str, Dataflow]:
+    return dict(_DATAFLOWS)
+
+
+def dataflow_named(name: str) -> Dataflow | None:
+    return _DATAFLOWS.get(name)
+
+
+# The procedures ---------------------------------------------------------------------
+def _stream_entries(s: Stream) -> list[tuple[str, tuple]]:
+    return [(s.name, (s.home,)), (STREAM_BATCHES, (s.home, s.name))]
+
+
+@lru_cache(maxsize=4096)
+def _step_footprint(proc_name: str, gen: int) -> Footprint:
+    """A step's (or nested group's) footprint: its streams, progress, windows, state and
+    the triggers on what it writes. The same for every batch (cached)."""
+    del gen  # part of the cache key: a registration after the first use rebuilds it
+    steps = _UNIT_STEPS[proc_name]
+    parts = []
+    for s in steps:
+        assert s.dataflow is not None
+        src = stream_named(s.input)
+        entries = _stream_entries(src) + [(PROGRESS, (src.home, s.dataflow.name))]
+        written = [s.input]
+        if s.output is not None:
+            entries += _stream_entries(stream_named(s.output))
+            written.append(s.output)
+        for w in s.windows:
+            win = window_named(w)
+            entries.append((w, (win.home,)))
+            entries.append(("ordo_window", (win.home, w)))
+            written.append(w)
+        written += [t for t, _ in s.writes]
+        trig = trigger_footprint(written)
+        # what a step writes it may read too (its declared ``writes`` imply reads)
+        parts.append(Footprint(tuple(entries) + s.reads + s.writes, tuple(entries) + s.writes))
+        parts.append(Footprint(trig.reads + trig.writes, trig.writes))
+    return footprint_union(parts)
+
+
+_UNIT_STEPS: dict[str, tuple[Step, ...]] = {}
+
+
+def _step_procedure(df: Dataflow, steps: tuple[Step, ...], name: str) -> Procedure:
+    _UNIT_STEPS[name] = steps
+
+    def footprint(batch_id: int) -> Footprint:
+        return _step_footprint(name, generation[0])
+
+    def body(ctx: Any, batch_id: int) -> Any:
+        out: list[Any] = []
+        for s in steps:
+            r = run_step(df, s, ctx, batch_id)
+            if isinstance(r, Abort):
+                return r if len(steps) == 1 else Abort(f"{s.name}: {r.reason}")
+            out.append(r)
+        return out[0] if len(steps) == 1 else out
+
+    return Procedure(
+        name=name,
+        args=(Arg("batch_id", "int", min_value=0, max_value=BATCH_ID_MAX),),
+        footprint=footprint,
+        body=body,
+        doc=f"dataflow {df.name}: " + ", ".join(s.name for s in steps) + " for one batch",
+    )
+
+
+def run_step(df: Dataflow, s: Step, ctx: Any, batch_id: int) -> Any:
+    """Process batch ``batch_id`` at step ``s`` (once, in order; see the module doc)."""
+    src = stream_named(s.input)
+    pkey = (src.home, df.name, s.name)
+    prog = ctx.get(PROGRESS, pkey)
+    if prog is not None and batch_id <= prog[0]:
+        return {
+            "batch": batch_id,
+            "skipped": f"batch {batch_id} processed already (last {prog[0]})",
+        }
+    marker = ctx.get(STREAM_BATCHES, (src.home, src.name, batch_id))
+    if marker is None:
+        return {"batch": batch_id, "skipped": f"stream {src.name} has no batch {batch_id}"}
+    sctx = StreamContext(ctx, batch_id, s.name)
+    tuples = sctx.batch_tuples(src, batch_id)
+    out = s.fn(sctx, batch_id, tuples)
+    if isinstance(out, Abort):
+        return out
+    n_out = 0
+    if s.output is not None:
+        dst = stream_named(s.output)
+        values = dst.check_tuples(list(out) if out is not None else [])
+        sctx.append_batch(dst, batch_id, values, batch_digest(values), None)
+        n_out = len(values)
+    sctx.end_batch(s.windows)
+    if df.last_consumer(src.name) is s:
+        sctx.drop_tuples(src, batch_id)
+    batches, tin, tout = (prog[1], prog[2], prog[3]) if prog is not None else (0, 0, 0)
+    ctx.put(PROGRESS, pkey, (batch_id, batches + 1, tin + len(tuples), tout + n_out))
+    return {"batch": batch_id, "in": len(tuples), "out": n_out}
+
+
+def _push_footprint(stream: Any, batch_id: int, tuples: Any) -> Footprint:
+    s = stream_named(stream)
+    s.check_tuples(tuples)
+    entries = tuple(_stream_entries(s))
+    trig = trigger_footprint([s.name])
+    return Footprint(entries + trig.reads + trig.writes, entries + trig.writes)
+
+
+def _push(ctx: Any, stream: str, batch_id: int, tuples: Any) -> Any:
+    """The border transaction: append one atomic batch to ``stream``. A batch id that
+    is pushed again with the same tuples gets the first push's answer (exactly once);
+    with other tuples, or an id that does not increase, it is refused."""
+    s = stream_named(stream)
+    values = s.check_tuples(tuples)
+    digest = batch_digest(values)
+    marker = ctx.get(STREAM_BATCHES, (s.home, s.name, batch_id))
+    if marker is not None:
+        if marker[1] == digest:
+            return marker[4]
+        return Abort(f"batch {batch_id} of stream {s.name} was pushed before with other tuples")
+    meta = ctx.get(STREAM_BATCHES, (s.home, s.name, -1))
+    if meta is not None and meta[1] is not None and batch_id <= meta[1]:
+        head = ctx.get(STREAM_BATCHES, (s.home, s.name, meta[0])) if meta[0] is not None else None
+        dropped = head is not None and head[2] is not None and batch_id <= head[2]
+        return Abort(
+            f"batch ids of stream {s.name} must increase: {batch_id} is not after {meta[1]}"
+            + (f" (batches up to {head[2]} are no longer retained)" if dropped else "")  # type: ignore[index]
+        )
+    result = [batch_id, len(values)]
+    StreamContext(ctx, batch_id, None).append_batch(s, batch_id, values, digest, result)
+    return result
+
+
+register(
+    Procedure(
+        name=PUSH,
+        args=(
+            Arg("stream", "str", max_len=256),
+            Arg("batch_id", "int", min_value=0, max_value=BATCH_ID_MAX),
+            Arg("tuples", "list"),
+        ),
+        footprint=_push_footprint,
+        body=_push,
+        doc="Append one atomic batch to a stream (the border transaction of its dataflow).",
+    )
+)
+
+
+def _read_footprint(stream: Any, from_batch: int, max_batches: int) -> Footprint:
+    return Footprint(reads=tuple(_stream_entries(stream_named(stream))))
+
+
+def _read(ctx: Any, stream: str, from_batch: int, max_batches: int) -> Any:
+    """Batches of ``stream`` with id >= ``from_batch``, oldest first, at most
+    ``max_batches``: {"batches": [[batch_id, [tuples]], ...], "first", "last",
+    "dropped"} (``dropped``: the newest batch id no longer retained, or None)."""
+    s = stream_named(stream)
+    meta = ctx.get(STREAM_BATCHES, (s.home, s.name, -1))
+    if meta is None:
+        return {"batches": [], "first": None, "last": None, "dropped": None}
+    first, last = meta[0], meta[1]
+    head = ctx.get(STREAM_BATCHES, (s.home, s.name, first)) if first is not None else None
+    dropped = head[2] if head is not None else None
+    out: list[Any] = []
+    b = first
+    while b is not None and len(out) < max_batches:
+        m = ctx.get(STREAM_BATCHES, (s.home, s.name, b))
+        if m is None:
+            break
+        if b >= from_batch:
+            rows = [row for _, row in ctx.scan(s.name, (s.home, b))]
+            out.append([b, rows])
+        b = m[3]
+    return {"batches": out, "first": first, "last": last, "dropped": dropped}
+
+
+register(
+    Procedure(
+        name="stream.read",
+        args=(
+            Arg("stream", "str", max_len=256),
+            Arg("from_batch", "int", min_value=0, max_value=BATCH_ID_MAX),
+            Arg("max_batches", "int", min_value=1, max_value=limits.stream_read_batches_max),
+        ),
+        footprint=_read_footprint,
+        body=_read,
+        read_only=True,
+        doc="Batches of a stream from a batch id on, oldest first (what a sink delivers).",
+    )
+)
+
+
+def _status_footprint(name: Any) -> Footprint:
+    df = _DATAFLOWS.get(name) if type(name) is str else None
+    if df is None:
+        from txn_library.errors import ERR_BAD_ARGUMENTS, BadRequest, brief
+
+        raise BadRequest(ERR_BAD_ARGUMENTS, f"no dataflow named {brief(name)}")
+    homes = {stream_named(s.input).home for s in df.order}
+    reads = [(STREAM_BATCHES, (df.border.home, df.border.name))]
+    reads += [(PROGRESS, (h, df.name)) for h in sorted(homes)]
+    return Footprint(reads=tuple(reads))
+
+
+def _status(ctx: Any, name: str) -> Any:
+    """Per dataflow: the last batch pushed, each step's last batch, the last batch every
+    step has processed, and how many pushed batches wait (the backlog)."""
+    df = _DATAFLOWS[name]
+    b = df.border
+    meta = ctx.get(STREAM_BATCHES, (b.home, b.name, -1))
+    pushed = meta[1] if meta is not None else None
+    steps = {}
+    for s in df.order:
+        row = ctx.get(PROGRESS, (stream_named(s.input).home, df.name, s.name))
+        steps[s.name] = row[0] if row is not None else None
+    done = [v for v in steps.values()]
+    processed = None if any(v is None for v in done) or not done else min(done)  # type: ignore[type-var]
+    backlog = 0
+    x = meta[0] if meta is not None else None
+    while x is not None:
+        m = ctx.get(STREAM_BATCHES, (b.home, b.name, x))
+        if m is None:
+            break
+        if processed is None or x > processed:
+            backlog += 1
+        x = m[3]
+    return {
+        "dataflow": name,
+        "border": b.name,
+        "last_pushed": pushed,
+        "last_processed": processed,
+        "backlog": backlog,
+        "steps": steps,
+        "triggers": df.triggers,
+    }
+
+
+register(
+    Procedure(
+        name="dataflow.status",
+        args=(Arg("name", "str", max_len=256),),
+        footprint=_status_footprint,
+        body=_status,
+        read_only=True,
+        doc="A dataflow's progress: last batch pushed, last fully processed, backlog.",
+    )
+)
+
+
+# Expansion ---------------------------------------------------------------------------
+@lru_cache(maxsize=4096)
+def _participants(proc_name: str, partitions: int, gen: int) -> tuple[int, ...]:
+    del gen
+    from txn_library.procedure import lookup
+
+    return lookup(proc_name).participants_of((0,), partitions)
+
+
+def derived_txns(txns: Iterable[Txn], partitions: int) -> list[Txn]:
+    """The transactions the pushes among ``txns`` derive, in order (see the module doc)."""
+    if not _BORDERS:
+        return []
+    out: list[Txn] = []
+    gen = generation[0]
+    for t in txns:
+        if t.proc != PUSH or t.client_id == DERIVED_CLIENT:
+            continue
+        args = t.args
+        df = _BORDERS.get(args[0]) if args and type(args[0]) is str else None
+        if df is None or not df.triggers:
+            continue
+        b = args[1]
+        for u in df.units:
+            parts = _participants(u.proc_name, partitions, gen)
+            out.append(Txn(u.proc_name, (b,), parts, DERIVED_CLIENT, None))
+    return out
+
+
+def batch_txns(batch: Batch, partitions: int) -> tuple[Txn, ...]:
+    """Every transaction of ``batch`` in serial order (txn ids from its first_txn_id):
+    the logged ones, then (weak recovery: FLAG_DERIVED_UNLOGGED) those its pushes
+    derive. Checks the count the batch carries: a reader that loaded other dataflows
+    than the sequencer did is refused."""
+    if not batch.flags & FLAG_DERIVED_UNLOGGED:
+        return batch.txns
+    extra = derived_txns(batch.txns, partitions)
+    if len(extra) != batch.derived:
+        raise InvariantViolation(
+            f"batch {batch.epoch} says its pushes derive {batch.derived} transactions; the "
+            f"dataflows loaded here derive {len(extra)} (not the sequencer's procedure modules?)"
+        )
+    return batch.txns + tuple(extra)
