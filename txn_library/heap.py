@@ -21,7 +21,7 @@ from contextlib import contextmanager
 @contextmanager
 def gc_paused(freeze: bool = False) -> Iterator[None]:
     """No cyclic collection in the body. With ``freeze`` what was allocated is frozen
-    on the way out (gc.freeze, as ``executor.core.storage.settle_heap`` does), so the
+    on the way out (gc.freeze, as ``executor.core.heap.settle_heap`` does), so the
     first collection after it does not walk the loaded rows either."""
     was_enabled = gc.isenabled()
     gc.disable()

@@ -25,14 +25,8 @@ from typing import Any, cast
 import msgpack
 
 from executor.core.context import TxnContext
-from executor.core.storage import (
-    KEY_INT_MAX,
-    KEY_INT_MIN,
-    PreparedWrite,
-    Storage,
-    encode_failure,
-    failure_text,
-)
+from executor.core.rows import KEY_INT_MAX, KEY_INT_MIN, encode_failure, failure_text
+from executor.core.storage import PreparedWrite, Storage
 from txn_library import limits
 from txn_library.errors import (
     ABORTED,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator
 
-from executor.core.storage import Storage, settle_heap
+from executor.core.heap import settle_heap
+from executor.core.storage import Storage
 
 
 def genesis_rows(

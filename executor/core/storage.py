@@ -8,12 +8,10 @@ and partition layout (the sum over partitions equals the hash of the whole
 database), and costs O(1) per write (subtract the old row's digest, add the new).
 Replicated read-only tables (TPC-C ITEM) are hashed separately in ``static_hash``.
 
-Packing a row (``Storage.encode``) is most of a write's cost. msgspec's encoder writes
-the same bytes as msgpack's Packer for what rows are nearly always made of, and in a
-third to a half of the time: a key and row of plain scalars (exactly str, int, float,
-bool, None or bytes) go through it; anything else, and anything it refuses, goes
-through msgpack's Packer, whose bytes and errors define the encoding
-(tests/unit/test_row_encoding.py compares the two).
+Packing a row (``Storage.encode``) is most of a write's cost; the fast encoder beside
+msgpack's, the checks a written key and row pass and the decoding of a loaded row's
+bytes are in ``executor.core.rows``. Keeping the collector off a loaded database is
+``executor.core.heap``.
 
 Digests of overwritten rows (``_digests[table][key]``): a transaction's overwrite keeps
 the digest of the row it installs, so that the next overwrite of that row hashes it out
@@ -84,37 +82,32 @@ transaction applied (or kill the process):
 
 from __future__ import annotations
 
-import gc
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from typing import Any
 
 import msgpack
-import msgspec
-import xxhash
 
 from executor.core.ordered_index import OrderedIndex
+from executor.core.rows import (
+    _decoded,
+    _decoded_chunk,
+    _digest,
+    _encode,
+    _packb,
+    _plain,
+    _quote,
+    _writable,
+    _writable_key_types,
+    _write_problem,
+    encode_failure,
+)
 from txn_library import catalog, limits
 from txn_library.errors import invariant
 from txn_library.heap import gc_paused
 
 MASK64 = (1 << 64) - 1
-# Gen0 allocations, gen1 and gen2 collection ratios (see settle_heap). A young
-# collection walks every object it finds (~0.5 us each: rows survive until it untracks
-# them), so its pause grows with the gen0 threshold: 50,000 paused a partition 20-30 ms
-# every ~0.5 s under New Order (p99 at 50 terminals 44-46 ms); 5,000 gave pauses of
-# ~2.5 ms for the same total work (p99 23-29 ms). Since settle_turn a young collection
-# sees only objects made in the current turn of the loop.
-GC_THRESHOLDS = (5_000, 20, 100)
-KEY_INT_MIN, KEY_INT_MAX = -(1 << 63), (1 << 64) - 1  # what msgpack can encode
-_packb = msgpack.packb
-_encode = msgspec.msgpack.Encoder().encode  # see the module docstring: Storage.encode
-_digest = xxhash.xxh3_64_intdigest
-_KEY_PART_TYPES = frozenset(catalog.KEY_PART_TYPES)
-_REPR_CHARS_MAX = 120  # of a key quoted in an error message
-FAILURE_CHARS_MAX = 500  # of an exception's text in an ERROR result
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
 
 # (table, key, row or None = delete, msgpack([table, key, row]) or None for a delete)
 PreparedWrite = tuple[str, tuple, tuple | None, bytes | None]
@@ -124,147 +117,7 @@ PreparedWrite = tuple[str, tuple, tuple | None, bytes | None]
 Changes = dict[str, dict[tuple, bytes | None]]
 
 
-def _decoded(table: str, key: tuple, data: bytes) -> tuple:
-    """The row of a pending ``data`` (msgpack([table, key, row])), which must be
-    ``key``'s row of ``table``: a checkpoint's bytes are vouched for by its CRCs and its
-    hash, the key it was loaded under by the writer alone."""
-    try:
-        elem = msgpack.unpackb(data, use_list=False)
-    except Exception:
-        elem = None
-    if not _is_row_of(elem, table, key):
-        invariant(False, f"{_quote(table, key)}: a loaded row is not the row of its key")
-    return elem[2]  # type: ignore[index]
-
-
-def _is_row_of(elem: Any, table: str, key: tuple) -> bool:
-    """``elem`` is a decoded msgpack([table, key, row]) of this table and key."""
-    return (
-        type(elem) is tuple
-        and len(elem) == 3
-        and elem[0] == table
-        and elem[1] == key
-        and type(elem[2]) is tuple
-    )
-
-
 MATERIALIZE_CHUNK = 4096  # pending rows decoded as one msgpack array (materialize)
-_ARRAY_HEADER = msgpack.Packer().pack_array_header
-
-
-def _decoded_chunk(table: str, keys: list[tuple], datas: list[bytes]) -> list[tuple] | None:
-    """The rows of pending ``datas`` (each msgpack([table, key, row])) of ``keys``,
-    decoded as one array; None if that fails or an element is not (``table``, its key,
-    a tuple): the caller then decodes them one by one (``_decoded`` raises)."""
-    try:
-        elems = msgpack.unpackb(_ARRAY_HEADER(len(datas)) + b"".join(datas), use_list=False)
-    except Exception:
-        return None
-    if type(elems) is not tuple or len(elems) != len(keys):
-        return None
-    rows = []
-    for elem, key in zip(elems, keys, strict=True):
-        if not _is_row_of(elem, table, key):
-            return None
-        rows.append(elem[2])
-    return rows
-
-
-def _plain(values: tuple) -> bool:
-    """Every value is exactly a str, int, float, bool, None or bytes: what msgspec
-    packs to msgpack's bytes (not a subclass, a container or a set, which msgpack
-    refuses and msgspec packs)."""
-    for v in values:
-        tp = type(v)
-        if not (tp is str or tp is int or v is None or tp is float or tp is bool or tp is bytes):
-            return False
-    return True
-
-
-def row_digest(table: str, key: tuple, row: tuple) -> int:
-    return _digest(_packb((table, key, row)))
-
-
-# Key part types of the tables a transaction may write (registered, partitioned, with
-# declared key types) by name, filled as writes meet them: a registered table never
-# changes (catalog.register_table), and a name not registered yet is not kept.
-_writable_key_types: dict[str, tuple[type, ...]] = {}
-
-
-def _writable(table: str) -> tuple[type, ...] | None:
-    """``table``'s key part types if a transaction may write it, else None."""
-    spec = catalog.table_or_none(table)
-    if spec is None or spec.replicated or not spec.key_types:
-        return None
-    _writable_key_types[table] = spec.key_types
-    return spec.key_types
-
-
-def failure_text(e: Exception) -> str:
-    """A short message for an exception raised by a procedure (or by msgpack on a
-    procedure's value), the same on every replica: str() of it may run procedure code
-    (so it may fail) and may show object addresses (so they are removed)."""
-    try:
-        text = str(e)
-    except Exception:  # the procedure's own __str__/__repr__ failed: still its failure
-        text = "<unprintable>"
-    text = _ADDRESS.sub("", text)
-    if len(text) > FAILURE_CHARS_MAX:
-        text = text[: FAILURE_CHARS_MAX - 3] + "..."
-    return f"{type(e).__name__}: {text}"
-
-
-def encode_failure(e: Exception) -> str:
-    """failure_text for msgpack refusing a procedure's value (its only OverflowError
-    is an int outside [-2**63, 2**64-1])."""
-    return "integer out of range for msgpack" if isinstance(e, OverflowError) else failure_text(e)
-
-
-def key_parts_problem(key: Any) -> str | None:
-    """Why ``key`` (or a key prefix) cannot travel or be stored (None if it can)."""
-    if not isinstance(key, tuple):
-        return f"key is {type(key).__name__}, not a tuple"
-    for i, part in enumerate(key):
-        tp = type(part)
-        if tp not in _KEY_PART_TYPES:
-            return f"key part {i} is {tp.__name__}, not int, str or bytes"
-        if tp is int and not KEY_INT_MIN <= part <= KEY_INT_MAX:
-            return "integer out of range for msgpack"
-    return None
-
-
-def _write_problem(spec: catalog.Table | None, table: Any, key: Any, row: Any) -> str | None:
-    """Why a write cannot be applied, before packing it (None if it may be packed, or
-    if it is a valid delete). The slow path of ``Storage.prepare_writes``."""
-    if spec is None:
-        return "unknown table"
-    if spec.replicated:
-        return "the table is replicated (read-only)"
-    problem = _key_problem(spec, key)
-    if problem is not None:
-        return problem
-    if row is not None and not isinstance(row, tuple):
-        return f"row is {type(row).__name__}, not a tuple"
-    return None
-
-
-def _key_problem(spec: catalog.Table, key: Any) -> str | None:
-    """Why ``key`` cannot be a key of ``spec`` (None if it can)."""
-    if not isinstance(key, tuple):
-        return f"key is {type(key).__name__}, not a tuple"
-    if len(key) != spec.key_len:
-        return f"key has {len(key)} parts, the table's keys have {spec.key_len}"
-    declared = spec.key_types
-    for i, part in enumerate(key):
-        tp = type(part)
-        if declared:
-            if tp is not declared[i]:
-                return f"key part {i} is {tp.__name__}, the table declares {declared[i].__name__}"
-        elif tp not in _KEY_PART_TYPES:
-            return f"key part {i} is {tp.__name__}, not int, str or bytes"
-        if tp is int and not KEY_INT_MIN <= part <= KEY_INT_MAX:
-            return "integer out of range for msgpack"
-    return None
 
 
 class Storage:
@@ -849,84 +702,3 @@ class Storage:
             else:
                 state += s
         return state & MASK64, static & MASK64
-
-
-def _quote(table: Any, key: Any) -> str:
-    """``table(key)`` for an error message. Only values of known types are shown: the
-    repr of anything else may run procedure code or contain an address, and the
-    message must be the same on every replica."""
-    name = table if type(table) is str else f"<{type(table).__name__}>"
-    if isinstance(key, tuple) and all(type(p) in _KEY_PART_TYPES for p in key):
-        text = f"{name}{key!r}"
-    else:
-        text = f"{name}(<{type(key).__name__}>)"
-    return text if len(text) <= _REPR_CHARS_MAX else text[: _REPR_CHARS_MAX - 3] + "..."
-
-
-def settle_heap() -> None:
-    """Keep the collector off a loaded database (after a genesis or a checkpoint load).
-
-    A TPC-C warehouse is ~560,000 rows that live as long as the process. With CPython's
-    default thresholds the cyclic collector walks the big table dicts and index lists
-    over and over (they are re-tracked on the first insert after every full
-    collection), which cost about half of a partition's CPU under New Order. So:
-    collect once, freeze the survivors (gc.freeze: never scanned again) and make
-    collections of the older generations rare. Rows are tuples without cycles;
-    collections still run. A process serving transactions then ends each turn of its
-    loop with ``settle_turn``.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-
-
-def settle_turn() -> None:
-    """Freeze what survived a turn of a partition's loop (O(1): gc.freeze splices lists);
-    deterministic and traditional partitions, and replay after each batch.
-
-    What outlives a turn is rows just written (live until overwritten, then freed by
-    reference counting) or a transaction still in flight (freed by reference counting
-    when it finishes). A young collection walks each such object once or more and finds
-    nothing: under New Order they cost a partition about 80 ms per second (young
-    collections of ~2.5 ms, 33 a second), and with checkpoints about 100 ms, for zero
-    objects collected. After a turn is frozen, collections still run within the next
-    turn (GC_THRESHOLDS; freezing resets the allocation count), over that turn's objects.
-
-    The price: a reference cycle that outlives a turn is never collected. The engine
-    makes none: tests wrap its paths in ``tests/heap_checks.no_cycles`` (TPC-C's mix
-    with a restart, bank transfers, aborts, failing and hostile calls, remote reads,
-    checkpoints written, failed and loaded, replay, the traditional engine's wait-die),
-    which runs them with the collector off and asserts a collection then finds nothing.
-    A periodic full collection is no safety net here: over a busy partition's heap it
-    takes about 1 s per 10 s of New Order (measured), a pause no client should see."""
-    gc.freeze()
-
-
-def release_heap() -> None:
-    """The end of a task whose state is gone (a replay task in a Spark worker, which
-    runs many): what ``settle_heap`` and ``settle_turn`` froze goes back to the
-    collector, which collects once. A cycle frozen during the task (the engine makes
-    none; a library might) is then not kept for the worker's life."""
-    gc.unfreeze()
-    gc.collect()
-
-
-# Finished tasks' states not freed yet (``retire``): at most one per process.
-_retired: list[Any] = []
-
-
-def retire(state: Any) -> None:
-    """Keep a finished task's ``state`` instead of freeing it now: freeing a replica
-    of ~1M rows a partition took a Spark task 0.8-1.1 s before its rows went back.
-    The state is freed, and the heap released (``release_heap``), when this process
-    next starts a task that loads a state (``release_retired``), or never if it exits
-    first (a Spark worker is killed with its session)."""
-    release_retired()
-    _retired.append(state)
-
-
-def release_retired() -> None:
-    """Free a retired state, if any, and release the heap (``retire``)."""
-    if _retired:
-        _retired.clear()
-        release_heap()

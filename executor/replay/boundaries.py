@@ -25,7 +25,8 @@ from pathlib import Path
 from executor.core import checkpoint
 from executor.core.checkpoint import CheckpointInfo, CheckpointInvalid
 from executor.core.genesis import genesis_rows, genesis_storage
-from executor.core.storage import MASK64, settle_heap
+from executor.core.heap import settle_heap
+from executor.core.storage import MASK64
 from executor.deterministic.replica import LocalReplica
 from executor.replay.spec import ReplaySpec
 

@@ -13,7 +13,7 @@ in-process (LocalReplica). Task layout:
   bad epoch; a verified end state is the next interval's start
   (executor.replay.verify.verify_run), so a task loads one state, not one per
   interval, and retires its last state instead of freeing it before its rows go back
-  (executor.core.storage.retire). Each interval gives one small row; the driver
+  (executor.core.heap.retire). Each interval gives one small row; the driver
   annotates them across intervals (a checkpoint found corrupt when loaded as a start
   marks the interval that ends at it; the other replicas' checkpoint hashes) and
   writes them as one Parquet file.
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from executor.core.checkpoint import DELTA_ROW_LOAD_WEIGHT
-from executor.core.storage import release_heap, release_retired
+from executor.core.heap import release_heap, release_retired
 from executor.replay.boundaries import Boundary, peer_checkpoint_dirs, scan_checkpoints
 from executor.replay.export import arrow_array, prepare_output, publish_output, staging_dir
 from executor.replay.intervals import VERIFY_COLUMNS, IntervalTask

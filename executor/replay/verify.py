@@ -38,7 +38,7 @@ from typing import Any
 
 from executor.core import checkpoint
 from executor.core.checkpoint import CheckpointInvalid
-from executor.core.storage import release_heap, release_retired, retire
+from executor.core.heap import release_heap, release_retired, retire
 from executor.deterministic.replica import LocalReplica
 from executor.replay.batches import Replayer, ReplayFailure, ReplayStats
 from executor.replay.boundaries import (
@@ -86,7 +86,7 @@ def verify_run(tasks: Iterable[IntervalTask], *, keep: bool = False) -> list[dic
     starts from the state the previous one verified, when it verified it.
 
     The run's last state is freed before returning, or with ``keep`` retired
-    (``storage.retire``: freed when this process next loads a state; Spark tasks)."""
+    (``heap.retire``: freed when this process next loads a state; Spark tasks)."""
     release_retired()
     rows = []
     carried: LocalReplica | None = None

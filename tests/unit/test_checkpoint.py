@@ -25,6 +25,10 @@ from cluster.config import ClusterConfig
 from cluster.launcher import free_base_port
 from cluster.partition_server import PartitionServer
 from executor.core import checkpoint
+from executor.core.checkpoint import loader as ckpt_loader
+from executor.core.checkpoint import writer as ckpt_writer
+from executor.core.checkpoint.format import _rows_frame
+from executor.core.checkpoint.reader import _check_hash_only, _decode_rows, _keyed_frame
 from executor.core.context import TxnContext, cover_set
 from executor.core.execution import run_body
 from executor.core.storage import Storage
@@ -301,7 +305,7 @@ def test_a_partition_never_waits_for_a_busy_writer(tmp_path: Path, gate: threadi
         assert part.last_epoch == 2  # applied although the writer of epoch 1 is stuck
         server._maybe_checkpoint()
         assert part.checkpoint_due is None and part.boundary == (2, part.storage.state_hash)
-        assert server.checkpoints_skipped == 1
+        assert server.checkpoints.skipped == 1
         assert (server.checkpoint_dir / checkpoint.skip_name(2, 0)).exists()  # for replay
         _offer(server, 3, 2, [("bank.transfer", (3, 4, 7))], flag=False)
         gate.set()
@@ -334,12 +338,12 @@ def test_a_failed_checkpoint_writer_never_counts_and_the_next_one_is_a_base(
     part = server.part
     try:
         server._maybe_checkpoint()
-        _reap_until(server, lambda: server._writer is None)  # epoch 1: a base, written
+        _reap_until(server, lambda: server.checkpoints.writer is None)  # epoch 1: a base, written
         monkeypatch.setattr(checkpoint.CheckpointWriter, "_write", failing)
         _offer(server, 2, 1, [("bank.transfer", (1, 2, 5))], flag=True)
         server._maybe_checkpoint()
-        assert server._writer is not None
-        _reap_until(server, lambda: server._writer is None)  # epoch 2: a delta, failed
+        assert server.checkpoints.writer is not None
+        _reap_until(server, lambda: server.checkpoints.writer is None)  # epoch 2: a delta, failed
         assert part.newest_checkpoint_epoch == 1
         assert part.boundary[0] == 2  # compared across replicas all the same
         assert not (server.checkpoint_dir / checkpoint.checkpoint_name(2, 0)).exists()
@@ -355,7 +359,7 @@ def test_a_failed_checkpoint_writer_never_counts_and_the_next_one_is_a_base(
 def test_checkpoints_written_failed_and_loaded_leave_no_reference_cycles(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Partitions freeze what outlives a loop turn (storage.settle_turn): a writer, even
+    """Partitions freeze what outlives a loop turn (heap.settle_turn): a writer, even
     a failed one, must be freed by reference counting once dropped (its exception's
     traceback would hold the writer's frames, and through them the rows it captured)."""
     real_write = checkpoint.CheckpointWriter._write
@@ -375,16 +379,16 @@ def test_checkpoints_written_failed_and_loaded_leave_no_reference_cycles(
     try:
         with no_cycles():
             server._maybe_checkpoint()
-            _reap_until(server, lambda: server._writer is None)  # epoch 1: a base
+            _reap_until(server, lambda: server.checkpoints.writer is None)  # epoch 1: a base
             _offer(server, 2, 1, [("bank.transfer", (1, 2, 5))], flag=True)
             _reap_until(server, lambda: part.newest_checkpoint_epoch == 2)  # a delta
             for skip in (0, 1):  # the header's write fails, then a rows frame's
                 fail_after.append(skip)
                 _offer(server, 3 + skip, 2 + skip, [("bank.transfer", (3, 4, 7))], flag=True)
                 server._maybe_checkpoint()
-                assert server._writer is not None
-                failed = weakref.ref(server._writer)
-                _reap_until(server, lambda: server._writer is None)
+                assert server.checkpoints.writer is not None
+                failed = weakref.ref(server.checkpoints.writer)
+                _reap_until(server, lambda: server.checkpoints.writer is None)
                 assert part.newest_checkpoint_epoch == 2 and not fail_after
                 assert failed() is None  # freed when dropped, though pytest keeps the log
             _offer(server, 5, 4, [("bank.transfer", (2, 5, 1))], flag=True)
@@ -503,19 +507,19 @@ def test_a_base_checks_the_static_file_once_per_process(
 ) -> None:
     """Each base names the static file; it was checked (decoded) again at every base."""
     checks: list[Path] = []
-    real = checkpoint._check_hash_only
+    real = _check_hash_only
 
     def counting(path: Path, *a: Any, **kw: Any) -> checkpoint.CheckpointInfo:
         checks.append(path)
         return real(path, *a, **kw)
 
-    monkeypatch.setattr(checkpoint, "_check_hash_only", counting)
-    checkpoint._static_seen.clear()  # as in a new process
+    monkeypatch.setattr(ckpt_writer, "_check_hash_only", counting)
+    ckpt_writer._static_seen.clear()  # as in a new process
     s = _mixed_storage()
     chain = checkpoint.CheckpointChain(s)
     _checkpoint(tmp_path, chain, 1)  # writes it
     (static,) = tmp_path.glob("static-p0-*.ckpt")
-    checkpoint._static_seen.clear()
+    ckpt_writer._static_seen.clear()
     for epoch in (2, 3):
         chain.failed()  # no parent: the next one is a base too
         _checkpoint(tmp_path, chain, epoch)
@@ -570,13 +574,13 @@ def _rows_payload(parts: list[bytes]) -> bytes:
     deleted = [i for i, r in enumerate(rows) if r[2] is None]
     packer = msgpack.Packer(autoreset=True)
     keys = [r[1] for r in rows]
-    return checkpoint._rows_frame(packer, rows[0][0], keys, deleted, parts)[8:]
+    return _rows_frame(packer, rows[0][0], keys, deleted, parts)[8:]
 
 
 def _doctor_first_row(path: Path) -> None:
     """Change one row of a checkpoint with every CRC and length still valid."""
     frames = _frames_of(path)
-    rows, _, _ = checkpoint._decode_rows(frames[1], path, None, True)
+    rows, _, _ = _decode_rows(frames[1], path, None, True)
     table, key, row = rows[0]
     changed = (table, key, (row[0] + 1, *row[1:]))
     packer = msgpack.Packer(autoreset=True)
@@ -627,7 +631,7 @@ def test_a_chain_loads_its_base_unhashed_too(tmp_path: Path) -> None:
     s = _mixed_storage()
     chain = checkpoint.CheckpointChain(s)
     p1 = _checkpoint(tmp_path, chain, 1)
-    rows, _, _ = checkpoint._decode_rows(_frames_of(p1)[1], p1, None, True)
+    rows, _, _ = _decode_rows(_frames_of(p1)[1], p1, None, True)
     table, key, row = rows[0]  # the row _doctor_first_row changes
     _txn(s, {(table, key): (row[0] + 7, *row[1:])})
     p2 = _checkpoint(tmp_path, chain, 2)
@@ -685,18 +689,18 @@ def test_check_reads_a_delta_by_its_bytes_in_any_order_and_decodes_what_differs(
     _txn(replayed, dict(reversed(writes.items())))  # the same writes, another order
     since = (1, info1.state_hash)
     fast: list[bool] = []
-    real = checkpoint._delta_is_record
+    real = ckpt_loader._delta_is_record
     monkeypatch.setattr(
-        checkpoint, "_delta_is_record", lambda *a: fast.append(real(*a)) or fast[-1]
+        ckpt_loader, "_delta_is_record", lambda *a: fast.append(real(*a)) or fast[-1]
     )
     assert checkpoint.check(p2, replayed, since).epoch == 2
     head, accounts, orders, footer = _frames_of(p2)
-    body = list(checkpoint._keyed_frame(orders, p2, None)[1])
+    body = list(_keyed_frame(orders, p2, None)[1])
     shuffled = _rows_payload(body[::-1])
     _rewrite(p2, [head, accounts, shuffled, footer])
     assert checkpoint.check(p2, replayed, since).epoch == 2
     assert fast == [True, True]
-    mixed = [*checkpoint._keyed_frame(accounts, p2, None)[1], *body]
+    mixed = [*_keyed_frame(accounts, p2, None)[1], *body]
     _rewrite(p2, [head, _rows_payload(mixed), footer])
     with pytest.raises(checkpoint.CheckpointInvalid, match="do not name its rows"):
         checkpoint.check(p2, replayed, since)
@@ -892,7 +896,7 @@ def test_a_base_copies_the_frames_of_tables_that_only_grew_since_the_last_base(
     append-only table, or one nothing wrote) starts with that base's frames, copied as
     they are; only its new rows are packed. A table with a key written or deleted is
     packed whole. Every base loads to the live state either way."""
-    monkeypatch.setattr(checkpoint, "ROWS_PER_FRAME", 64)
+    monkeypatch.setattr(ckpt_writer, "ROWS_PER_FRAME", 64)
     s = _mixed_storage()
     chain = checkpoint.CheckpointChain(s)
     b1 = _base(tmp_path, chain, 1)
@@ -926,7 +930,7 @@ def test_a_base_copies_the_frames_of_tables_that_only_grew_since_the_last_base(
 def test_a_base_never_copies_a_damaged_frame_or_from_a_replaced_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(checkpoint, "ROWS_PER_FRAME", 64)
+    monkeypatch.setattr(ckpt_writer, "ROWS_PER_FRAME", 64)
     s = _mixed_storage()
     chain = checkpoint.CheckpointChain(s)
     b1 = _base(tmp_path, chain, 1)
@@ -967,7 +971,7 @@ def test_bases_copying_frames_load_to_the_state_under_random_appends_and_writes(
 ) -> None:
     """Mostly new keys (appends), some overwrites and deletes, deltas and bases at
     random: every checkpoint loads to the live state, and bases copy rows."""
-    monkeypatch.setattr(checkpoint, "ROWS_PER_FRAME", 32)
+    monkeypatch.setattr(ckpt_writer, "ROWS_PER_FRAME", 32)
     rng = random.Random(11)
     s = _mixed_storage()
     chain = checkpoint.CheckpointChain(s)

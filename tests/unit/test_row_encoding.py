@@ -22,7 +22,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from executor.core.storage import Storage, encode_failure
+from executor.core.rows import encode_failure
+from executor.core.storage import Storage
 from txn_library import limits
 from txn_library.catalog import key_bytes
 

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tpcc.schema as schema  # registers the TPC-C tables (DISTRICT plain, NEW-ORDER ordered)
-from executor.core.storage import Storage, row_digest
+from executor.core.rows import row_digest
+from executor.core.storage import Storage
 from txn_library import limits
 
 TABLES = (schema.DISTRICT, schema.NEW_ORDER)
