@@ -106,6 +106,10 @@ class PendingCall:
     ordered: bool = True  # keeps its place among its connection's calls (batch_order)
     restarts: int = 0
     encoded: bytes = b""  # the txn as logged, once it is pending
+    # A push to a dataflow's border stream: the transactions it derives, encoded as
+    # logged (txn_library.streams.derived_txns), and how many.
+    derived: bytes = b""
+    derived_txns: int = 0
     lookup: bool = False  # fetching a logged call's result after a restart
     query: tuple | None = None  # (query id, recon, partition, body) of its last query
 

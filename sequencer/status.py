@@ -20,6 +20,7 @@ class SequencerStats:
     calls_rejected: int = 0
     calls_overloaded: int = 0
     txns_sequenced: int = 0
+    txns_derived: int = 0  # a dataflow's steps, derived from pushes (txn_library.streams)
     epochs: int = 0
     restarts: int = 0
     queries: int = 0

@@ -127,7 +127,7 @@ def test_restart_result_resequences_with_the_new_prediction(tmp_path: Path) -> N
     _submit(s, (1, "kv.add", ("x", 1)))
     s.tick(1)
     # Pretend this were a dependent txn: a RESTART result re-sequences it.
-    f = s._inflight[0]
+    f = s.results.inflight[0]
     f.call.args = ("x", 0)  # the last argument plays the prediction
     s.on_results(0, 0, ((0, RESTART, wire.pack(5)),), (), STATUS)
     batch = wire.decode_batch(s.tick(2))  # type: ignore[arg-type]

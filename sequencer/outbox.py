@@ -1,0 +1,40 @@
+"""What the sequencer sends: replies to clients, answers to control requests, queries to
+partitions. The role does no I/O; the process loop takes each outbox whole once a turn
+and sends it.
+
+Owner of the three outboxes. Every part writes through this object (``reply``, or
+``query_out`` looked up at each write), never through a dict it kept: ``take_*`` swaps
+in a fresh one, and the caller owns what it took.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from txn_library.wire import ErrorReply, OkReply, StatusReply
+
+
+class Outbox:
+    __slots__ = ("client_out", "control_out", "query_out")
+
+    def __init__(self) -> None:
+        # client identity -> [(req_id, status, value)]
+        self.client_out: dict[bytes, list] = {}
+        self.control_out: list[tuple[bytes, OkReply | ErrorReply | StatusReply]] = []
+        # (replica, partition) -> [(query id, replica, proc name, args, min txn id)]
+        self.query_out: dict[tuple[int, int], list] = {}
+
+    def reply(self, identity: bytes, req_id: Any, status: int, value: Any) -> None:
+        self.client_out.setdefault(identity, []).append((req_id, status, value))
+
+    def take_client_out(self) -> dict[bytes, list]:
+        out, self.client_out = self.client_out, {}
+        return out
+
+    def take_control_out(self) -> list[tuple[bytes, OkReply | ErrorReply | StatusReply]]:
+        out, self.control_out = self.control_out, []
+        return out
+
+    def take_query_out(self) -> dict[tuple[int, int], list]:
+        out, self.query_out = self.query_out, {}
+        return out
