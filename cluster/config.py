@@ -49,7 +49,7 @@ class ClusterConfig:
     fsync: bool = True
     # Modules whose import registers procedures and tables (same list everywhere). The
     # engine's default is the built-ins; a workload adds its own (`ordo tpcc ...` adds
-    # tpcc.procedures, `ordo up --module M` any other).
+    # tpcc.transactions, `ordo up --module M` any other).
     procedure_modules: tuple[str, ...] = field(default=("txn_library.builtin",))
     # Initial database: "module:function" called as fn(partition, partitions, **genesis_args)
     # on every partition that starts from nothing; it yields (table, key, row) for the
@@ -61,6 +61,9 @@ class ClusterConfig:
     checkpoint_every_epochs: int = 0
     checkpoint_every_s: float = 0.0  # also (or instead) by time; 0 = never
     checkpoint_keep: int = 3  # per partition; 0 = drain at boundaries but write nothing
+    # Dataflows (txn_library.streams): "strong" logs the transactions a push derives,
+    # "weak" only the push (every reader derives them again). Same state either way.
+    dataflow_recovery: str = "strong"
     log_segment_bytes: int = 0  # 0 = limits.segment_bytes_max
     # Fault injection, for tests only: each partition drops every Nth batch it receives
     # over PUB/SUB (0 = never), forcing the gap-repair path through the log service.
@@ -90,6 +93,8 @@ class ClusterConfig:
             raise ValueError(f"sequencers must be 1..{SEQUENCERS_MAX}, not {self.sequencers}")
         if self.zookeeper_servers not in ZOOKEEPER_SERVER_COUNTS:
             raise ValueError("zookeeper_servers must be 0, 1 or 3")
+        if self.dataflow_recovery not in ("strong", "weak"):
+            raise ValueError("dataflow_recovery must be 'strong' or 'weak'")
         if self.sequencers > 1 and not self.zookeeper_servers:
             raise ValueError("more than one sequencer needs a ZooKeeper ensemble")
         self._check_placement()

@@ -111,13 +111,13 @@ def wait_fresh_checkpoint(
     shown = None
     while True:
         w = assess(asked, _status_rows(c), want)
-        if w.done(want):
-            return asked
         if progress is not None and len(w.durable) != shown:
             shown = len(w.durable)
             progress(
                 f"waiting for checkpoint at epoch {asked}: {shown}/{len(want)} partitions durable"
             )
+        if w.done(want):
+            return asked
         if w.failed:
             if asks >= limits.checkpoint_asks_max:
                 raise CheckpointUnavailable(

@@ -16,19 +16,12 @@ Delivery is reliable and totally ordered although PUB/SUB is neither: a batch wh
 epoch is not last+1 is held back and the gap is fetched from the log service;
 heartbeats reveal a missed tail. Batches already applied are ignored.
 
-Checkpoints: after a flagged epoch the partition stops applying batches until its
-active transactions drain, then captures the rows of its checkpoint (a delta of the
-keys written since the last written checkpoint, or a base: executor.core.checkpoint)
-and goes straight back to work; the loop packs the captured rows a slice per turn and
-a thread writes them. The partition stalls only for the drain and the capture, never
-for an old writer: a boundary reached while one runs is recorded but not written (its
-changes go into the next checkpoint; see ``_maybe_checkpoint``). The boundary
-(epoch, hash) is recorded at the capture, but the checkpoint counts (status
-``newest_checkpoint_epoch``, which ``ordo dump``, ``ordo checkpoint`` and log pruning
-trust) only once the loop, which turns at least every 50 ms, finds the writer done:
-the file renamed into place and its directory fsynced. A partition started from
-genesis with periodic checkpoints writes the genesis state as its first base before
-it serves.
+Checkpoints (cluster.partition_checkpoints): after a flagged epoch the partition
+stops applying batches until its active transactions drain and its checkpoint's rows
+are captured, then goes straight back to work while the loop, which turns at least
+every 50 ms, advances the writer; a checkpoint counts once its file is in place and
+its directory fsynced. The loop then tells the sequencer at once and the peers the
+new reads floor.
 
 Reads cross in the middle of a batch: between admissions, while reads are
 outstanding, the partition sends what it queued and takes what peers sent
@@ -65,12 +58,14 @@ import zmq
 
 from cluster.config import ClusterConfig
 from cluster.ownership import partition_owner, start_role
+from cluster.partition_checkpoints import PartitionCheckpoints
 from cluster.processes import SpareCores, batch_scheduling
 from cluster.security import SocketSecurity, partition_role, sequencer_role
 from cluster.sockets import replica_mesh
 from executor.core import checkpoint
 from executor.core.genesis import genesis_storage
-from executor.core.storage import Storage, settle_heap, settle_turn
+from executor.core.heap import settle_heap, settle_turn
+from executor.core.storage import Storage
 from executor.deterministic.delivery import (
     PEER_HOLD_RETRY_S,
     REPAIR_RETRY_S,
@@ -87,8 +82,6 @@ from txn_library.procedure import load_modules
 log = logging.getLogger("ordo.replica")
 
 PROGRESS_EVERY_S = 1.0
-WRITER_STEP_S = 0.004  # checkpoint packing per loop turn while transactions run ...
-WRITER_STEP_IDLE_S = 0.03  # ... and while the partition is idle
 # Inbox messages taken between two admissions of a batch (Partition.on_batch's
 # interleave): the batch goes on after that many, whatever peers send.
 INTERLEAVE_MESSAGES_MAX = 16
@@ -139,18 +132,19 @@ class PartitionServer:
             )
         self.part = Partition(replica, partition, config.partitions, storage)
         self.part.hold_clock = time.monotonic  # honour ctx.hold_locks (benchmarks)
-        self.checkpoints_skipped = 0  # boundaries not written: the previous writer was busy
         if restored is not None:
             info = restored[0]
             self.part.restore(info.epoch, info.next_txn_id, info.txns_applied)
-        # What the next checkpoint is (a delta since the newest written one, or a base).
-        self._chain = checkpoint.CheckpointChain(
-            self.part.storage, restored[0] if restored and config.checkpoint_keep > 0 else None
+        self.checkpoints = PartitionCheckpoints(
+            config,
+            replica,
+            partition,
+            self.part,
+            self.checkpoint_dir,
+            restored[0] if restored else None,
         )
-        if restored is None and genesis_loaded and self._periodic_checkpoints():
-            self._write_genesis_base()
-        self._writer: checkpoint.CheckpointWriter | None = None  # the file being written
-        self._drain_started: float | None = None  # when a due checkpoint was first seen
+        if restored is None and genesis_loaded and self.checkpoints.periodic():
+            self.checkpoints.write_genesis_base()
         self._started = time.monotonic()
         self._start_epoch = self.part.last_epoch
         self._live = False
@@ -202,6 +196,8 @@ class PartitionServer:
         self._resend_wanted: dict[int, int] = {}  # peer -> first txn id it asked for
         self._resent_at: dict[int, float] = {}  # peer -> when its reads were last resent
         self.dropped = DroppedMessages(log, "inbound messages or reads")
+        self._derived_failures_logged = 0
+        self._derived_failures_next_log = 0.0
         self._status_requested = False  # MSG_STATUS_REQUEST, or a checkpoint became durable
 
     def stop(self, *_: object) -> None:
@@ -211,121 +207,15 @@ class PartitionServer:
     # Checkpoints ----------------------------------------------------------------
     def _maybe_checkpoint(self) -> None:
         """Advance the checkpoint being written; at a drained checkpoint boundary record
-        it and start writing its file (a delta of the keys written since the last
-        written checkpoint, or a base).
-
-        The writer (executor.core.checkpoint.CheckpointWriter) captures the boundary's
-        rows at once, then packs them a slice per loop turn and a thread writes them:
-        the partition never stops for it. It never waits for an old writer either: a
-        boundary reached while the previous file is still being written is recorded
-        (its hash is compared across replicas as always) but not written here, and its
-        changes go into the next checkpoint, whose header names the last written one.
-        One writer at a time, as PostgreSQL never runs two checkpoints at once and
-        Redis refuses a BGSAVE while one runs: two would only compete for the same CPU
-        and disk. Logged and counted (``checkpoints_skipped``); status shows it as
-        ``newest_checkpoint_epoch`` behind ``boundary_epoch``.
-        """
-        self._reap_child(block=False)
-        part = self.part
-        self._chain.bound_record()
-        if part.checkpoint_due is not None and self._drain_started is None:
-            self._drain_started = time.monotonic()
-        if not part.checkpoint_ready():
-            return
-        keep = self.config.checkpoint_keep
-        if keep > 0 and self._writer is not None and part.checkpoint_requested:
-            # A client asked for this boundary (ordo checkpoint, ordo dump): batches wait
-            # here while _reap_child finishes the previous file unpaced, then it is
-            # written like any other (PostgreSQL's CHECKPOINT likewise finishes the
-            # running checkpoint at full speed). Status goes on meanwhile.
-            return
-        drain_s = time.monotonic() - (self._drain_started or time.monotonic())
-        self._drain_started = None
-        if keep <= 0:
-            part.checkpoint_taken()  # a boundary to compare, no file: never durable
+        it and start writing its file (PartitionCheckpoints.take_boundary)."""
+        if self.checkpoints.advance_writer(block=False):
+            self._checkpoint_durable()
+        if self.checkpoints.take_boundary():
             self.feed.apply_held()
-            return
-        epoch = part.checkpoint_due
-        assert epoch is not None
-        if self._writer is not None:
-            self.checkpoints_skipped += 1
-            try:
-                checkpoint.mark_skipped(
-                    self.checkpoint_dir, epoch, self.partition_id, self._writer.planned.epoch
-                )
-            except OSError as e:  # the next checkpoint's header still tells
-                log.warning("could not mark the skipped checkpoint %d: %s", epoch, e)
-            log.warning(
-                "checkpoint at epoch %d not written: the one of epoch %d is still being "
-                "written (its changes go into the next checkpoint; %d skipped so far)",
-                epoch,
-                self._writer.planned.epoch,
-                self.checkpoints_skipped,
-            )
-            part.checkpoint_taken()
-            self.feed.apply_held()
-            return
-        t0 = time.monotonic()
-        planned = self._chain.plan(epoch)
-        self._writer = self._chain.writer(self.checkpoint_dir, planned, **self._checkpoint_ids())
-        part.checkpoint_writing = epoch
-        self._writer_started = t0
-        self._drain_s = drain_s
-        self._capture_s = time.monotonic() - t0
-        self._writer_cpu_s = 0.0
-        part.checkpoint_taken()  # boundary recorded, batches resume; not durable yet
-        self.feed.apply_held()
 
-    def _reap_child(self, block: bool) -> None:
-        """Advance the checkpoint writer (``block``: to its end); once its file is in
-        place and the directory fsynced, the checkpoint counts (``checkpoint_durable``)
-        and is the next delta's parent. After a failed writer the next one is a base."""
-        writer = self._writer
-        if writer is None:
-            return
-        part = self.part
-        if block:
-            writer.complete()
-        else:
-            cpu0 = time.process_time()
-            # unpaced while a requested boundary waits for it (_maybe_checkpoint)
-            waited_for = part.checkpoint_requested and part.checkpoint_due is not None
-            writer.step(WRITER_STEP_IDLE_S if part.idle() else WRITER_STEP_S, pace=not waited_for)
-            self._writer_cpu_s += time.process_time() - cpu0
-        outcome = writer.outcome
-        if outcome is None:
-            return
-        self._writer = None
-        part.checkpoint_writing = -1
-        planned = writer.planned
-        if outcome is not True:
-            log.error(
-                "checkpoint at epoch %d failed (%s); the next one is a base",
-                planned.epoch,
-                outcome,
-            )
-            self._chain.failed()
-            return
-        self._chain.written(planned)
-        self.part.checkpoint_durable(planned.epoch)
+    def _checkpoint_durable(self) -> None:
         self._status_requested = True  # tell the sequencer now, not at the next tick
-        removed = checkpoint.prune(
-            self.checkpoint_dir, self.partition_id, self.config.checkpoint_keep
-        )
         self._announce_reads_floor(self.peers)
-        log.info(
-            "checkpoint at epoch %d written (%s, %d rows, %d copied from the last base) in "
-            "%.2fs: drain %.1fms, capture %.1fms, packing %.2fs CPU in the loop; pruned %d old",
-            planned.epoch,
-            "base" if planned.parent is None else f"delta {planned.tip.depth}",
-            planned.rows,
-            writer.copied_rows,
-            time.monotonic() - self._writer_started,
-            1000 * self._drain_s,
-            1000 * self._capture_s,
-            self._writer_cpu_s,
-            len(removed),
-        )
 
     def _announce_reads_floor(self, peers: Iterable[int]) -> None:
         """Tell ``peers`` the first txn a restart of this partition could replay from
@@ -340,40 +230,6 @@ class PartitionServer:
         msg = ewire.encode(ewire.ReadsFloor(self.partition_id, floor))
         for q in peers:
             self.peers[q].send(msg)
-
-    def _checkpoint_ids(self) -> dict[str, int]:
-        """Who writes a checkpoint and the counters it records (the writer's header)."""
-        part = self.part
-        return dict(
-            replica=self.replica,
-            partition=self.partition_id,
-            partitions=self.config.partitions,
-            next_txn_id=part.next_txn_id,
-            txns_applied=part.txns_applied,
-        )
-
-    def _periodic_checkpoints(self) -> bool:
-        c = self.config
-        return c.checkpoint_keep > 0 and (c.checkpoint_every_epochs > 0 or c.checkpoint_every_s > 0)
-
-    def _write_genesis_base(self) -> None:
-        """Write the genesis state as the base of the chain (epoch 0), before serving.
-
-        With periodic checkpoints the first one would otherwise be a base written while
-        serving (every row of the partition); written now it costs start-up time
-        instead, and every checkpoint after it can be a delta. A restart before the
-        first periodic checkpoint loads it instead of generating the genesis again.
-        """
-        t0 = time.monotonic()
-        planned = self._chain.plan(0)
-        try:
-            self._chain.write(self.checkpoint_dir, planned, **self._checkpoint_ids())
-        except OSError as e:
-            log.error("genesis base not written (%s); the first checkpoint is a base", e)
-            self._chain.failed()
-            return
-        self._chain.written(planned)
-        log.info("genesis base written (%d rows) in %.1fs", planned.rows, time.monotonic() - t0)
 
     def _maybe_repair(self, now: float) -> None:
         """Ask the leader's log service for a gap; an unanswered ask goes to the next
@@ -547,6 +403,20 @@ class PartitionServer:
                 )
             )
 
+    def _report_derived_failures(self, now: float) -> None:
+        """Dataflow steps that failed here (nobody waits for their results): one line
+        a second at most, with the count and the latest."""
+        n = self.part.derived_failures
+        if n != self._derived_failures_logged and now >= self._derived_failures_next_log:
+            log.error(
+                "%d dataflow step(s) failed since the last report (%d in all; latest: %s)",
+                n - self._derived_failures_logged,
+                n,
+                self.part.derived_failure_last,
+            )
+            self._derived_failures_logged = n
+            self._derived_failures_next_log = now + 1.0
+
     def _report_progress(self, now: float) -> None:
         """Log catch-up progress until the partition has applied everything known."""
         if self._live:
@@ -584,7 +454,7 @@ class PartitionServer:
         part = self.part
         while not self._stop:
             timeout_ms = 50.0
-            if self._writer is not None and part.checkpoint_requested:
+            if self.checkpoints.writer is not None and part.checkpoint_requested:
                 timeout_ms = 0.0  # a requested boundary waits for the writer: no pauses
             due = part.next_hold_due()
             if due is not None:
@@ -619,6 +489,7 @@ class PartitionServer:
                 self._serve_resends(now)
             self._report_progress(now)
             self.dropped.report(now, part.inputs_dropped)
+            self._report_derived_failures(now)
             force = now >= next_status or self._status_requested
             if force:
                 next_status = now + STATUS_EVERY_S
@@ -628,7 +499,8 @@ class PartitionServer:
         self.close()
 
     def close(self) -> None:
-        self._reap_child(block=True)
+        if self.checkpoints.advance_writer(block=True):
+            self._checkpoint_durable()
         socks = [*self.subs, *self.logsvcs, self.inbox, *self.results_to, *self.peers.values()]
         for s in socks:
             s.close(linger=0)

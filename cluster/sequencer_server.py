@@ -189,6 +189,7 @@ class SequencerServer:
             checkpoint_every_epochs=self.config.checkpoint_every_epochs,
             checkpoint_every_s=self.config.checkpoint_every_s,
             term=term,
+            dataflow_recovery=self.config.dataflow_recovery,
         )
         self.term, self.leader, self.role = term, self.member, LEADER
         self._announce = True  # a heartbeat naming this leader goes out at once

@@ -50,7 +50,7 @@ from cluster.ownership import start_role
 from cluster.processes import batch_scheduling
 from cluster.sockets import replica_mesh
 from executor.core.genesis import genesis_storage
-from executor.core.storage import settle_turn
+from executor.core.heap import settle_turn
 from executor.traditional.messages import (
     DECODE_ERRORS,
     LogRecord,

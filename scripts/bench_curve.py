@@ -1,4 +1,4 @@
-"""Benchmark: what CURVE (cluster/security.py) costs on a ZeroMQ link, against plain text.
+"""Benchmark: what CURVE (cluster/security/) costs on a ZeroMQ link, against plain text.
 
 A DEALER client and a ROUTER echo server in another process, over tcp://127.0.0.1,
 with CURVE (keys from ``create_keys``, the server's ZAP authenticator running) and
@@ -33,15 +33,14 @@ import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cluster.security import (  # noqa: E402
+from cluster.security.keys import (  # noqa: E402
     create_keys,
     load_client_identity,
     load_identity,
     load_role_public,
-    secure_client,
-    secure_server,
-    start_authenticator,
 )
+from cluster.security.sockets import secure_client, secure_server  # noqa: E402
+from cluster.security.zap import start_authenticator  # noqa: E402
 
 SERVER_ROLE = "sequencer-0"
 CLIENT = "bench"

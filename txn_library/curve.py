@@ -1,5 +1,5 @@
 """A client's CURVE credentials: what ``txn_library.client.Client`` needs to talk to one
-server of a cluster that runs CURVE (cluster/security.py loads them from a data dir).
+server of a cluster that runs CURVE (cluster/security/ loads them from a data dir).
 
 Plain bytes, no sockets: the client sets them on its DEALER before it connects
 (CURVE_SERVERKEY = server_public, CURVE_PUBLICKEY = client_public, CURVE_SECRETKEY =

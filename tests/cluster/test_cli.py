@@ -335,11 +335,11 @@ def test_up_keeps_the_data_dirs_genesis_and_retention(tmp_path: Path) -> None:
     """`ordo up` on a directory that `ordo tpcc run --keep-data` made built its config
     from its flags and dropped the genesis: the partitions replayed the command log
     over empty tables and served that state as live (every state hash 0)."""
-    from cluster.cli import _config_for_up
+    from cluster.commands.run import _config_for_up
 
     ClusterConfig(
         data_dir=str(tmp_path),
-        procedure_modules=("txn_library.builtin", "tpcc.procedures"),
+        procedure_modules=("txn_library.builtin", "tpcc.transactions"),
         genesis="tpcc.loader:genesis",
         genesis_args={"warehouses": 2, "seed": 1, "load_ts_ms": 1_700_000_000_000},
         checkpoint_every_s=30.0,
@@ -354,7 +354,7 @@ def test_up_keeps_the_data_dirs_genesis_and_retention(tmp_path: Path) -> None:
         7,
         1 << 20,
     )
-    assert cfg.procedure_modules == ("txn_library.builtin", "tpcc.procedures", "kv.extra")
+    assert cfg.procedure_modules == ("txn_library.builtin", "tpcc.transactions", "kv.extra")
     assert (cfg.epoch_duration_ms, cfg.checkpoint_every_epochs) == (5, 100)  # the flags'
     fresh = _config_for_up(str(tmp_path / "new"), 2, 2, free_base_port(), 10, True, (), 0)
     assert fresh.genesis is None and fresh.checkpoint_keep == ClusterConfig().checkpoint_keep
@@ -365,9 +365,9 @@ def test_up_places_every_config_field() -> None:
     deliberately dropped: a new field cannot be lost on a restart unnoticed."""
     from dataclasses import fields
 
-    from cluster import cli
+    from cluster.commands import run
 
-    groups = (cli._KEPT_BY_UP, cli._SET_BY_UP_FLAGS, cli._SET_BY_HA, cli._NOT_KEPT_BY_UP)
+    groups = (run._KEPT_BY_UP, run._SET_BY_UP_FLAGS, run._SET_BY_HA, run._NOT_KEPT_BY_UP)
     placed = [name for group in groups for name in group]
     assert sorted(placed) == sorted(f.name for f in fields(ClusterConfig))
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.cli import ha_layout
+from cluster.commands.run import ha_layout
 from cluster.config import ClusterConfig
 from cluster.launcher import LocalCluster, cluster_client, free_base_port, leader_status
 from cluster.ledger import Ledger, drive_transfers

@@ -1,4 +1,4 @@
-"""CURVE and ZAP (cluster/security.py): admitted keys get service; unknown keys, clients
+"""CURVE and ZAP (cluster/security/): admitted keys get service; unknown keys, clients
 without CURVE and a wrong server key get none, and the server receives nothing from
 them; a CURVE server without an authenticator admits nobody; key files are created
 0600 in 0700 directories, never overwritten, and refused when open to others."""
@@ -21,15 +21,11 @@ from zmq.utils.monitor import recv_monitor_message
 
 from cluster.cli import main
 from cluster.config import ClusterConfig
-from cluster.security import (
+from cluster.security.keys import (
     ADMIN_CLIENT,
     AllowList,
-    Authenticator,
     CurveIdentity,
     SecurityError,
-    SocketSecurity,
-    client_curve,
-    client_curves,
     client_public_path,
     client_secret_path,
     create_keys,
@@ -41,10 +37,15 @@ from cluster.security import (
     role_names,
     role_public_path,
     role_secret_path,
+)
+from cluster.security.sockets import (
+    SocketSecurity,
+    client_curve,
+    client_curves,
     secure_client,
     secure_server,
-    start_authenticator,
 )
+from cluster.security.zap import Authenticator, start_authenticator
 from txn_library import limits
 from txn_library.curve import ClientCurve
 

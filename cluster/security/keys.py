@@ -1,9 +1,5 @@
-"""Security on the network: CURVE keys, the ZAP authenticator, and socket set-up.
-
-A cluster whose config says ``curve`` runs every ZeroMQ socket with CURVE: traffic is
-encrypted, a client knows it talks to the server whose public key it holds, and the
-server's ZAP handler admits only the keys it knows. The loopback embedded default runs
-without CURVE (``SocketSecurity.off``: every call a no-op).
+"""CURVE key material on disk: who holds a key pair, where its files live, creating
+them and loading them, and the allowlist of who may connect.
 
 Key material lives in ``<data_dir>/keys/`` (zmq certificate format, readable by
 ``zmq.auth.load_certificate``):
@@ -16,27 +12,20 @@ Key material lives in ``<data_dir>/keys/`` (zmq certificate format, readable by
 
 On a multi-host cluster a host needs its own roles' secrets, every role's public key
 and the allowlist; a client needs its own secret and the sequencers' public keys.
+``SecurityError`` (here, the package's lowest module) is what the ZAP handler and the
+socket set-up raise too.
 
 Invariants:
 - A secret key file is created with mode 0600 from the start (os.open, O_EXCL) in a
   0700 directory, and is never overwritten: creating keys again adds what is missing.
 - A secret key file readable or writable by group or others is refused on load, as
   ssh refuses such keys; so is a key directory that group or others can write.
-- A CURVE server socket enforces ZAP (ZAP_ENFORCE_DOMAIN): with no authenticator in
-  its context it admits nobody, so a missing handler fails closed, never open.
-- The authenticator admits exactly the CURVE keys on its allowlist: role keys on every
-  server socket, client keys only on sockets that serve clients (``CLIENT_DOMAIN``).
-  Any other mechanism (NULL, PLAIN), domain or key is refused before a message of the
-  peer reaches the socket.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
-import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,14 +33,11 @@ from types import MappingProxyType
 from typing import Any
 
 import zmq
-from zmq.utils import z85
 
 from cluster.config import ClusterConfig
 from txn_library import limits
-from txn_library.curve import ClientCurve, is_z85_key
+from txn_library.curve import is_z85_key
 from txn_library.errors import OrdoError, invariant
-
-log = logging.getLogger("ordo.security")
 
 KEYS_DIR = "keys"
 CLIENTS_DIR = "clients"  # the allowlist of client public keys
@@ -60,17 +46,6 @@ PUBLIC_SUFFIX = ".key"
 SECRET_SUFFIX = ".key_secret"
 # The client key ``ordo keys`` always makes: the command line's own calls (status, call).
 ADMIN_CLIENT = "admin"
-
-# ZAP domains: a server socket says which peers it serves.
-CLIENT_DOMAIN = b"ordo-clients"  # role keys and allowlisted client keys
-INTERNAL_DOMAIN = b"ordo-internal"  # role keys only (partition inboxes, ...)
-ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # fixed by ZAP (RFC 27), one per context
-ZAP_VERSION = b"1.0"
-ZAP_STOP_POLL_S = 0.1  # the handler thread looks at its stop flag this often
-ZAP_START_WAIT_S = 10.0
-ZAP_REFUSAL_LOG_EVERY_S = 1.0
-USER_ROLE_PREFIX = "role:"  # the User-Id a ZAP reply gives a role's connections
-USER_CLIENT_PREFIX = "client:"
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
@@ -389,7 +364,7 @@ def create_keys(data_dir: str | Path, roles: Sequence[str], clients: Sequence[st
     return out
 
 
-# The allowlist and the ZAP handler ---------------------------------------------------
+# The allowlist ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -423,272 +398,3 @@ def load_allowlist(data_dir: str | Path, roles: Sequence[str]) -> AllowList:
         )
     client_keys = {load_public_key(f): f.name[: -len(PUBLIC_SUFFIX)] for f in files}
     return AllowList(MappingProxyType(role_keys), MappingProxyType(client_keys))
-
-
-_running: dict[int, Authenticator] = {}  # id(context) -> its authenticator
-_running_lock = threading.Lock()
-
-
-def authenticator_running(ctx: zmq.Context) -> bool:
-    with _running_lock:
-        return id(ctx) in _running
-
-
-class Authenticator:
-    """A ZAP handler (RFC 27) in a thread of the process that binds the server sockets.
-
-    One per context (ZAP's endpoint is per context). ``admitted`` and ``refused`` count
-    its answers; refusals are logged at most once a second with the latest reason."""
-
-    def __init__(self, ctx: zmq.Context, allowlist: AllowList) -> None:
-        self.ctx = ctx
-        self._allowlist = allowlist
-        self.admitted = 0
-        self.refused = 0
-        self._latest_refusal = ""
-        self._refused_logged = 0
-        self._next_log_at = 0.0
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._error: zmq.ZMQError | None = None
-        self._thread = threading.Thread(target=self._run, name="ordo-zap", daemon=True)
-
-    @property
-    def allowlist(self) -> AllowList:
-        return self._allowlist
-
-    def replace_allowlist(self, allowlist: AllowList) -> None:
-        """Admit this allowlist from now on (connections already made stay)."""
-        self._allowlist = allowlist
-
-    def start(self) -> None:
-        with _running_lock:
-            if id(self.ctx) in _running:
-                raise SecurityError("an authenticator already runs in this ZeroMQ context")
-            _running[id(self.ctx)] = self
-        self._thread.start()
-        if not self._ready.wait(ZAP_START_WAIT_S) or self._error is not None:
-            self.stop()
-            raise SecurityError(f"the ZAP handler did not start: {self._error}")
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-        with _running_lock:
-            if _running.get(id(self.ctx)) is self:
-                del _running[id(self.ctx)]
-
-    def __enter__(self) -> Authenticator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _run(self) -> None:
-        sock = self.ctx.socket(zmq.REP)
-        sock.setsockopt(zmq.LINGER, 0)
-        bound = False
-        try:
-            try:
-                sock.bind(ZAP_ENDPOINT)
-                bound = True
-            except zmq.ZMQError as e:  # another handler holds this context's endpoint
-                self._error = e
-                return
-            finally:
-                self._ready.set()
-            while not self._stop.is_set():
-                if sock.poll(int(ZAP_STOP_POLL_S * 1000)):
-                    sock.send_multipart(self.answer(sock.recv_multipart()))
-        finally:
-            if bound:  # an inproc unbind frees the name now; close frees it later
-                sock.unbind(ZAP_ENDPOINT)  # (ZeroMQ's reaper thread): stop() frees it
-            sock.close()
-
-    def answer(self, request: list[bytes]) -> list[bytes]:
-        """The ZAP reply to one request (RFC 27): 200 with the peer's User-Id, or 400."""
-        request_id = request[1] if len(request) > 1 else b""
-        user, reason = self._decide(request)
-        if user is None:
-            self.refused += 1
-            address = request[3].decode(errors="replace") if len(request) > 3 else "?"
-            self._latest_refusal = f"{reason} (from {address})"
-            self._log_refusals(time.monotonic())
-            return [ZAP_VERSION, request_id, b"400", reason.encode(), b"", b""]
-        self.admitted += 1
-        return [ZAP_VERSION, request_id, b"200", b"OK", user.encode(), b""]
-
-    def _log_refusals(self, now: float) -> None:
-        # A flood of refused connections must not flood the log: one line a second.
-        if now < self._next_log_at:
-            return
-        log.warning(
-            "ZAP refused %d connection(s) since the last report (%d in all), latest: %s",
-            self.refused - self._refused_logged,
-            self.refused,
-            self._latest_refusal,
-        )
-        self._refused_logged = self.refused
-        self._next_log_at = now + ZAP_REFUSAL_LOG_EVERY_S
-
-    def _decide(self, request: list[bytes]) -> tuple[str | None, str]:
-        if len(request) < 6 or request[0] != ZAP_VERSION:
-            return None, "malformed ZAP request"
-        domain, mechanism, credentials = request[2], request[5], request[6:]
-        if mechanism != b"CURVE" or len(credentials) != 1 or len(credentials[0]) != 32:
-            return None, f"mechanism {mechanism.decode(errors='replace')} not admitted"
-        key = z85.encode(credentials[0])
-        allow = self._allowlist
-        if key in allow.roles:
-            if domain in (CLIENT_DOMAIN, INTERNAL_DOMAIN):
-                return USER_ROLE_PREFIX + allow.roles[key], ""
-            return None, "unknown ZAP domain"
-        if key in allow.clients:
-            if domain == CLIENT_DOMAIN:
-                return USER_CLIENT_PREFIX + allow.clients[key], ""
-            return None, f"client {allow.clients[key]} not admitted on a cluster-internal socket"
-        return None, "unknown key"
-
-
-def start_authenticator(
-    ctx: zmq.Context, allowed: AllowList | str | Path, roles: Sequence[str] = ()
-) -> Authenticator:
-    """Start the ZAP handler of ``ctx``: before any server socket of ``ctx`` binds.
-
-    ``allowed`` is an AllowList, or a data dir whose allowlist (keys of ``roles`` and
-    ``keys/clients/*.key``) is loaded. The caller stops the handle (``stop()``)."""
-    allowlist = allowed if isinstance(allowed, AllowList) else load_allowlist(allowed, roles)
-    auth = Authenticator(ctx, allowlist)
-    auth.start()
-    return auth
-
-
-# Sockets -------------------------------------------------------------------------
-
-
-def _before_endpoints(sock: zmq.Socket, what: str) -> None:
-    # Options apply to the binds and connects made after them: set late, they would
-    # leave the earlier endpoint in plain text.
-    if sock.getsockopt(zmq.LAST_ENDPOINT):
-        raise SecurityError(f"{what} must be called before the socket binds or connects")
-
-
-def secure_server(sock: zmq.Socket, identity: CurveIdentity, *, admit_clients: bool = True) -> None:
-    """Make ``sock`` a CURVE server with ``identity``, admitting what the authenticator of
-    its context admits: roles, and clients too when ``admit_clients``. Before bind."""
-    _before_endpoints(sock, "secure_server")
-    if not authenticator_running(sock.context):
-        raise SecurityError(
-            "no authenticator runs in this socket's context: call start_authenticator "
-            "first (without one a CURVE server admits nobody)"
-        )
-    sock.setsockopt(zmq.CURVE_SERVER, 1)
-    sock.setsockopt(zmq.CURVE_SECRETKEY, identity.secret)
-    sock.setsockopt(zmq.CURVE_PUBLICKEY, identity.public)
-    sock.setsockopt(zmq.ZAP_DOMAIN, CLIENT_DOMAIN if admit_clients else INTERNAL_DOMAIN)
-    sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
-
-
-def secure_client(sock: zmq.Socket, identity: CurveIdentity, server_public: bytes) -> None:
-    """Make ``sock`` a CURVE client of the server holding ``server_public``. Before connect."""
-    _before_endpoints(sock, "secure_client")
-    if not is_z85_key(server_public):
-        raise SecurityError("server_public is not a Z85 CURVE public key")
-    sock.setsockopt(zmq.CURVE_SERVERKEY, server_public)
-    sock.setsockopt(zmq.CURVE_PUBLICKEY, identity.public)
-    sock.setsockopt(zmq.CURVE_SECRETKEY, identity.secret)
-
-
-def client_curve(
-    data_dir: str | Path, client: str, server_role: str = sequencer_role(0)
-) -> ClientCurve:
-    """What txn_library.client.Client needs to reach ``server_role`` as ``client``."""
-    ident = load_client_identity(data_dir, client)
-    return ClientCurve(ident.public, ident.secret, load_role_public(data_dir, server_role))
-
-
-def client_curves(
-    config: ClusterConfig, client: str, data_dir: str | Path | None = None
-) -> list[ClientCurve]:
-    """One ClientCurve per sequencer, in the order of ``config.client_addrs``."""
-    root = config.data_dir if data_dir is None else data_dir
-    one = client_curve(root, client)
-    seq = [r for r in role_names(config) if r.startswith("sequencer-")]
-    return [one.to_server(load_role_public(root, r)) for r in seq]
-
-
-class _NoAuthenticator:
-    def stop(self) -> None:
-        pass
-
-
-class SocketSecurity:
-    """What a role server needs at every socket it creates: its own key pair, every
-    server role's public key, and the allowlist. ``off()``: every method a no-op (the
-    loopback default without CURVE).
-
-        sec = SocketSecurity.for_role(config, "r0p1")
-        auth = sec.start(ctx)              # before binding; auth.stop() at exit
-        sec.server(inbox, clients=False)   # before inbox.bind(...)
-        sec.client(sub, "sequencer-0")     # before sub.connect(...)
-    """
-
-    def __init__(
-        self,
-        identity: CurveIdentity | None,
-        servers: Mapping[str, bytes],
-        allowlist: AllowList | None,
-    ) -> None:
-        invariant((identity is None) == (allowlist is None), "CURVE is on or off, wholly")
-        self.identity = identity
-        self.servers = servers
-        self.allowlist = allowlist
-
-    @classmethod
-    def off(cls) -> SocketSecurity:
-        return cls(None, {}, None)
-
-    @classmethod
-    def for_role(
-        cls, config: ClusterConfig, role: str, data_dir: str | Path | None = None
-    ) -> SocketSecurity:
-        """``role``'s security in ``config``'s cluster: off unless ``config.curve``;
-        when on, every key it needs must load (SecurityError names what is wrong)."""
-        if not getattr(config, "curve", False):
-            return cls.off()
-        root = config.data_dir if data_dir is None else data_dir
-        roles = role_names(config)
-        if role not in roles:
-            raise SecurityError(f"{role!r} is not a role of this cluster ({', '.join(roles)})")
-        servers = {r: load_role_public(root, r) for r in roles}
-        ident = load_identity(root, role)
-        if servers[role] != ident.public:
-            raise SecurityError(
-                f"{role_public_path(root, role)} is not the public key of "
-                f"{role_secret_path(root, role)}"
-            )
-        return cls(ident, MappingProxyType(servers), load_allowlist(root, roles))
-
-    @property
-    def enabled(self) -> bool:
-        return self.identity is not None
-
-    def start(self, ctx: zmq.Context) -> Authenticator | _NoAuthenticator:
-        """Start this process's ZAP handler in ``ctx`` (a no-op handle when off)."""
-        if self.allowlist is None:
-            return _NoAuthenticator()
-        return start_authenticator(ctx, self.allowlist)
-
-    def server(self, sock: zmq.Socket, *, clients: bool) -> None:
-        """Before bind. ``clients``: whether allowlisted clients may connect here too."""
-        if self.identity is not None:
-            secure_server(sock, self.identity, admit_clients=clients)
-
-    def client(self, sock: zmq.Socket, server_role: str) -> None:
-        """Before connect, to a socket that ``server_role`` binds."""
-        if self.identity is None:
-            return
-        if server_role not in self.servers:
-            raise SecurityError(f"no public key of {server_role!r} (not a role of this cluster)")
-        secure_client(sock, self.identity, self.servers[server_role])

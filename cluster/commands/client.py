@@ -1,0 +1,351 @@
+"""The ``ordo`` commands a client of the cluster runs.
+
+  ordo call         submit one stored-procedure call and print the result
+  ordo status       sequencers (role, term, lag), ZooKeeper, and per partition of
+                    every replica: last epoch, txns applied, hash (--json)
+  ordo procedures   list the registered procedures and their arguments
+  ordo keys         create the CURVE keys of the cluster's roles and clients (0600)
+
+Bad input (arity, types, values too large to send) is reported before anything
+reaches the cluster; an answer the cluster gives is printed as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from cluster.commands.common import (
+    data_dir_option,
+    load_config,
+    load_procedure_modules,
+)
+from cluster.config import CONFIG_FILE, ClusterConfig
+
+if TYPE_CHECKING:
+    from txn_library.client import Client
+
+
+def parse_call_args(proc_name: str, items: tuple[str, ...]) -> list[Any]:
+    """Command-line strings -> the procedure's typed argument list, per its schema.
+
+    An item is a value, taken in order, or NAME=VALUE with NAME an identifier (so a
+    value that itself contains "=" goes by name: ``value=a=b``). Raises
+    click.UsageError for more values than the procedure takes, an argument missing,
+    unknown, repeated or given both positionally and by name, or a value that does not
+    parse as its declared type; BadRequest for an unknown procedure.
+    """
+    from txn_library.procedure import lookup
+
+    proc = lookup(proc_name)
+    signature = f"{proc_name}({', '.join(f'{a.name}:{a.type}' for a in proc.args)})"
+    names = [a.name for a in proc.args]
+    named: dict[str, str] = {}
+    positional: list[str] = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if sep and key.isidentifier():
+            if key not in names:
+                raise click.UsageError(f"{signature} has no argument named {key!r}")
+            if key in named:
+                raise click.UsageError(f"{signature}: argument {key} given twice")
+            named[key] = value
+        elif item.startswith("--"):
+            raise click.UsageError(f"no such option: {item} (pass such a value as NAME=VALUE)")
+        else:
+            positional.append(item)
+    if len(positional) > len(names):
+        raise click.UsageError(
+            f"{proc_name} takes {len(names)} argument(s), got {len(positional)} values: {signature}"
+        )
+    out = []
+    for i, spec in enumerate(proc.args):
+        if i < len(positional):
+            if spec.name in named:
+                raise click.UsageError(
+                    f"{signature}: argument {spec.name} given both positionally and by name"
+                )
+            raw = positional[i]
+        elif spec.name in named:
+            raw = named[spec.name]
+        else:
+            raise click.UsageError(f"{signature}: missing argument {spec.name}")
+        try:
+            out.append(spec.parse(raw))
+        except ValueError as e:
+            raise click.UsageError(
+                f"{proc_name}: argument {spec.name} ({spec.type}): {e}"
+            ) from None
+    return out
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("procedure")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--timeout", default=10.0, show_default=True)
+@data_dir_option
+def call(procedure: str, args: tuple[str, ...], timeout: float, data_dir: str) -> None:
+    """Submit PROCEDURE with its ARGS and print the result.
+
+    ARGS are values in the procedure's order, or NAME=VALUE. Negative numbers are
+    values, not options: `ordo call kv.add k -5`.
+    """
+    from cluster.launcher import cluster_client
+    from txn_library.errors import BadRequest, OrdoError
+
+    cfg = load_config(data_dir)
+    load_procedure_modules(cfg)
+    try:
+        values = parse_call_args(procedure, args)
+    except BadRequest as e:
+        raise click.ClickException(e.message) from None
+    with cluster_client(cfg, cfg.client_addrs, timeout_s=timeout) as c:
+        try:
+            r = c.call(procedure, *values)
+        except BadRequest as e:  # refused before sending: cannot be encoded, too large
+            raise click.UsageError(str(e)) from None
+        except OrdoError as e:
+            raise click.ClickException(str(e)) from None
+    if r.ok:
+        click.echo(json.dumps({"status": "ok", "value": _jsonable(r.value)}))
+    else:
+        click.echo(json.dumps({"status": "aborted", "reason": r.value}))
+        sys.exit(1)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return v.hex()
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return v
+
+
+def _ha_status(cfg: ClusterConfig) -> dict:
+    """Every sequencer's role, term and lag, and every ZooKeeper server's mode."""
+    from cluster.launcher import sequencer_statuses
+    from cluster.zookeeper import four_letter_word, mode_of
+
+    reports = sequencer_statuses(cfg)
+    leader = max(
+        (r for r in reports if r is not None and r.get("role") == "leader"),
+        key=lambda r: r["term"],
+        default=None,
+    )
+    committed = (
+        leader["epoch"]
+        if leader
+        else max((r["local_last_epoch"] for r in reports if r is not None), default=0)
+    )
+    sequencers = []
+    for m, r in enumerate(reports):
+        row: dict = {"id": m, "address": cfg.client_addr_of(m)}
+        if r is None:
+            row.update(pid=None, role="down", term=None, local_last_epoch=None, lag_epochs=None)
+        else:
+            row.update(
+                pid=r["pid"],
+                role=r["role"],
+                term=r["term"],
+                local_last_epoch=r["local_last_epoch"],
+                lag_epochs=max(0, committed - r["local_last_epoch"]),
+                report=r,
+            )
+        sequencers.append(row)
+    zookeeper = []
+    for n in range(1, cfg.zookeeper_servers + 1):
+        host, port = cfg.zookeeper_host(n), cfg.zookeeper_client_port(n)
+        try:
+            mode = mode_of(four_letter_word(host, port, "srvr", 1.0)) or "not serving"
+        except OSError:
+            mode = "down"
+        zookeeper.append({"server": n, "address": f"{host}:{port}", "mode": mode})
+    return {"sequencers": sequencers, "zookeeper": zookeeper}
+
+
+def _echo_ha(ha: dict) -> None:
+    click.echo(
+        f"{'sequencer':>9} {'pid':>7} {'role':>9} {'term':>5} {'local_epoch':>11} "
+        f"{'lag':>5}  address"
+    )
+    for s in ha["sequencers"]:
+        dash = "-"
+        click.echo(
+            f"{s['id']:>9} {s['pid'] or dash:>7} {s['role']:>9} "
+            f"{dash if s['term'] is None else s['term']:>5} "
+            f"{dash if s['local_last_epoch'] is None else s['local_last_epoch']:>11} "
+            f"{dash if s['lag_epochs'] is None else s['lag_epochs']:>5}  {s['address']}"
+        )
+    healthy = sum(z["mode"] in ("leader", "follower", "standalone") for z in ha["zookeeper"])
+    click.echo(
+        f"zookeeper: {healthy} of {len(ha['zookeeper'])} serving ("
+        + ", ".join(f"{z['server']} {z['mode']}" for z in ha["zookeeper"])
+        + ")"
+    )
+
+
+def _status(c: Client) -> dict:
+    from txn_library.errors import OrdoError
+
+    try:
+        return c.status()
+    except OrdoError as e:
+        raise click.ClickException(f"no answer at {c.address}: {e}") from None
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+@data_dir_option
+def status(as_json: bool, data_dir: str) -> None:
+    """Per partition of every replica: last applied epoch, txns applied, transactions
+    active and blocked on locks now, lock requests that had to queue so far, state hash.
+    Replicated: every sequencer's role, term and lag, and each ZooKeeper server's mode."""
+    from cluster.launcher import cluster_client
+
+    cfg = load_config(data_dir)
+    ha: dict = {}
+    if cfg.replicated:
+        ha = _ha_status(cfg)
+        leaders = [s for s in ha["sequencers"] if s["role"] == "leader"]
+        st = dict(leaders[0]["report"]) if leaders else {"partitions": []}
+    else:
+        with cluster_client(cfg, cfg.client_addr) as c:
+            st = _status(c)
+        ha_rows = [
+            {
+                "id": 0,
+                "address": cfg.client_addr,
+                "pid": st.get("pid"),
+                "role": st.get("role", "leader"),
+                "term": st.get("term", 0),
+                "local_last_epoch": st.get("epoch"),
+                "lag_epochs": 0,
+            }
+        ]
+    flows = _dataflow_rows(cfg) if "epoch" in st else []
+    if as_json:
+        st = {**st, "dataflows": flows}
+        if ha:
+            st = {**st, "sequencers": ha["sequencers"], "zookeeper": ha["zookeeper"]}
+            for s_ in st["sequencers"]:
+                s_.pop("report", None)
+        else:
+            st = {**st, "sequencers": ha_rows, "zookeeper": []}
+        click.echo(json.dumps(st, indent=2, default=_jsonable))
+        return
+    if ha:
+        _echo_ha(ha)
+        if "epoch" not in st:
+            click.echo("no sequencer leads now")
+            return
+    click.echo(
+        f"epoch {st['epoch']}  txns sequenced {st['txns_sequenced']}  "
+        f"pending {st['pending']}  in flight {st['in_flight']}  "
+        f"determinism violations {st['determinism_violations']}"
+    )
+    click.echo(
+        f"{'replica':>7} {'partition':>9} {'last_epoch':>10} {'txns_applied':>12} "
+        f"{'active':>6} {'blocked':>7} {'lock_waits':>10} {'checkpoint':>10}  "
+        f"{'state_hash':<16}  state"
+    )
+    for p in st["partitions"]:
+        state = "DOWN" if p["down"] else ("catching up" if p["catching_up"] else "live")
+        click.echo(
+            f"{p['replica']:>7} {p['partition']:>9} {p['last_epoch']:>10} "
+            f"{p['txns_applied']:>12} {p['active']:>6} {p.get('blocked', 0):>7} "
+            f"{p.get('lock_waits', 0):>10} {p['newest_checkpoint_epoch']:>10}  "
+            f"{p['state_hash']:<16}  {state}"
+        )
+    if flows:
+        click.echo(f"{'dataflow':<16} {'last_pushed':>11} {'last_processed':>14} {'backlog':>7}")
+        for f in flows:
+            if "error" in f:
+                click.echo(f"{f['dataflow']:<16} {f['error']}")
+                continue
+            click.echo(
+                f"{f['dataflow']:<16} {_shown(f['last_pushed']):>11} "
+                f"{_shown(f['last_processed']):>14} {f['backlog']:>7}"
+            )
+
+
+def _shown(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+def _dataflow_rows(cfg: ClusterConfig) -> list[dict]:
+    """Per dataflow of the cluster's procedure modules: last batch pushed, last batch
+    every step has processed, backlog (the read-only ``dataflow.status``)."""
+    from cluster.commands.common import leader_address
+    from cluster.launcher import cluster_client
+    from txn_library.errors import OrdoError
+    from txn_library.streams import dataflows
+
+    load_procedure_modules(cfg)
+    names = sorted(dataflows())
+    if not names:
+        return []
+    rows = []
+    with cluster_client(cfg, leader_address(cfg)) as c:
+        for name in names:
+            try:
+                r = c.call("dataflow.status", name, timeout_s=5.0)
+                rows.append(r.value if r.ok else {"dataflow": name, "error": str(r.value)})
+            except OrdoError as e:
+                rows.append({"dataflow": name, "error": f"no answer: {e}"})
+    return rows
+
+
+@click.command()
+@data_dir_option
+def procedures(data_dir: str) -> None:
+    """List registered procedures with their argument schemas (without a cluster in
+    DATA_DIR: the default procedure modules)."""
+    from txn_library.procedure import procedures as all_procs
+
+    if (Path(data_dir) / CONFIG_FILE).exists():
+        load_procedure_modules(load_config(data_dir))
+    else:
+        load_procedure_modules(ClusterConfig())
+    for name, p in sorted(all_procs().items()):
+        args = ", ".join(f"{a.name}:{a.type}" for a in p.args)
+        kind = "read-only" if p.read_only else ("dependent" if p.dependent else "read-write")
+        click.echo(f"{name}({args})  [{kind}]  {p.doc.splitlines()[0] if p.doc else ''}")
+
+
+@click.command()
+@click.option(
+    "--client",
+    "clients",
+    multiple=True,
+    help="Also a key pair for client NAME, its public key on the allowlist (repeatable).",
+)
+@data_dir_option
+def keys(clients: tuple[str, ...], data_dir: str) -> None:
+    """Create the CURVE keys of the cluster in DATA_DIR, in DATA_DIR/keys: a key pair per
+    role (each sequencer, each partition of each replica), per client (always `admin`,
+    which the command line uses) and the client allowlist. Never replaces a key: run it
+    again to add what is missing. Secret key files are created 0600."""
+    from cluster.security import ADMIN_CLIENT, SecurityError, create_keys, keys_dir, role_names
+
+    cfg = load_config(data_dir)
+    try:
+        made = create_keys(data_dir, role_names(cfg), (ADMIN_CLIENT, *clients))
+    except (SecurityError, OSError) as e:
+        raise click.ClickException(f"keys incomplete: {e}") from None
+    click.echo(
+        f"keys in {keys_dir(data_dir)}: {len(made.created)} file(s) created, "
+        f"{len(made.existing)} already there (left alone)"
+    )
+    for p in made.created:
+        click.echo(f"  created {p}")
+    if not getattr(cfg, "curve", False):
+        click.echo(
+            f"note: {Path(data_dir) / CONFIG_FILE} has curve off; the keys take "
+            f"effect in a cluster that runs with CURVE"
+        )
