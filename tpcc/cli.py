@@ -149,7 +149,7 @@ def up(
     help="Payment by last name without the re-check (read-committed variant).",
 )
 @click.option("--check/--no-check", default=True, show_default=True)
-@click.option("--out", default="results/tpcc_run.json", show_default=True)
+@click.option("--out", default="results/tpcc/run.json", show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run(
     warehouses: int,
@@ -188,7 +188,7 @@ def run(
     if open_loop and rate <= 0:
         raise click.UsageError("--open-loop needs --rate > 0")
     if attach is not None:
-        from cluster.cli import load_config
+        from cluster.commands.common import load_config
 
         load_config(attach)  # a missing or broken cluster.json: one clear line, early
     opts = RunOptions(
@@ -256,7 +256,7 @@ def check(
     if whole:
         _check_whole(data_dir, replica, timeout, as_json)
         return
-    from cluster.cli import load_config
+    from cluster.commands.common import load_config
     from tpcc.driver import check_cluster, warehouses_of
 
     cfg = load_config(data_dir)
@@ -279,7 +279,7 @@ def _check_whole(data_dir: str, replica: int, timeout: float, as_json: bool) -> 
     import tempfile
     from pathlib import Path
 
-    from cluster.cli import dump
+    from cluster.commands.checkpoints import dump
 
     tmp = tempfile.mkdtemp(prefix="ordo-tpcc-check-")
     try:

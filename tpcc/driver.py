@@ -41,14 +41,15 @@ from pathlib import Path
 from typing import Any
 
 from cluster.config import ClusterConfig
-from cluster.loadgen import ClosedLoop, LoadGenerator, OpenLoop
+from cluster.load_shapes import ClosedLoop, OpenLoop
+from cluster.loadgen import LoadGenerator
 from cluster.measure import CpuMeter, KindStats, Window
 from cluster.ownership import claim_cluster_dir
 from tpcc.inputs import KINDS, NEW_ORDER, Call, TpccInputs, terminals_for
 from txn_library import limits, native
 
 GENESIS = "tpcc.loader:genesis"
-PROCEDURE_MODULES = ("txn_library.builtin", "tpcc.procedures")
+PROCEDURE_MODULES = ("txn_library.builtin", "tpcc.transactions")
 DRAIN_S = 30.0  # after the window, wait this long for calls still in flight
 LOAD_S_PER_WAREHOUSE = 2.0  # rough, for the load progress bar's patience
 
@@ -75,7 +76,7 @@ class RunOptions:
     data_dir: str | None = None
     fresh: bool = False  # an existing data_dir is deleted first (else refused)
     keep_data: bool = False
-    out: str | None = "results/tpcc_run.json"
+    out: str | None = "results/tpcc/run.json"
     progress: bool = True
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpcc.loader import load_c
-from tpcc.procedures import UNUSED_I_ID
 from tpcc.schema import (
     CUSTOMERS_PER_DISTRICT,
     DISTRICTS_PER_WAREHOUSE,
@@ -28,6 +27,7 @@ from tpcc.schema import (
 )
 from tpcc.tpcc_random import A_C_ID, A_C_LAST, A_OL_I_ID, LAST_NAMES, NURandC, TpccRandom
 from tpcc.tpcc_random import derive_seed as _derive_seed
+from tpcc.transactions.new_order import UNUSED_I_ID
 from txn_library import placement
 
 NEW_ORDER = "new_order"

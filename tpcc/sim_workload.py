@@ -37,7 +37,7 @@ class TpccWorkload:
     rng: random.Random
     partitions: int
     name: str = "tpcc"
-    procedure_modules: tuple[str, ...] = ("tpcc.procedures",)
+    procedure_modules: tuple[str, ...] = ("tpcc.transactions",)
     history_tables: frozenset[str] = frozenset()
     warehouses: int = 2
     # The shape is fixed so the genesis image (~0.6 M rows per warehouse) is built once

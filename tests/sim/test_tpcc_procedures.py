@@ -21,7 +21,6 @@ from typing import Any
 import msgpack
 import pytest
 
-import tpcc.procedures as tp
 from executor.core.storage import Storage
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.replica import LocalReplica
@@ -37,6 +36,9 @@ from tpcc.dump_check import NEEDED, check_dump
 from tpcc.inputs import TpccInputs, terminals_for
 from tpcc.loader import generate_items, generate_warehouse, genesis
 from tpcc.tpcc_random import LAST_NAMES
+from tpcc.transactions.delivery import delivery_recon
+from tpcc.transactions.new_order import BP, ROLLBACK_REASON, UNUSED_I_ID
+from tpcc.transactions.payment import payment_by_name_rc
 from txn_library import partition_wire as ewire
 from txn_library import placement, wire
 from txn_library.client import ClientProtocol
@@ -244,8 +246,8 @@ def test_new_order_enters_order_lines_and_stock(sim: Sim) -> None:
         assert line[s.OL_DELIVERY_D] is None
         assert lines[n - 1][:2] == (item[s.I_NAME], after[s.S_QUANTITY])
         amounts.append(line[s.OL_AMOUNT])
-    scale = tp.BP * tp.BP
-    expected = (sum(amounts) * (tp.BP - c_discount) * (tp.BP + w_tax + d_tax) + scale // 2) // scale
+    scale = BP * BP
+    expected = (sum(amounts) * (BP - c_discount) * (BP + w_tax + d_tax) + scale // 2) // scale
     assert total == expected
 
 
@@ -257,13 +259,13 @@ def test_new_order_rollback_writes_nothing_on_any_replica_or_layout(sim: Sim) ->
     # Clause 2.4.2.3: the last item is unused; one line is remote, so the abort is
     # multi-partition: both partitions run the body and both discard every write.
     status, reason = sim.call(
-        "tpcc.new_order", w, d, 7, (100, 500, tp.UNUSED_I_ID), (w, 2, w), (1, 2, 3)
+        "tpcc.new_order", w, d, 7, (100, 500, UNUSED_I_ID), (w, 2, w), (1, 2, 3)
     )
-    assert (status, reason) == (ABORTED, tp.ROLLBACK_REASON)
+    assert (status, reason) == (ABORTED, ROLLBACK_REASON)
     txn_id, txn = sim.logged("tpcc.new_order")[-1]
     assert txn.participants == (0, 1)
-    assert sim.serial.results[txn_id] == (ABORTED, tp.ROLLBACK_REASON)
-    assert all(rep.results[txn_id] == (ABORTED, tp.ROLLBACK_REASON) for rep in sim.replicas)
+    assert sim.serial.results[txn_id] == (ABORTED, ROLLBACK_REASON)
+    assert all(rep.results[txn_id] == (ABORTED, ROLLBACK_REASON) for rep in sim.replicas)
     assert sim.hashes() == before
     assert sim.row(s.DISTRICT, (w, d))[s.D_NEXT_O_ID] == d_next
     assert sim.row(s.ORDERS, (w, d, d_next)) is None
@@ -398,7 +400,7 @@ def test_payment_by_name_read_committed_variant_trusts_the_prediction(sim: Sim) 
     assert sim.seq.stats.restarts == restarts
     assert sim.row(s.CUSTOMER, (1, 8, wrong))[s.C_BALANCE] == wrong_before[s.C_BALANCE] - 5_00
     _txn_id, txn = sim.logged("tpcc.payment_by_name_rc")[-1]
-    fp = tp.payment_by_name_rc.footprint(*txn.args)
+    fp = payment_by_name_rc.footprint(*txn.args)
     assert all(t != s.CUSTOMER_BY_NAME for t, _ in fp.reads)
 
 
@@ -463,7 +465,7 @@ def test_delivery_skips_an_empty_district() -> None:
         ]
     )
     serial = SerialExecutor(storage)
-    prediction = tp.delivery_recon.body(_Reader(storage), 1, 1)
+    prediction = delivery_recon.body(_Reader(storage), 1, 1)
     assert prediction == tuple((1, ()) for _ in range(s.DISTRICTS_PER_WAREHOUSE))
     serial.apply(make_batch(1, 0, 5, 5, [("tpcc.delivery", (1, 1, prediction))], 1))
     assert serial.results[0] == (OK, (None,) * s.DISTRICTS_PER_WAREHOUSE)

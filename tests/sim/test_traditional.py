@@ -468,7 +468,7 @@ def test_dependent_call_runs_recon_and_restarts_on_a_stale_prediction() -> None:
 def test_tpcc_standard_mix_is_serializable_and_consistent() -> None:
     """The same TPC-C procedures (incl. dependent Payment-by-name and Delivery) run
     unchanged under 2PL: consistency conditions hold and the history is serializable."""
-    import tpcc.procedures  # noqa: F401  (registers TPC-C)
+    import tpcc.transactions  # noqa: F401  (registers TPC-C)
     from executor.core.genesis import genesis_storage
     from executor.core.storage import Storage
     from tpcc.consistency import check_consistency
@@ -513,7 +513,7 @@ def test_tpcc_standard_mix_is_serializable_and_consistent() -> None:
 
 
 def test_the_traditional_engine_leaves_no_reference_cycles() -> None:
-    """Its partitions freeze what outlives a loop turn (storage.settle_turn), as the
+    """Its partitions freeze what outlives a loop turn (heap.settle_turn), as the
     deterministic ones do: transfers across partitions with wait-die deaths, restarts
     and rollbacks must make no cycles. (Not a crash: the simulator then drops a
     partition object, which a process never does; its coordinator holds bound methods

@@ -89,7 +89,7 @@ def test_group_len_is_the_lock_prefix_unless_rows_are_locked_one_by_one() -> Non
 
 
 def test_storage_scans_and_clones_keep_the_index_exact() -> None:
-    import tpcc.procedures  # noqa: F401  (registers the TPC-C tables)
+    import tpcc.transactions  # noqa: F401  (registers the TPC-C tables)
     from tpcc.schema import NEW_ORDER, ORDER_BY_CUSTOMER
 
     s = Storage()

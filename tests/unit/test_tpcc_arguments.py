@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-import tpcc.procedures as p
+from tpcc.transactions.new_order import QUANTITY_MAX
 from txn_library.errors import BadRequest
 from txn_library.procedure import lookup
 
@@ -29,19 +29,19 @@ def _reason(i_ids: Any, supply_w_ids: Any, quantities: Any) -> str | None:
 
 INTS = "tpcc.new_order: order lines hold integers"
 POSITIVE = "tpcc.new_order: item ids, supply warehouses and quantities are >= 1"
-QUANTITY = f"tpcc.new_order: quantities are <= {p.QUANTITY_MAX}"
+QUANTITY = f"tpcc.new_order: quantities are <= {QUANTITY_MAX}"
 
 
 @pytest.mark.parametrize(
     ("i_ids", "supply_w_ids", "quantities", "reason"),
     [
-        ([1, 2, 3], [1, 1, 1], [1, 5, p.QUANTITY_MAX], None),
+        ([1, 2, 3], [1, 1, 1], [1, 5, QUANTITY_MAX], None),
         ([1, True, 3], [1, 1, 1], [1, 1, 1], INTS),  # a bool is not an int here
         ([0, 2, 3], [1, 1, 1], [1, 1, "x"], INTS),  # not an int, though 0 comes first
         ([1, 2, 3], [1, 1.0, 1], [1, 1, 1], INTS),
         ([1, 2, 3], [1, 0, 1], [1, 1, 1], POSITIVE),
-        ([1, 2, 3], [1, 1, 1], [p.QUANTITY_MAX + 1, 1, -1], POSITIVE),  # -1 before 11
-        ([1, 2, 3], [1, 1, 1], [1, p.QUANTITY_MAX + 1, 1], QUANTITY),
+        ([1, 2, 3], [1, 1, 1], [QUANTITY_MAX + 1, 1, -1], POSITIVE),  # -1 before 11
+        ([1, 2, 3], [1, 1, 1], [1, QUANTITY_MAX + 1, 1], QUANTITY),
         ([1, 2], [1], [1, 1], "same length"),
         ([], [], [], "same length"),
     ],
