@@ -1,4 +1,4 @@
-"""A simulated client: ``txn_library.client.ClientProtocol`` driven by simulated time.
+"""A simulated client: ``txn_library.client_protocol.ClientProtocol`` driven by simulated time.
 
 It encodes calls exactly as ``Client`` does (one encoding per call, frames within
 the intake bounds), keeps up to ``in_flight_max`` calls outstanding, resends an
@@ -15,15 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from executor.deterministic.sim_network import Node, Payload
+from executor.deterministic.sim_world import World
 from txn_library import wire
-from txn_library.client import ClientProtocol
+from txn_library.client_protocol import ClientProtocol
 from txn_library.errors import ERR_NOT_LEADER, ERROR
-
-if TYPE_CHECKING:
-    from executor.deterministic.simulator import Simulator
 
 CLIENT_POLL_US = 50_000
 
@@ -51,7 +49,7 @@ class _Pending:
 class SimClient:
     def __init__(
         self,
-        sim: Simulator,
+        sim: World,
         index: int,
         calls: Iterator[tuple[str, tuple]],
         count: int,

@@ -23,6 +23,9 @@ class SimOptions:
     partition_crashes: int | None = None
     sequencer_crashes: int | None = None  # with sequencers > 1: leader kills and cut-offs
     sequencers: int = 1  # > 1: a replicated ordering layer over a simulated store
+    # Dataflows' recovery (txn_library.streams): None: weak for odd seeds, strong for
+    # even ones (decided without drawing from the seed's generator)
+    dataflow_recovery: str | None = None
     session_timeout_ms: int = 1_000  # a lost leader's "ZooKeeper session" expires then
     pub_drop_pct: float | None = None
     checkpoint_every_epochs: int | None = None

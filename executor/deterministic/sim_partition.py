@@ -28,7 +28,6 @@ import random
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from executor.core import checkpoint
 from executor.core.storage import Storage
@@ -40,14 +39,12 @@ from executor.deterministic.delivery import (
 )
 from executor.deterministic.partition import Partition
 from executor.deterministic.sim_network import Node, Payload
+from executor.deterministic.sim_world import World
 from executor.deterministic.workloads import clone_storage
 from txn_library import limits
 from txn_library import partition_wire as ewire
 from txn_library import wire as swire
 from txn_library.errors import invariant
-
-if TYPE_CHECKING:
-    from executor.deterministic.simulator import Simulator
 
 POLL_US = 50_000  # PartitionServer.run polls with a 50 ms timeout
 STATUS_EVERY_US = int(STATUS_EVERY_S * 1e6)
@@ -229,7 +226,7 @@ class CheckpointStore:
 
 
 class PartitionNode:
-    def __init__(self, sim: Simulator, replica: int, partition: int) -> None:
+    def __init__(self, sim: World, replica: int, partition: int) -> None:
         self.sim = sim
         self.replica = replica
         self.partition = partition

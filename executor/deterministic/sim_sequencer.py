@@ -25,11 +25,10 @@ nothing (clients and partitions resend to the leader).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from executor.deterministic.sim_log import SimCommandLog, SimulatedCrash
 from executor.deterministic.sim_network import Node, Payload
 from executor.deterministic.sim_ordering import MemberStore, PublishFirstLog
+from executor.deterministic.sim_world import PartitionPeer, World
 from sequencer.log import CommandLog
 from sequencer.replication import ReplicatedLog, copy_committed
 from sequencer.sequencer import HEARTBEAT_MS, Sequencer
@@ -37,16 +36,12 @@ from sequencer.status import SequencerStats
 from txn_library import partition_wire as ewire
 from txn_library import wire
 
-if TYPE_CHECKING:
-    from executor.deterministic.sim_partition import PartitionNode
-    from executor.deterministic.simulator import Simulator
-
 WALL_BASE_MS = 1_750_000_000_000  # the batch timestamp is wall-clock time in a live run
 HEARTBEAT_US = HEARTBEAT_MS * 1000
 
 
 class SequencerNode:
-    def __init__(self, sim: Simulator, member: int = 0) -> None:
+    def __init__(self, sim: World, member: int = 0) -> None:
         self.sim = sim
         self.member = member
         replicated = sim.store is not None
@@ -108,6 +103,7 @@ class SequencerNode:
             clock=sim.mono_s,
             seed_source=lambda: sim.rng.getrandbits(63),
             term=term,
+            dataflow_recovery=sim.dataflow_recovery,
         )
         sim.planted_sequencer(seq)
         self.log, self.seq = log, seq
@@ -185,7 +181,7 @@ class SequencerNode:
             self.sim.failure(f"sequencer refused a partition's report ({len(payload)} bytes)")
         self.flush()
 
-    def on_log_fetch(self, partition: PartitionNode, payload: Payload) -> None:
+    def on_log_fetch(self, partition: PartitionPeer, payload: Payload) -> None:
         """SequencerServer._on_log_fetch over the simulated DEALER/ROUTER pair."""
         assert isinstance(payload, bytes)
         reply = self.seq.log_fetch_reply(payload) if self.seq is not None else None

@@ -11,6 +11,9 @@ A run wires the real roles together in memory: the ``Sequencer`` over a real
 ``CommandLog`` in a temp directory (``sim_log``), every ``Partition`` of every replica
 (``sim_partition``), and several clients (``sim_client``, ClientProtocol), over a
 simulated network with ZeroMQ's guarantees and nothing stronger (``sim_network``).
+The nodes see the run only through ``sim_world.World``, which the ``Simulator``
+implements; what a seed draws before the run starts is ``sim_plan``, and reading the
+finished run (the record for the checks, the counters) is ``sim_outcome``.
 Every message is msgpack-encoded as on the wire. One ``random.Random(seed)`` draws
 everything: the cluster's shape, the workload, delays and drops, and the faults:
 
@@ -43,7 +46,6 @@ use (plus the planted bugs, which are marked as such).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import random
@@ -55,54 +57,43 @@ from typing import Any
 
 from executor.deterministic.checks import RunRecord, run_checks
 from executor.deterministic.partition import Partition
-from executor.deterministic.sim_client import SimClient
-from executor.deterministic.sim_network import EventLoop, LinkProfile, Network, Trace
+from executor.deterministic.sim_network import EventLoop, Network, Trace
 from executor.deterministic.sim_options import Fault, SimOptions, SimResult
+from executor.deterministic.sim_outcome import (
+    committed_log,
+    find_stalls,
+    note_outcome,
+    run_counters,
+    sequencer_stats,
+)
 from executor.deterministic.sim_partition import MONOTONIC_BASE_US, PartitionNode
+from executor.deterministic.sim_plan import (
+    CHECKPOINT_EVERY_EPOCHS,
+    CLIENT_START_US,
+    REPLICA_RESTORE_US,
+    SHAPES,
+    SUPERVISOR_RESTART_US,
+    link_profile,
+    make_clients,
+    plan_faults,
+)
 from executor.deterministic.sim_sequencer import SequencerNode
+from executor.deterministic.sim_world import PartitionPeer, SequencerPeer
 from executor.deterministic.workloads import (
     Workload,
     clone_storage,
     workload_class,
     workload_genesis,
 )
-from sequencer.log import iter_frames
 from sequencer.replication import MemoryStore
 from sequencer.retry_cache import RetryCache
 from sequencer.sequencer import Sequencer
-from sequencer.status import SequencerStats
 from txn_library import partition_wire as ewire
 from txn_library import wire
 from txn_library.procedure import load_modules
 
 PLANTS = ("swap", "drop-read", "lose-synced", "no-retry-rebuild", "publish-before-commit")
 REPLICATED_PLANTS = ("publish-before-commit",)  # need SimOptions.sequencers > 1
-
-# What a seed draws from (when SimOptions leaves it None), in one place.
-SHAPES = ((2, 2), (2, 2), (2, 3), (3, 2), (1, 3))  # (replicas, partitions)
-CLIENTS = (2, 6)
-IN_FLIGHT_PER_CLIENT = (1, 4)
-THINK_MAX_US = (0, 2_000, 20_000)
-CLIENT_RETRY_MS = (100, 1_000)
-CHECKPOINT_EVERY_EPOCHS = (4, 25)
-DELAY_MIN_US = (20, 50, 100)
-DELAY_MAX_US = (300, 1_500, 5_000)
-SPIKE_PCT = (0.0, 1.0, 5.0)
-SPIKE_MAX_US = (5_000, 30_000)
-PUB_DROP_PCT = (0, 0, 1, 5, 15)
-PARTITION_CRASHES_MAX = 3
-PARTITION_DOWN_US = (5_000, 400_000)
-CORRUPT_CHECKPOINT_SHARE = 0.2
-SEQUENCER_CRASHES_MAX = 2
-SEQUENCER_DOWN_US = (5_000, 500_000)
-SEQUENCER_CRASH_MODES = ("now", "now", "in_sync", "before_publish", "sync_error")
-LEADER_FAULT_MODES = ("kill", "cut")  # replicated ordering layer
-FAULT_FIRST_US = 10_000
-HORIZON_MIN_US = 200_000  # faults fall in [FAULT_FIRST_US, horizon]: while clients work
-CALL_LATENCY_GUESS_US = 25_000  # for the horizon: ~2 epochs per call
-SUPERVISOR_RESTART_US = (1_000, 100_000)  # a fail-stopped sequencer is restarted after
-REPLICA_RESTORE_US = (1_000, 50_000)  # the operator restores a replica after
-CLIENT_START_US = 5_000
 
 MONITOR_US = 100_000
 FAULT_RETRY_US = 50_000
@@ -127,6 +118,9 @@ def _temp_root() -> str | None:
 
 
 class Simulator:
+    """One run: builds the cluster, plays the fault plan, does what the supervisor,
+    ZooKeeper and the operator do, and checks the outcome (implements sim_world.World)."""
+
     def __init__(self, seed: int, workload: str, opts: SimOptions) -> None:
         if opts.plant is not None and opts.plant not in PLANTS:
             raise ValueError(f"unknown planted bug {opts.plant!r}; choose from {PLANTS}")
@@ -146,17 +140,13 @@ class Simulator:
             *CHECKPOINT_EVERY_EPOCHS
         )
         self.checkpoint_write_max_us = opts.checkpoint_write_max_us
+        if opts.dataflow_recovery not in (None, "strong", "weak"):
+            raise ValueError("dataflow_recovery is 'strong' or 'weak'")
+        # not drawn from rng: every other seed's run stays what it was
+        self.dataflow_recovery = opts.dataflow_recovery or ("weak" if seed % 2 else "strong")
         self.loop = EventLoop()
         self.trace = Trace(opts.keep_trace)
-        profile = LinkProfile(
-            delay_min_us=rng.choice(DELAY_MIN_US),
-            delay_max_us=rng.choice(DELAY_MAX_US),
-            spike_pct=rng.choice(SPIKE_PCT),
-            spike_max_us=rng.choice(SPIKE_MAX_US),
-            pub_drop_pct=(
-                opts.pub_drop_pct if opts.pub_drop_pct is not None else rng.choice(PUB_DROP_PCT)
-            ),
-        )
+        profile = link_profile(rng, opts)
         self.net = Network(self.loop, rng, profile, self.trace)
         self.root = Path(tempfile.mkdtemp(prefix=f"ordo-sim-{seed}-", dir=_temp_root()))
         self.log_dir = self.root / "log"
@@ -173,9 +163,11 @@ class Simulator:
             [PartitionNode(self, r, p) for p in range(self.partitions)]
             for r in range(self.replicas)
         ]
-        self.clients = self._make_clients()
+        self.clients = make_clients(self, self.workload)
         self.client_by_identity = {c.identity: c for c in self.clients}
-        self.faults = self._plan_faults()
+        self.faults = plan_faults(
+            rng, opts, self.clients, self.replicas, self.partitions, self.store is not None
+        )
         self._failures: list[str] = []
         self._finished = False
         self._clients_done_us: int | None = None
@@ -198,87 +190,6 @@ class Simulator:
         )
         self._plant_state: dict[str, Any] = {}
 
-    # Set-up ----------------------------------------------------------------------
-    def _make_clients(self) -> list[SimClient]:
-        rng, opts = self.rng, self.opts
-        n = opts.clients or rng.randint(*CLIENTS)
-        in_flight = opts.in_flight_max or rng.randint(*IN_FLIGHT_PER_CLIENT)
-        think = opts.think_max_us if opts.think_max_us is not None else rng.choice(THINK_MAX_US)
-        retry_ms = opts.client_retry_ms or rng.randint(*CLIENT_RETRY_MS)
-        clients = []
-        for i in range(n):
-            count = opts.calls // n + (1 if i < opts.calls % n else 0)
-            clients.append(
-                SimClient(
-                    self,
-                    i,
-                    self.workload.client_calls(i, n),
-                    count,
-                    in_flight,
-                    retry_ms * 1000,
-                    opts.client_timeout_ms * 1000,
-                    think,
-                )
-            )
-        return clients
-
-    def _plan_faults(self) -> list[Fault]:
-        rng, opts = self.rng, self.opts
-        if not opts.faults:
-            return []
-        c0 = self.clients[0]
-        per_client = opts.calls / len(self.clients)
-        per_call_us = c0.think_max_us / 2 + CALL_LATENCY_GUESS_US
-        horizon_us = int(max(HORIZON_MIN_US, per_client * per_call_us / c0.in_flight_max))
-        n_part = opts.partition_crashes
-        if n_part is None:
-            n_part = rng.randint(0, PARTITION_CRASHES_MAX)
-        n_seq = opts.sequencer_crashes
-        if n_seq is None:
-            n_seq = rng.randint(0, SEQUENCER_CRASHES_MAX)
-        if opts.plant in ("lose-synced", "no-retry-rebuild"):
-            n_seq = max(n_seq, 1)
-        faults = []
-        for _ in range(n_part):
-            faults.append(
-                Fault(
-                    rng.randint(FAULT_FIRST_US, horizon_us),
-                    "partition",
-                    rng.randrange(self.replicas),
-                    rng.randrange(self.partitions),
-                    down_us=rng.randint(*PARTITION_DOWN_US),
-                    corrupt_checkpoint=(
-                        opts.checkpoint_store == "file" and rng.random() < CORRUPT_CHECKPOINT_SHARE
-                    ),
-                )
-            )
-        if self.store is not None:  # replicated: leader kills and cut-offs
-            if opts.plant == "publish-before-commit":
-                n_seq = max(n_seq, 2)
-            for _ in range(n_seq):
-                faults.append(
-                    Fault(
-                        rng.randint(FAULT_FIRST_US, horizon_us),
-                        "sequencer",
-                        mode=rng.choice(LEADER_FAULT_MODES),
-                        down_us=rng.randint(*SEQUENCER_DOWN_US),
-                    )
-                )
-            return sorted(faults, key=lambda f: f.at_us)
-        for _ in range(n_seq):
-            mode = rng.choice(SEQUENCER_CRASH_MODES)
-            if opts.plant == "lose-synced":
-                mode = "now"
-            faults.append(
-                Fault(
-                    rng.randint(FAULT_FIRST_US, horizon_us),
-                    "sequencer",
-                    mode=mode,
-                    down_us=rng.randint(*SEQUENCER_DOWN_US),
-                )
-            )
-        return sorted(faults, key=lambda f: f.at_us)
-
     @property
     def seq_node(self) -> SequencerNode:
         """The leader (replicated: the member elected last), where clients and
@@ -290,7 +201,7 @@ class Simulator:
         """The roles' clock (time.monotonic in a live process)."""
         return (MONOTONIC_BASE_US + self.loop.now_us) / 1e6
 
-    def pid_of(self, node: PartitionNode) -> int:
+    def pid_of(self, node: PartitionPeer) -> int:
         return 1000 + 100 * node.node.incarnation + 10 * node.replica + node.partition
 
     # Running ---------------------------------------------------------------------
@@ -311,9 +222,9 @@ class Simulator:
                     f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames)
                 )
                 self.failure(f"{type(e).__name__}: {e} (at {self.loop.now_us} us, in {where})")
-            stalls = self._stalls()
+            stalls = find_stalls(self.clients)
+            record = self._run_record()  # its own checks (member logs, terms) fail here
             failures = list(self._failures)
-            record = self._run_record()
             failures += run_checks(record, self.workload)
             return self._result(record, failures, stalls, capture.lines)
         finally:
@@ -464,7 +375,7 @@ class Simulator:
             self.loop.after(fault.down_us, self._heal, node)
         self._expect_election()
 
-    def leader_stepped_down(self, node: SequencerNode) -> None:
+    def leader_stepped_down(self, node: SequencerPeer) -> None:
         """A leader's commit failed (cut off, or fenced by a newer term)."""
         self.trace.note(self.loop.now_us, f"seq{node.member} stepped down")
         if node is self.seq_node:
@@ -526,7 +437,7 @@ class Simulator:
     def _restart_sequencer(self) -> None:
         self.seq_node.start()
 
-    def on_resend_gap(self, node: PartitionNode, peer: int, retained_from: int) -> None:
+    def on_resend_gap(self, node: PartitionPeer, peer: int, retained_from: int) -> None:
         """A restarted partition cannot recover alone: restore its whole replica from the
         newest checkpoint all its partitions hold (the operator's documented action)."""
         self.counters["resend_gaps"] += 1
@@ -563,14 +474,14 @@ class Simulator:
         self.logged_at.append((self.loop.now_us, batch.next_txn_id - 1))
         self.trace.note(self.loop.now_us, f"batch {batch.epoch} txns {len(batch.txns)}")
 
-    def note_results(self, node: PartitionNode, data: bytes) -> None:
+    def note_results(self, node: PartitionPeer, data: bytes) -> None:
         msg = ewire.Results._make(ewire.unpack(data)[1:])
         for txn_id, status, packed in msg.results:
             value = ewire.unpack(packed)
             self.reported.append((node.replica, node.partition, txn_id, status, value))
 
     # Planted bugs (never engine code) --------------------------------------------------
-    def planted_batch(self, node: PartitionNode, batch: wire.Batch) -> wire.Batch:
+    def planted_batch(self, node: PartitionPeer, batch: wire.Batch) -> wire.Batch:
         """``swap``: at one partition of the last replica, two txns of one batch trade
         places (so each runs under the other's id and order)."""
         if self.opts.plant != "swap" or node.replica != self.replicas - 1:
@@ -591,7 +502,7 @@ class Simulator:
         txns[i], txns[j] = txns[j], txns[i]
         return batch._replace(txns=tuple(txns))
 
-    def planted_reads(self, node: PartitionNode, entries: list) -> list:
+    def planted_reads(self, node: PartitionPeer, entries: list) -> list:
         """``drop-read``: the first read exchange in the last replica, and every resend
         of it, vanishes."""
         if self.opts.plant != "drop-read" or node.replica != self.replicas - 1:
@@ -609,29 +520,8 @@ class Simulator:
             seq._logged_txns.clear()
 
     # Results -------------------------------------------------------------------------
-    def _stalls(self) -> list[str]:
-        out = []
-        for c in self.clients:
-            for r in c.records:
-                if r.timed_out and not r.answers:
-                    out.append(
-                        f"client {c.index} req {r.req_id} {r.proc}{r.args!r:.60} never answered "
-                        f"(sent {r.sends} times from {r.sent_us // 1000} ms)"
-                    )
-        return out
-
-    def _sequencer_stats(self) -> list[SequencerStats]:
-        out: list[SequencerStats] = []
-        for node in self.seq_nodes:
-            out += list(node.retired) + ([node.seq.stats] if node.seq is not None else [])
-        return out
-
     def _run_record(self) -> RunRecord:
-        if self.store is None:
-            log = [data for _e, data in iter_frames(self.log_dir)]
-        else:  # the committed history; every member's log must be a prefix of it
-            log = [self.store.batches[e] for e in range(1, self.store.last + 1)]
-            self._check_member_logs(log)
+        log = committed_log(self.log_dir, self.store, self.seq_nodes, self.failure)
         replicas: list[list[Partition | None]] = [
             [p.part for p in replica] for replica in self.parts
         ]
@@ -642,65 +532,25 @@ class Simulator:
             [r for c in self.clients for r in c.records],
             self.reported,
             self.logged_at,
-            sum(s.determinism_violations for s in self._sequencer_stats()),
+            sum(s.determinism_violations for s in sequencer_stats(self.seq_nodes)),
             self.partitions,
         )
-
-    def _check_member_logs(self, committed: list[bytes]) -> None:
-        terms = [wire.decode_batch(data).term for data in committed]
-        if terms != sorted(terms):
-            self.failure("terms decrease along the committed log")
-        for node in self.seq_nodes:
-            if node.log is not None:
-                node.log.sync()
-            mine = [data for _e, data in iter_frames(node.log_dir)]
-            if mine != committed[: len(mine)]:
-                self.failure(f"seq{node.member}'s log is not a prefix of the committed log")
 
     def _result(
         self, record: RunRecord, failures: list[str], stalls: list[str], log_lines: list[str]
     ) -> SimResult:
-        seq = self.seq_node
         records = [r for c in self.clients for r in c.records]
-        logged = [wire.decode_batch(data).txns for data in record.log]
-        net = self.net.stats
-        counters = dict(self.counters)
-        counters.update(
-            epochs=len(record.log),
-            txns=sum(len(txns) for txns in logged),
-            multi_partition_txns=sum(len(t.participants) > 1 for txns in logged for t in txns),
-            dependent_restarts=sum(st.restarts for st in self._sequencer_stats()),
-            calls=len(records),
-            answered=sum(1 for r in records if r.answers),
-            timeouts=sum(1 for r in records if r.timed_out),
-            client_retries=sum(c.retries for c in self.clients),
-            messages=net.sent,
-            pub_drops=net.dropped_pub,
-            lost_in_crash=net.lost_crash,
-            torn_tails=seq.torn_tails,
-            truncated_bytes=seq.truncated_bytes,
-            checkpoints=sum(p.store.durable for replica in self.parts for p in replica),
-            checkpoint_deltas=sum(p.store.deltas for replica in self.parts for p in replica),
-            base_rows_copied=sum(p.store.copied_rows for replica in self.parts for p in replica),
-            log_fetches=sum(p.log_fetches for replica in self.parts for p in replica),
-            early_results=sum(p.early_results for replica in self.parts for p in replica),
-            events=self.loop.events,
-            sim_ms=self.loop.now_us // 1000,
+        counters = run_counters(
+            self.counters,
+            record,
+            self.clients,
+            self.seq_nodes,
+            self.seq_node,
+            self.parts,
+            self.net.stats,
+            self.loop,
         )
-        for f in failures:
-            self.trace.note(self.loop.now_us, f"check failed: {f}")
-        self.trace.note(self.loop.now_us, f"counters {sorted(counters.items())}")
-        # The outcome, so that the trace digest fingerprints it: every partition's final
-        # state and every answer a client got (compiled and pure engines must agree).
-        states = [
-            (r, i, p.last_epoch, p.storage.state_hash)
-            for r, replica in enumerate(record.replicas)
-            for i, p in enumerate(replica)
-            if p is not None
-        ]
-        answers = [(r.answers, r.timed_out) for r in records]
-        answers_digest = hashlib.sha256(repr(answers).encode()).hexdigest()[:16]
-        self.trace.note(self.loop.now_us, f"final states {states} answers {answers_digest}")
+        note_outcome(self.trace, self.loop.now_us, record, records, failures, counters)
         return SimResult(
             self.seed,
             self.workload.name,

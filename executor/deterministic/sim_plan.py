@@ -1,0 +1,154 @@
+"""What a seed draws before the run starts: the ranges every draw comes from, the
+clients and the fault plan.
+
+The simulator draws, from its one ``random.Random`` and in this order: the cluster's
+shape, the workload, the checkpoint interval, the network's link profile
+(``link_profile``), the clients (``make_clients``), then the faults (``plan_faults``);
+during the run it draws delays, drops, restart and restore times from the same ranges
+here. A SimOptions field that is set replaces its draw.
+
+Invariants: the plan is a pure function of the seed and the options; faults fall in
+[FAULT_FIRST_US, horizon], while the clients work; a planted bug gets the faults it
+needs to show (``lose-synced`` and ``no-retry-rebuild``: a sequencer crash, of mode
+"now" for ``lose-synced``; ``publish-before-commit``: two leader faults).
+"""
+
+from __future__ import annotations
+
+import random
+
+from executor.deterministic.sim_client import SimClient
+from executor.deterministic.sim_network import LinkProfile
+from executor.deterministic.sim_options import Fault, SimOptions
+from executor.deterministic.sim_world import World
+from txn_library.workload import Workload
+
+# What a seed draws from (when SimOptions leaves it None), in one place.
+SHAPES = ((2, 2), (2, 2), (2, 3), (3, 2), (1, 3))  # (replicas, partitions)
+CLIENTS = (2, 6)
+IN_FLIGHT_PER_CLIENT = (1, 4)
+THINK_MAX_US = (0, 2_000, 20_000)
+CLIENT_RETRY_MS = (100, 1_000)
+CHECKPOINT_EVERY_EPOCHS = (4, 25)
+DELAY_MIN_US = (20, 50, 100)
+DELAY_MAX_US = (300, 1_500, 5_000)
+SPIKE_PCT = (0.0, 1.0, 5.0)
+SPIKE_MAX_US = (5_000, 30_000)
+PUB_DROP_PCT = (0, 0, 1, 5, 15)
+PARTITION_CRASHES_MAX = 3
+PARTITION_DOWN_US = (5_000, 400_000)
+CORRUPT_CHECKPOINT_SHARE = 0.2
+SEQUENCER_CRASHES_MAX = 2
+SEQUENCER_DOWN_US = (5_000, 500_000)
+SEQUENCER_CRASH_MODES = ("now", "now", "in_sync", "before_publish", "sync_error")
+LEADER_FAULT_MODES = ("kill", "cut")  # replicated ordering layer
+FAULT_FIRST_US = 10_000
+HORIZON_MIN_US = 200_000  # faults fall in [FAULT_FIRST_US, horizon]: while clients work
+CALL_LATENCY_GUESS_US = 25_000  # for the horizon: ~2 epochs per call
+SUPERVISOR_RESTART_US = (1_000, 100_000)  # a fail-stopped sequencer is restarted after
+REPLICA_RESTORE_US = (1_000, 50_000)  # the operator restores a replica after
+CLIENT_START_US = 5_000  # clients start within
+
+
+def link_profile(rng: random.Random, opts: SimOptions) -> LinkProfile:
+    """Delay and loss of the run's network."""
+    return LinkProfile(
+        delay_min_us=rng.choice(DELAY_MIN_US),
+        delay_max_us=rng.choice(DELAY_MAX_US),
+        spike_pct=rng.choice(SPIKE_PCT),
+        spike_max_us=rng.choice(SPIKE_MAX_US),
+        pub_drop_pct=(
+            opts.pub_drop_pct if opts.pub_drop_pct is not None else rng.choice(PUB_DROP_PCT)
+        ),
+    )
+
+
+def make_clients(world: World, workload: Workload) -> list[SimClient]:
+    """The run's clients, each with its share of ``opts.calls`` (its knobs drawn once,
+    for all)."""
+    rng, opts = world.rng, world.opts
+    n = opts.clients or rng.randint(*CLIENTS)
+    in_flight = opts.in_flight_max or rng.randint(*IN_FLIGHT_PER_CLIENT)
+    think = opts.think_max_us if opts.think_max_us is not None else rng.choice(THINK_MAX_US)
+    retry_ms = opts.client_retry_ms or rng.randint(*CLIENT_RETRY_MS)
+    clients = []
+    for i in range(n):
+        count = opts.calls // n + (1 if i < opts.calls % n else 0)
+        clients.append(
+            SimClient(
+                world,
+                i,
+                workload.client_calls(i, n),
+                count,
+                in_flight,
+                retry_ms * 1000,
+                opts.client_timeout_ms * 1000,
+                think,
+            )
+        )
+    return clients
+
+
+def plan_faults(
+    rng: random.Random,
+    opts: SimOptions,
+    clients: list[SimClient],
+    replicas: int,
+    partitions: int,
+    replicated: bool,
+) -> list[Fault]:
+    """The faults of the run, by time (none if ``opts.faults`` is off)."""
+    if not opts.faults:
+        return []
+    c0 = clients[0]
+    per_client = opts.calls / len(clients)
+    per_call_us = c0.think_max_us / 2 + CALL_LATENCY_GUESS_US
+    horizon_us = int(max(HORIZON_MIN_US, per_client * per_call_us / c0.in_flight_max))
+    n_part = opts.partition_crashes
+    if n_part is None:
+        n_part = rng.randint(0, PARTITION_CRASHES_MAX)
+    n_seq = opts.sequencer_crashes
+    if n_seq is None:
+        n_seq = rng.randint(0, SEQUENCER_CRASHES_MAX)
+    if opts.plant in ("lose-synced", "no-retry-rebuild"):
+        n_seq = max(n_seq, 1)
+    faults = []
+    for _ in range(n_part):
+        faults.append(
+            Fault(
+                rng.randint(FAULT_FIRST_US, horizon_us),
+                "partition",
+                rng.randrange(replicas),
+                rng.randrange(partitions),
+                down_us=rng.randint(*PARTITION_DOWN_US),
+                corrupt_checkpoint=(
+                    opts.checkpoint_store == "file" and rng.random() < CORRUPT_CHECKPOINT_SHARE
+                ),
+            )
+        )
+    if replicated:  # leader kills and cut-offs
+        if opts.plant == "publish-before-commit":
+            n_seq = max(n_seq, 2)
+        for _ in range(n_seq):
+            faults.append(
+                Fault(
+                    rng.randint(FAULT_FIRST_US, horizon_us),
+                    "sequencer",
+                    mode=rng.choice(LEADER_FAULT_MODES),
+                    down_us=rng.randint(*SEQUENCER_DOWN_US),
+                )
+            )
+        return sorted(faults, key=lambda f: f.at_us)
+    for _ in range(n_seq):
+        mode = rng.choice(SEQUENCER_CRASH_MODES)
+        if opts.plant == "lose-synced":
+            mode = "now"
+        faults.append(
+            Fault(
+                rng.randint(FAULT_FIRST_US, horizon_us),
+                "sequencer",
+                mode=mode,
+                down_us=rng.randint(*SEQUENCER_DOWN_US),
+            )
+        )
+    return sorted(faults, key=lambda f: f.at_us)
