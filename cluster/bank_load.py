@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import txn_library.builtin  # noqa: F401  (registers the bank; routing looks procedures up)
-from cluster.loadgen import Call, ClosedLoop, LoadGenerator, home_router
+from cluster.load_shapes import Call, ClosedLoop, home_router
+from cluster.loadgen import LoadGenerator
 from cluster.measure import Window
 
 TRANSFER = "transfer"  # the kind transfers are counted under

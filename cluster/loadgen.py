@@ -1,27 +1,20 @@
 """The one load generator: closed or open loop over ZeroMQ, measurement windows, percentiles.
 
 Used by ``ordo tpcc run`` (tpcc/driver.py), the bank transfer runs (cluster/bank_load.py:
-bench_transfers, the demo, recovery and replay tests and benchmarks) and the paper
-experiments (scripts/paper_experiments.py). It is a client of the cluster speaking the
-client wire contract (txn_library.client.ClientProtocol), driven from one thread with
-no per-call futures: each loop turn drains the replies, generates the answering
-terminals' next calls and sends them together (one frame per socket, unless more than
+bench_transfers, the demo, recovery and replay tests and benchmarks), the paper
+experiments (scripts/paper_experiments.py), the HA benchmark's failover load
+(scripts/bench_ha.py) and the hostile-input run's good client (scripts/fuzz_cluster.py).
+It is a client of the cluster speaking the client wire contract
+(txn_library.client_protocol.ClientProtocol), driven from one thread with no per-call
+futures: each loop turn drains the replies, generates the answering terminals' next
+calls and sends them together (one frame per socket, unless more than
 ``limits.loadgen_frame_calls_max`` calls or the intake's byte bound split it).
 
-Load shapes:
-- ``ClosedLoop``: ``terminals`` terminals, each with at most ``in_flight_per_terminal``
-  calls outstanding; a terminal sends its next call when one answers (after an optional
-  think time, fixed or exponential, seeded).
-- ``OpenLoop``: calls at ``rate_per_s`` (fixed spacing or Poisson arrivals, seeded)
-  whatever the answers, drawn from the terminals round robin; a call due while
-  ``in_flight_max`` are outstanding is not sent and is counted as skipped (the schedule
-  moves on: an open loop that waited would hide the backlog it exists to show).
-
-The workload is a ``CallSource``: ``source(terminal)`` gives the terminal's next call
-(anything with ``proc``, ``args``, ``kind`` and ``multi_partition``, such as ``Call``)
-or None when that terminal has no more work (a finite workload, e.g. a list of
-transfers). Targets: one sequencer address, or one address per partition of a
-traditional (2PL) cluster with ``route`` choosing the partition of each call.
+What it drives (calls, sources, routes, closed and open loops): cluster/load_shapes.py.
+Where calls travel (a socket per connection and target, or per connection failing over
+between sequencers): cluster/load_sockets.py. Raw frames beside the load (hostile
+input, probes): cluster/load_raw.py. Measurement records and the one percentile rule:
+cluster/measure.py.
 
 Measurement: a run is warm-up, window, drain. Only answers that arrive inside the window
 [start + warmup_s, start + warmup_s + duration_s) are counted in ``Window.kinds`` (ok /
@@ -29,19 +22,18 @@ aborted / error per kind, latencies of ok and aborted calls). With ``duration_s`
 the window lasts until the source is exhausted and every call is answered. After the
 window the generator sends nothing more and waits up to ``drain_s`` for calls still
 outstanding (their answers count only in ``kinds_all`` and the timeline). Latency is
-from a call's first send to its answer's arrival, as seen by this loop.
-
-Measurement records and the one percentile rule: cluster/measure.py.
+from a call's first send to its answer's arrival, as seen by this loop. ``on_answer``
+sees every answer (and timeout) of the run, whatever the phase, with its times: a
+client-side ledger keeps what it needs from there.
 
 Invariants and bounds:
 - At most ``limits.loadgen_in_flight_max`` calls outstanding in all (closed loop:
   terminals x in_flight_per_terminal; open loop: in_flight_max), checked when a
   generator is built; per terminal at most ``in_flight_per_terminal`` (closed loop).
-- Every frame holds at most ``limits.loadgen_frame_calls_max`` calls and fits the
-  sequencer's intake byte bound (ClientProtocol.frames).
 - A call unanswered after ``retry_s`` is resent with the same (client_id, req_id), so it
   executes at most once; once ``timeout_s`` has passed (noticed within ``retry_s``) it
-  counts as an error "<proc>: timeout" and its terminal moves on.
+  counts as an error "<proc>: timeout" and its terminal moves on. A connection that
+  fails over resends its unanswered calls the same way; ERR_NOT_LEADER is never counted.
 - Latencies kept per kind and window: at most ``limits.loadgen_latency_samples_max``;
   past that a seeded uniform sample of that size (reservoir), so percentiles stay
   unbiased and memory stays bounded.
@@ -59,11 +51,20 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
 import zmq
 
+from cluster.load_shapes import (
+    CallLike,
+    CallSource,
+    ClosedLoop,
+    Load,
+    OpenLoop,
+    Router,
+    check_shape,
+)
+from cluster.load_sockets import LoadSockets
 from cluster.measure import (
     KindStats,
     Timeline,
@@ -72,85 +73,20 @@ from cluster.measure import (
     timeline_answer,
 )
 from txn_library import limits, wire
-from txn_library.client import ClientProtocol
+from txn_library.client_protocol import ClientProtocol
+from txn_library.curve import ClientCurve
 from txn_library.errors import ABORTED, ERROR, OK
-from txn_library.placement import call_home
 
 EXPIRY_CHECK_S = 0.1  # how often outstanding calls are checked for resend and timeout
 POLL_MS_MAX = 100  # the loop wakes at least this often
 TIMEOUT_CODE = "timeout"
 
 
-# --- Calls, load shapes, results ---------------------------------------------------------
-
-
-class CallLike(Protocol):
-    """What a call source returns (``Call`` here, tpcc.inputs.Call, ...)."""
-
-    @property
-    def proc(self) -> str: ...
-    @property
-    def args(self) -> Sequence[Any]: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def multi_partition(self) -> bool: ...
-
-
-class Call(NamedTuple):
-    """One call: procedure, arguments, the kind it is counted under, and whether the
-    workload made it multi-partition (counted per kind, for the share)."""
-
-    proc: str
-    args: Sequence[Any]
-    kind: str = "call"
-    multi_partition: bool = False
-
-
-# source(terminal) -> the terminal's next call, or None when it has no more work
-CallSource = Callable[[int], CallLike | None]
-# route(proc, args) -> index of the target address the call goes to
-Router = Callable[[str, Sequence[Any]], int]
-
-
-def home_router(partitions: int) -> Router:
-    """Route each call to its home partition (txn_library.placement.call_home): the
-    targets are a traditional cluster's per-partition client addresses."""
-
-    def route(proc: str, args: Sequence[Any]) -> int:
-        return call_home(proc, args, partitions)
-
-    return route
-
-
-@dataclass(frozen=True)
-class ClosedLoop:
-    """``terminals`` terminals, each with at most ``in_flight_per_terminal`` calls
-    outstanding; after an answer, a terminal waits ``think_s`` (``think`` "fixed", or
-    "exponential" with that mean) before its next call."""
-
-    terminals: int
-    in_flight_per_terminal: int = 1
-    think_s: float = 0.0
-    think: str = "fixed"
-
-    @property
-    def in_flight_max(self) -> int:
-        return self.terminals * self.in_flight_per_terminal
-
-
-@dataclass(frozen=True)
-class OpenLoop:
-    """Calls at ``rate_per_s`` (``arrivals`` "fixed" spacing or "poisson"), drawn from
-    ``terminals`` terminals round robin, at most ``in_flight_max`` outstanding."""
-
-    rate_per_s: float
-    in_flight_max: int
-    terminals: int = 1
-    arrivals: str = "fixed"
-
-
-Load = ClosedLoop | OpenLoop
+# on_answer(terminal, call, status, value, first sent at, answered at): every answer and
+# timeout of a run (times: time.perf_counter seconds)
+AnswerHook = Callable[[int, CallLike, Any, Any, float, float], None]
+# on_move(at, connection, address): a connection failed over (time.perf_counter seconds)
+MoveHook = Callable[[float, int, str], None]
 
 
 # --- The generator -----------------------------------------------------------------------
@@ -165,10 +101,14 @@ class LoadGenerator:
     """Drives ``source`` against ``targets`` with the shape ``load``; one ``run`` each.
 
     ``targets``: client addresses; one (the sequencer) unless ``route`` picks among
-    several (a traditional cluster's partitions, see ``home_router``). ``connections``:
-    client identities (one DEALER socket per target each); terminal t uses connection
-    t % connections. ``seed`` drives think times, Poisson arrivals and latency sampling.
-    Not thread-safe: build, run and close it on one thread.
+    several (a traditional cluster's partitions, see ``home_router``) or ``failover``
+    is set (every sequencer of a replicated ordering layer: each connection talks to one
+    at a time and moves between them, cluster/load_sockets.py). ``connections``: client
+    identities (one DEALER socket per target each, or one with failover); terminal t
+    uses connection t % connections. ``curve``: CURVE keys, one per target (see
+    cluster.security.client_curves). ``seed`` drives think times, Poisson arrivals and
+    latency sampling. Not thread-safe: build, run and close it on one thread
+    (cluster/load_background.py runs one on a thread of its own).
     """
 
     def __init__(
@@ -182,9 +122,11 @@ class LoadGenerator:
         timeout_s: float = limits.client_timeout_s_default,
         retry_s: float = 5.0,
         seed: int = 1,
+        failover: bool = False,
+        curve: Sequence[ClientCurve] | None = None,
     ) -> None:
         self.targets = [targets] if isinstance(targets, str) else list(targets)
-        _check_shape(load, len(self.targets), route, connections, timeout_s, retry_s)
+        check_shape(load, len(self.targets), route, connections, timeout_s, retry_s, failover)
         self.source = source
         self.load = load
         self.route = route
@@ -192,29 +134,17 @@ class LoadGenerator:
         self.retry_s = retry_s
         self.rng = random.Random(seed)
         self.malformed_replies = 0  # reply frames or entries that could not be read
-        # Unordered: every terminal is an independent user with at most one call out
-        # (closed loop), or arrivals are independent (open loop), so nothing relies on
-        # the order of calls in flight together (sequencer.batch_order).
-        self.protos = [ClientProtocol(ordered=False) for _ in range(connections)]
-        ctx: zmq.Context = zmq.Context.instance()
-        self.sockets: list[zmq.Socket] = []
-        for _ in range(connections):
-            for addr in self.targets:
-                sock = ctx.socket(zmq.DEALER)
-                sock.setsockopt(zmq.LINGER, 0)
-                sock.setsockopt(zmq.SNDHWM, 0)
-                sock.setsockopt(zmq.RCVHWM, 0)
-                sock.connect(addr)
-                self.sockets.append(sock)
-        self.poller = zmq.Poller()
-        for sock in self.sockets:
-            self.poller.register(sock, zmq.POLLIN)
+        self.socks = LoadSockets(self.targets, connections, failover=failover, curve=curve)
+        self.protos: list[ClientProtocol] = self.socks.protos
         self._ran = False
         # Run state (a generator runs once)
         self._ids = itertools.count(1)  # req ids, unique across connections
         self._pending: dict[int, _Pending] = {}  # req_id -> call, in order of last send
-        self._outbox: list[list[bytes]] = [[] for _ in self.sockets]
+        self._outbox = self.socks.outbox
+        self._calls_out = [0] * len(self.socks.sockets)  # pending calls per socket
         self._control: deque[Callable[[Any], None]] = deque()  # replies expected, socket 0
+        self._on_answer: AnswerHook | None = None
+        self._on_move: MoveHook | None = None
         self._closed = isinstance(load, ClosedLoop)
         self._think_s = load.think_s if isinstance(load, ClosedLoop) else 0.0
         self._finished: list[bool] = []  # closed loop: the terminal's source ran dry
@@ -229,9 +159,13 @@ class LoadGenerator:
         self._measuring = False
         self._t0 = 0.0
 
+    @property
+    def failovers(self) -> int:
+        """Times a connection moved to another sequencer (failover)."""
+        return self.socks.failovers
+
     def close(self) -> None:
-        for sock in self.sockets:
-            sock.close(linger=0)
+        self.socks.close()
 
     def __enter__(self) -> LoadGenerator:
         return self
@@ -253,6 +187,8 @@ class LoadGenerator:
         tick_s: float = 1.0,
         timeline_bucket_s: float | None = None,
         late_after_s: float = 0.2,
+        on_answer: AnswerHook | None = None,
+        on_move: MoveHook | None = None,
     ) -> Window:
         """Warm-up, window, drain; returns the window.
 
@@ -263,15 +199,18 @@ class LoadGenerator:
         called with "start" and "end" at the window's edges. ``on_tick``: every
         ``tick_s`` until the window ends, with (seconds since start, measuring,
         window so far, calls outstanding). ``timeline_bucket_s``: keep a ``Timeline``
-        (needs ``duration_s``).
+        (needs ``duration_s``). ``on_answer``: every answer and timeout, on this thread
+        (``AnswerHook``). ``on_move``: every failover of a connection (``MoveHook``).
         """
         if self._ran:
             raise RuntimeError("a LoadGenerator runs once (answers of a run end with it)")
         self._ran = True
+        self._on_answer, self._on_move = on_answer, on_move
         if warmup_s < 0 or (duration_s is not None and duration_s <= 0) or drain_s < 0:
             raise ValueError("warmup_s >= 0, duration_s > 0 (or None) and drain_s >= 0")
         w = self._window
         t0 = self._t0 = time.perf_counter()
+        self.socks.start(t0)
         window_start = t0 + warmup_s
         window_end = math.inf if duration_s is None else window_start + duration_s
         if timeline_bucket_s is not None:
@@ -329,21 +268,28 @@ class LoadGenerator:
 
     def _ask_status(self, deliver: Callable[[Any], None]) -> None:
         self._control.append(deliver)
-        self.sockets[0].send(wire.encode(wire.StatusRequest()))
+        self.socks.sockets[0].send(wire.encode(wire.StatusRequest()))
 
     def _turn(self, now: float, next_edge: float, clock: _Clock, *, issuing: bool) -> None:
         """One loop turn: wait for replies (or the next timer), take them, do what is
         due, send what was produced."""
         wake = min(next_edge, clock.next_due(), self._next_send_due(issuing))
         timeout_ms = 0 if wake <= now else min(POLL_MS_MAX, math.ceil((wake - now) * 1000))
-        ready = self.poller.poll(timeout_ms)
+        ready = self.socks.poller.poll(timeout_ms)
         now = time.perf_counter()
+        slot_of = self.socks.slot_of
         for sock, _events in ready:
-            self._receive(sock, now, issuing)
+            slot = slot_of.get(sock)
+            if slot is None:
+                self.socks.dropped(sock)  # a failover connection's monitor
+            else:
+                self._receive(sock, slot, now, issuing)
+        if self.socks.failover:
+            self._fail_over(now)
         if issuing:
             self._send_due(now)
         clock.run_due(now, self, issuing)
-        self._flush()
+        self.socks.flush()
 
     # Sending ------------------------------------------------------------------------
     def _start_load(self, now: float) -> None:
@@ -397,7 +343,7 @@ class LoadGenerator:
         source = self.source
         pending = self._pending
         ids = self._ids
-        one_socket = len(self.sockets) == 1
+        one_socket = len(self._outbox) == 1
         encode = self.protos[0].encode_call
         outbox = self._outbox[0]
         sent = 0
@@ -420,11 +366,14 @@ class LoadGenerator:
             else:
                 conn = t % len(self.protos)
                 target = 0 if self.route is None else self.route(call.proc, call.args)
-                sock = conn * len(self.targets) + target
+                sock = self.socks.slot(conn, target)
                 data = self.protos[conn].encode_call(req_id, call.proc, call.args)
                 pending[req_id] = (t, call, now, now, data, sock)
                 self._outbox[sock].append(data)
+                self._calls_out[sock] += 1
             sent += 1
+        if one_socket:
+            self._calls_out[0] += sent
         if self._measuring:
             self._window.sent += sent
 
@@ -437,38 +386,27 @@ class LoadGenerator:
             delay = self.rng.expovariate(1.0 / load.think_s)
         heapq.heappush(self._thinking, (now + delay, next(self._think_seq), t))
 
-    def _flush(self) -> None:
-        step = limits.loadgen_frame_calls_max
-        for i, out in enumerate(self._outbox):
-            if not out:
-                continue
-            proto = self.protos[i // len(self.targets)]
-            sock = self.sockets[i]
-            for first in range(0, len(out), step):
-                for frame in proto.frames(out[first : first + step]):
-                    sock.send(frame)
-            self._outbox[i] = []
-
     # Receiving ----------------------------------------------------------------------
-    def _receive(self, sock: zmq.Socket, now: float, issuing: bool) -> None:
+    def _receive(self, sock: zmq.Socket, slot: int, now: float, issuing: bool) -> None:
         while True:
             try:
                 frame = sock.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
+            self.socks.heard(slot, now)
             reply = ClientProtocol.parse_reply(frame)
             if reply is None:
                 self.malformed_replies += 1
                 continue
             kind, body = reply
             if kind in (wire.REP_STATUS, wire.REP_OK, wire.REP_ERROR):
-                if self._control and sock is self.sockets[0]:
+                if self._control and slot == 0:
                     self._control.popleft()(body if kind == wire.REP_STATUS else None)
                 continue
             if kind != wire.REP_RESULTS or not isinstance(body, tuple):
                 self.malformed_replies += 1
                 continue
-            self._answer(body, now, issuing)
+            self._answer(self.socks.not_leader(slot, body, now), now, issuing)
 
     def _answer(self, entries: Iterable[Any], now: float, issuing: bool) -> None:
         """Count answers, entries (req_id, status, value) of outstanding calls (others are
@@ -480,6 +418,8 @@ class LoadGenerator:
         timeline = w.timeline
         measuring = self._measuring
         samples_max = limits.loadgen_latency_samples_max
+        calls_out = self._calls_out
+        on_answer = self._on_answer
         free: list[int] = []
         for entry in entries:
             try:
@@ -491,11 +431,14 @@ class LoadGenerator:
             if p is None:
                 continue
             t, call, first_sent = p[0], p[1], p[2]
+            calls_out[p[5]] -= 1
             free.append(t)
             kind = call.kind
             kinds_all[kind] += 1
             if timeline is not None:
                 timeline_answer(timeline, self._t0, first_sent, now)
+            if on_answer is not None:
+                on_answer(t, call, status, value, first_sent, now)
             if not measuring:
                 continue
             k = kinds.get(kind)
@@ -551,6 +494,18 @@ class LoadGenerator:
             self._outbox[sock].append(data)
         if timed_out:
             self._answer(timed_out, now, issuing)
+
+    def _fail_over(self, now: float) -> None:
+        """Connections that failed over (or were told to ask again) resend their
+        unanswered calls, same ids; the order of ``_pending`` stays by last send."""
+        for slot, moved_to in self.socks.fail_over(now, self._calls_out):
+            if moved_to is not None and self._on_move is not None:
+                self._on_move(now, slot, moved_to)
+            again = [req_id for req_id, p in self._pending.items() if p[5] == slot]
+            for req_id in again:
+                t, call, first_sent, _last_sent, data, sock = self._pending.pop(req_id)
+                self._pending[req_id] = (t, call, first_sent, now, data, sock)
+                self._outbox[sock].append(data)
 
     def _sample(self, now: float) -> None:
         tl = self._window.timeline
@@ -616,37 +571,3 @@ class _Clock:
         while now >= self.next_sample():
             gen._sample(now)
             self.samples_taken += 1
-
-
-def _check_shape(
-    load: Load,
-    targets: int,
-    route: Router | None,
-    connections: int,
-    timeout_s: float,
-    retry_s: float,
-) -> None:
-    """Raise ValueError unless the load fits the generator's bounds."""
-    if targets < 1 or (targets > 1 and route is None):
-        raise ValueError("one target, or several with a route choosing among them")
-    if not 1 <= connections <= limits.loadgen_connections_max:
-        raise ValueError(f"connections must be in 1..{limits.loadgen_connections_max}")
-    if timeout_s <= 0 or retry_s <= 0:
-        raise ValueError("timeout_s and retry_s must be > 0")
-    if isinstance(load, ClosedLoop):
-        if load.terminals < 1 or load.in_flight_per_terminal < 1:
-            raise ValueError("a closed loop needs terminals >= 1 and in_flight_per_terminal >= 1")
-        if load.think_s < 0 or load.think not in ("fixed", "exponential"):
-            raise ValueError('think_s >= 0 and think "fixed" or "exponential"')
-        in_flight = load.in_flight_max
-    else:
-        if load.rate_per_s <= 0 or load.terminals < 1 or load.in_flight_max < 1:
-            raise ValueError("an open loop needs rate_per_s > 0, terminals and in_flight_max >= 1")
-        if load.arrivals not in ("fixed", "poisson"):
-            raise ValueError('arrivals must be "fixed" or "poisson"')
-        in_flight = load.in_flight_max
-    if in_flight > limits.loadgen_in_flight_max:
-        raise ValueError(
-            f"{in_flight} calls in flight; at most {limits.loadgen_in_flight_max} "
-            f"(limits.loadgen_in_flight_max)"
-        )

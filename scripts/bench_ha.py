@@ -4,10 +4,11 @@ Two parts, both on real local clusters (every process on this machine):
 
 failover   ``ordo up --ha``'s layout (cluster.cli.ha_layout: 3 ZooKeeper servers, 3
            sequencers on 127.0.0.1-3, CURVE on), 2 replicas x 2 partitions, bank
-           accounts opened. Several client threads, each a ``txn_library.client.Client``
-           given every sequencer's address (it fails over by itself), run a closed loop
-           of transfers; every call's submit and answer time is kept. The leader is
-           killed with SIGKILL under that load. Measured, from the kill:
+           accounts opened. The load generator (cluster/loadgen.py) runs a closed loop
+           of transfers from several client identities, each given every sequencer's
+           address (it fails over between them, as txn_library.client does); every
+           call's submit and answer time is kept. The leader is killed with SIGKILL
+           under that load. Measured, from the kill:
              elected       the first status poll (every --poll-ms) in which a survivor
                            reports itself leader of a higher term;
              first commit  the first batch of the new term in the new leader's log: its
@@ -46,18 +47,14 @@ directory; a failed run is recorded with its error, never silently dropped.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
-import logging
 import os
 import signal
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -66,7 +63,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cluster.bank_load import run_transfers  # noqa: E402
-from cluster.cli import ha_layout  # noqa: E402
+from cluster.commands.run import ha_layout  # noqa: E402
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import (  # noqa: E402
     LocalCluster,
@@ -76,12 +73,17 @@ from cluster.launcher import (  # noqa: E402
     sequencer_statuses,
     wait_quiescent,
 )
+from cluster.load_background import Background  # noqa: E402
+from cluster.load_shapes import Call, ClosedLoop  # noqa: E402
+from cluster.loadgen import TIMEOUT_CODE, LoadGenerator  # noqa: E402
 from cluster.measure import CpuMeter, latency_percentiles_ms, process_cpu_s  # noqa: E402
+from cluster.security import ADMIN_CLIENT, client_curves  # noqa: E402
 from sequencer.log import iter_frames  # noqa: E402
 from txn_library import limits, wire  # noqa: E402
 from txn_library.bank_workload import make_transfers, open_accounts  # noqa: E402
-from txn_library.client import Client, Result  # noqa: E402
-from txn_library.errors import CallTimeout, OrdoError  # noqa: E402
+from txn_library.client import Client  # noqa: E402
+from txn_library.client_protocol import Result, to_outcome  # noqa: E402
+from txn_library.errors import CallFailed, CallTimeout, OrdoError  # noqa: E402
 
 REPLICAS, PARTITIONS = 2, 2
 ACCOUNTS = 1_000
@@ -163,17 +165,30 @@ def settle(cfg: ClusterConfig, address: str) -> dict:
 
 @dataclass
 class Answer:
-    """One call as its client saw it (time.monotonic seconds)."""
+    """One call as its client saw it (time.perf_counter seconds)."""
 
     client: int
     submitted: float
     answered: float
-    outcome: str  # "ok", "aborted" or the exception's type name
+    outcome: str  # "ok", "aborted" or the name of the error a Client would raise
+
+
+def outcome_of(status: int, value: Any) -> str:
+    """A result entry as ``Answer.outcome`` names it."""
+    out = to_outcome(status, value, 0.0)
+    if isinstance(out, Result):
+        return "ok" if out.ok else "aborted"
+    if isinstance(out, CallFailed) and out.code == TIMEOUT_CODE:
+        return CallTimeout.__name__
+    return type(out).__name__
 
 
 class ClosedLoopClients:
-    """``clients`` threads, each a failover-capable Client with ``in_flight`` transfers
-    outstanding, resubmitting from ``transfers`` round robin until ``stop``."""
+    """``clients`` client identities of one load generator, each failing over between
+    every sequencer (CURVE keys when the cluster runs CURVE) with ``in_flight``
+    transfers outstanding, resubmitting from ``transfers`` round robin until ``stop``.
+    Every answer is kept (``answers``), and every connection's move (``moves``:
+    (time.perf_counter, address))."""
 
     def __init__(
         self,
@@ -182,85 +197,46 @@ class ClosedLoopClients:
         clients: int,
         in_flight: int,
     ) -> None:
-        self.cfg = cfg
-        self.transfers = transfers
-        self.in_flight = in_flight
-        self.answers: list[Answer] = []  # list.append is atomic: callbacks on I/O threads
+        self.answers: list[Answer] = []  # appended on the load's thread, read after stop
+        self.moves: list[tuple[float, str]] = []
         self.failovers = 0
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._client, args=(i, clients), daemon=True)
-            for i in range(clients)
-        ]
+        shares = [transfers[i::clients] for i in range(clients)]
+        submitted = [0] * clients
+
+        def next_transfer(client: int) -> Call:
+            share = shares[client]
+            t = share[submitted[client] % len(share)]
+            submitted[client] += 1
+            return Call("bank.transfer", t, "transfer")
+
+        curve = client_curves(cfg, ADMIN_CLIENT) if cfg.curve else None
+        self._load = Background(
+            lambda source: LoadGenerator(
+                cfg.client_addrs,
+                source,
+                ClosedLoop(terminals=clients, in_flight_per_terminal=in_flight),
+                connections=clients,  # terminal i is client i, on connection i
+                timeout_s=60.0,
+                failover=True,
+                curve=curve,
+            ),
+            next_transfer,
+        )
 
     def start(self) -> None:
-        for t in self._threads:
-            t.start()
+        self._load.start(on_answer=self._answered, on_move=self._moved)
 
     def stop(self, drain_s: float = 90.0) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=drain_s)
-        if any(t.is_alive() for t in self._threads):
-            raise TimeoutError("the load's clients did not drain")
+        self._load.stop(timeout_s=drain_s)
+        self.failovers = self._load.failovers
 
-    def _client(self, index: int, clients: int) -> None:
-        share = self.transfers[index::clients]
-        slots = threading.BoundedSemaphore(self.in_flight)
+    def _answered(
+        self, client: int, _call: Any, status: int, value: Any, submitted: float, answered: float
+    ) -> None:
+        self.answers.append(Answer(client, submitted, answered, outcome_of(status, value)))
 
-        def done(submitted: float, fut: Future) -> None:
-            answered = time.monotonic()
-            exc = fut.exception()
-            if exc is None:
-                r: Result = fut.result()
-                outcome = "ok" if r.ok else "aborted"
-            else:
-                outcome = type(exc).__name__
-            self.answers.append(Answer(index, submitted, answered, outcome))
-            slots.release()
-
-        with cluster_client(self.cfg, timeout_s=60.0) as c:
-            i = 0
-            while not self._stop.is_set():
-                if not slots.acquire(timeout=0.05):
-                    continue
-                t = share[i % len(share)]
-                i += 1
-                submitted = time.monotonic()
-                try:
-                    fut = c.submit("bank.transfer", *t)
-                except OrdoError as e:
-                    self.answers.append(Answer(index, submitted, submitted, type(e).__name__))
-                    slots.release()
-                    continue
-                fut.add_done_callback(functools.partial(done, submitted))
-            for _ in range(self.in_flight):  # wait for every outstanding call
-                slots.acquire(timeout=70.0)
-            self.failovers += c.failovers
-
-
-class ClientMoves(logging.Handler):
-    """The clients' failover moves ("ordo client: moved to ADDRESS", logged by
-    txn_library.client at INFO): (time.monotonic, address), to explain a stall."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.moves: list[tuple[float, str]] = []
-        self.logger = logging.getLogger("txn_library.client")
-
-    def __enter__(self) -> ClientMoves:
-        self.logger.addHandler(self)
-        self.logger.setLevel(logging.INFO)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.logger.removeHandler(self)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage().startswith("ordo client: moved to"):
-            args = record.args
-            address = args[0] if isinstance(args, tuple) and args else ""
-            self.moves.append((time.monotonic(), str(address)))
+    def _moved(self, at: float, _connection: int, address: str) -> None:
+        self.moves.append((at, address))
 
 
 @dataclass
@@ -287,8 +263,8 @@ def poll_takeover(
     polls: list[Poll] = []
     first_seen_epoch: int | None = None
     deadline = killed_at + FAILOVER_WAIT_S
-    while time.monotonic() < deadline:
-        next_at = time.monotonic() + poll_s
+    while time.perf_counter() < deadline:
+        next_at = time.perf_counter() + poll_s
         for m in survivors:
             try:
                 st = pollers[m].status(timeout_s=1.0)
@@ -297,7 +273,7 @@ def poll_takeover(
                 pollers[m] = cluster_client(cfg, cfg.client_addr_of(m), timeout_s=5.0)
                 continue
             p = Poll(
-                round(time.monotonic() - killed_at, 4),
+                round(time.perf_counter() - killed_at, 4),
                 m,
                 str(st.get("role")),
                 int(st.get("term", 0)),
@@ -309,7 +285,7 @@ def poll_takeover(
                     first_seen_epoch = p.epoch
                 elif p.epoch > first_seen_epoch:
                     return polls
-        time.sleep(max(0.0, next_at - time.monotonic()))
+        time.sleep(max(0.0, next_at - time.perf_counter()))
     return polls
 
 
@@ -389,18 +365,17 @@ def one_failover(
     survivors = [m for m in range(cfg.sequencers) if m != old_member]
     pollers = {m: cluster_client(cfg, cfg.client_addr_of(m), timeout_s=5.0) for m in survivors}
     load = ClosedLoopClients(cfg, transfers, a.clients, a.in_flight)
-    moves = ClientMoves()
     try:
         for m in survivors:  # connected (and CURVE handshake done) before the kill
             pollers[m].status(timeout_s=5.0)
         load.start()
         time.sleep(a.warmup)
-        with moves:
-            killed_wall = time.time()
-            killed_at = time.monotonic()
-            lc.kill(LocalCluster.sequencer_name(cfg, old_member))
-            polls = poll_takeover(cfg, survivors, pollers, killed_at, old_term, a.poll_ms / 1000.0)
-            time.sleep(a.after)  # clients back at full speed on the new leader
+        killed_wall = time.time()
+        killed_at = time.perf_counter()
+        lc.kill(LocalCluster.sequencer_name(cfg, old_member))
+        polls = poll_takeover(cfg, survivors, pollers, killed_at, old_term, a.poll_ms / 1000.0)
+        time.sleep(a.after)  # clients back at full speed on the new leader
+        watched_until = time.perf_counter()
     finally:
         for p in pollers.values():
             p.close()
@@ -448,7 +423,9 @@ def one_failover(
     out["client_failovers"] = load.failovers
     member_of = {cfg.client_addr_of(m): m for m in range(cfg.sequencers)}
     out["client_moves"] = [  # (seconds after the kill, sequencer moved to)
-        (round(t - killed_at, 3), member_of.get(addr, -1)) for t, addr in moves.moves
+        (round(t - killed_at, 3), member_of.get(addr, -1))
+        for t, addr in load.moves
+        if killed_at <= t <= watched_until
     ]
     restarted = time.monotonic()
     lc.start_sequencer(old_member)

@@ -10,10 +10,12 @@ procedures, wrong argument types, ints at the int64/uint64 bounds, nesting 100 /
 MB, frames of 10,000 bad calls, duplicate and reused request ids, a burst of ~0.9 MB
 ``kv.put`` calls and hundreds of ``kv.get`` of them (retry-cache pressure), junk prune
 requests, multi-frame messages, and junk to the internal sockets (results PULL,
-partition PULLs, log service ROUTER). Only 127.0.0.1 addresses from the cluster
-config are ever used. Then it checks, prints and writes ``results/fuzz_cluster.json``
-(plus ``results/fuzz_cluster.png``, the good client's latency over time with the
-flood shaded):
+partition PULLs, log service ROUTER). The good client is the load generator
+(cluster/loadgen.py); every hostile message travels through its raw-frame channel
+(cluster/load_raw.py). Only 127.0.0.1 addresses from the cluster config are ever
+used. Then it checks, prints and writes ``results/fuzz_cluster.json`` (plus
+``results/fuzz_cluster.png``, the good client's latency over time with the flood
+shaded):
 
 - every process is alive; no cluster log shows a new traceback or CRITICAL line (junk
   deserves a rate-limited warning, not an operator's alarm);
@@ -59,7 +61,6 @@ import random
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -76,6 +77,10 @@ import zmq  # noqa: E402
 
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import LocalCluster, free_base_port, is_quiescent  # noqa: E402
+from cluster.load_background import Background  # noqa: E402
+from cluster.load_raw import PUSH, RawChannel  # noqa: E402
+from cluster.load_shapes import Call, CallLike, ClosedLoop  # noqa: E402
+from cluster.loadgen import TIMEOUT_CODE, LoadGenerator  # noqa: E402
 from cluster.measure import percentiles  # noqa: E402
 from sequencer.log import iter_frames  # noqa: E402
 from txn_library import (
@@ -84,7 +89,8 @@ from txn_library import (
 )
 from txn_library import partition_wire as ewire  # noqa: E402
 from txn_library.client import Client  # noqa: E402
-from txn_library.errors import ABORTED, ERROR, OK, CallFailed, CallTimeout, OrdoError  # noqa: E402
+from txn_library.client_protocol import Result, to_outcome  # noqa: E402
+from txn_library.errors import ABORTED, ERROR, OK, CallFailed, OrdoError  # noqa: E402
 
 # Client ids: calls from "fzx-" clients must all be rejected (never logged); calls from
 # "fzv-" clients may be valid and logged. Every kv key a flooder writes starts "fz/".
@@ -709,13 +715,13 @@ def _check_local(addr: str) -> str:
 
 
 def flooder_main(spec: dict, go: Any, out_q: Any) -> None:
-    """One flooder process: its own context, its own sockets, a paced, bounded loop."""
-    ctx: zmq.Context = zmq.Context()
+    """One flooder process: its own raw channel (context and sockets, cluster.load_raw)
+    playing its share of the schedule, paced and bounded."""
     rng = random.Random(spec["seed"])
     g = Gen(rng, spec["index"], spec["first_account"], spec["accounts"], spec["partitions"])
     schedule: list[tuple[float, str]] = [tuple(x) for x in spec["schedule"]]  # type: ignore[misc]
-    rep = FloodReport()
-    socks: dict[str, zmq.Socket] = {}
+    replies: dict[str, Counter] = {}
+    chan = RawChannel()
 
     def socket_key(kind: str) -> str:
         target = TARGET_OF.get(kind, "client")
@@ -723,87 +729,48 @@ def flooder_main(spec: dict, go: Any, out_q: Any) -> None:
             return f"partition:{rng.randrange(len(spec['partitions']))}"
         return kind if target in ("client", "logsvc") else target
 
-    def sock_for(key: str) -> zmq.Socket:
-        s = socks.get(key)
-        if s is None:
-            if key.startswith("partition:"):
-                s = ctx.socket(zmq.PUSH)
-                s.connect(_check_local(spec["partitions"][int(key.split(":")[1])]))
-            elif key == "results":
-                s = ctx.socket(zmq.PUSH)
-                s.connect(_check_local(spec["results"]))
-            else:
-                s = ctx.socket(zmq.DEALER)
-                target = TARGET_OF.get(key, "client")
-                s.connect(_check_local(spec["logsvc"] if target == "logsvc" else spec["client"]))
-            s.setsockopt(zmq.LINGER, 0)
-            s.setsockopt(zmq.SNDHWM, 64)
-            s.setsockopt(zmq.RCVHWM, 256)
-            socks[key] = s
-        return s
+    def open_socket(key: str) -> None:
+        if key.startswith("partition:"):
+            chan.open(key, _check_local(spec["partitions"][int(key.split(":")[1])]), PUSH)
+        elif key == "results":
+            chan.open(key, _check_local(spec["results"]), PUSH)
+        else:
+            target = TARGET_OF.get(key, "client")
+            chan.open(key, _check_local(spec["logsvc"] if target == "logsvc" else spec["client"]))
+
+    def message(kind: str) -> tuple[str, list[bytes]]:
+        frames = GENERATORS[kind](g)
+        return socket_key(kind), frames
+
+    def tally(key: str, frame: bytes) -> None:
+        counts = replies.setdefault(key, Counter())
+        for label in _reply_labels(frame):
+            counts[label] += 1
 
     kinds = {k for _t, k in schedule}
     for kind in kinds:  # connect everything before the flood starts
         if TARGET_OF.get(kind) == "partition":
             for i in range(len(spec["partitions"])):
-                sock_for(f"partition:{i}")
+                open_socket(f"partition:{i}")
         else:
-            sock_for(socket_key(kind))
+            open_socket(socket_key(kind))
     out_q.put(("ready", spec["index"]))
     go.wait()
-    start = time.monotonic()
-    duration = spec["duration_s"]
-    deadline = start + duration * 1.1 + 2.0
-
-    def drain() -> None:
-        for key, s in socks.items():
-            if s.socket_type != zmq.DEALER:
-                continue
-            while s.poll(0):
-                tally = rep.replies.setdefault(key, Counter())
-                for label in _reply_labels(s.recv()):
-                    tally[label] += 1
-
-    for i, (frac, kind) in enumerate(schedule):
-        now = time.monotonic()
-        if now > deadline:
-            for _f, k in schedule[i:]:
-                rep.not_sent[k] += 1
-            break
-        due = start + frac * duration
-        if due > now:
-            time.sleep(due - now)
-        frames = GENERATORS[kind](g)
-        try:
-            sock_for(socket_key(kind)).send_multipart(frames, flags=zmq.NOBLOCK)
-            rep.sent[kind] += 1
-            rep.sent_bytes[kind] += sum(len(f) for f in frames)
-            if kind in NOTABLE:
-                rep.moments.append((round(time.monotonic() - start, 3), kind))
-        except zmq.Again:
-            rep.not_sent[kind] += 1
-        drain()
-    end = time.monotonic() + 3.0
-    while time.monotonic() < end:  # late replies (bounded wait)
-        drain()
-        time.sleep(0.05)
-    replies = {k: dict(c) for k, c in rep.replies.items() if c}
+    played = chan.play(schedule, spec["duration_s"], message, tally, marked=NOTABLE)
     out_q.put(
         (
             "done",
             {
-                "sent": dict(rep.sent),
-                "sent_bytes": dict(rep.sent_bytes),
-                "not_sent": dict(rep.not_sent),
-                "replies": replies,
+                "sent": dict(played.sent),
+                "sent_bytes": dict(played.sent_bytes),
+                "not_sent": dict(played.not_sent),
+                "replies": {k: dict(c) for k, c in replies.items() if c},
                 "cpu_s": time.process_time(),
-                "moments": rep.moments,
+                "moments": played.marked,
             },
         )
     )
-    for s in socks.values():
-        s.close(linger=0)
-    ctx.term()
+    chan.close()
 
 
 # The well-behaved client ---------------------------------------------------------
@@ -815,61 +782,60 @@ class Sample:
 
 
 class GoodClient:
-    """Closed-loop transfers between random good accounts, with a ledger of the
-    acknowledged ones and the accounts touched by calls of unknown outcome."""
+    """Closed-loop transfers between random good accounts (cluster.loadgen: one terminal
+    per call in flight, one client identity), with a ledger of the acknowledged ones and
+    the accounts touched by calls of unknown outcome. ``t0``: time.perf_counter of the
+    run's start."""
 
     def __init__(
         self, addr: str, first: int, n: int, concurrency: int, seed: int, t0: float
     ) -> None:
-        self.client = Client(addr, timeout_s=15.0, retry_s=2.0)
         self.first, self.n, self.t0 = first, n, t0
         self.delta: Counter = Counter()  # account -> net change from acknowledged transfers
         self.uncertain: set[int] = set()  # touched by a call whose outcome is unknown
-        self.samples: list[Sample] = []
+        self.samples: list[Sample] = []  # appended on the load's thread, read after stop
         self.ok_transfers = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._loop, args=(seed * 1000 + i,), daemon=True)
-            for i in range(concurrency)
-        ]
+        rngs = [random.Random(seed * 1000 + i) for i in range(concurrency)]
+
+        def transfer(terminal: int) -> Call:
+            rng = rngs[terminal]
+            src, dst = (first + a for a in rng.sample(range(n), 2))
+            return Call("bank.transfer", (src, dst, rng.randint(1, 50)), "transfer")
+
+        self._load = Background(
+            lambda source: LoadGenerator(
+                addr, source, ClosedLoop(terminals=concurrency), timeout_s=15.0, retry_s=2.0
+            ),
+            transfer,
+        )
 
     def start(self) -> None:
-        for t in self._threads:
-            t.start()
+        self._load.start(on_answer=self._answered)
 
     def stop(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=30)
-        self.client.close()
+        self._load.stop(timeout_s=30)
 
-    def _loop(self, seed: int) -> None:
-        rng = random.Random(seed)
-        while not self._stop.is_set():
-            src, dst = (self.first + a for a in rng.sample(range(self.n), 2))
-            amount = rng.randint(1, 50)
-            t = time.monotonic()
-            outcome, applied, unknown = "ok", False, False
-            try:
-                r = self.client.call("bank.transfer", src, dst, amount)
-                applied = r.ok
-                outcome = "ok" if r.ok else "aborted"
-            except CallFailed as e:  # did not execute, except "unavailable" (outcome unknown)
-                outcome, unknown = e.code, e.code == "unavailable"
-            except CallTimeout:
-                outcome, unknown = "timeout", True
-            except OrdoError as e:  # Overloaded: not executed
-                outcome = type(e).__name__
-            done = time.monotonic()
-            with self._lock:
-                self.samples.append(Sample(t - self.t0, (done - t) * 1000.0, outcome))
-                if applied:
-                    self.ok_transfers += 1
-                    self.delta[src] -= amount
-                    self.delta[dst] += amount
-                elif unknown:
-                    self.uncertain.update((src, dst))
+    def _answered(
+        self, _t: int, call: CallLike, status: int, value: Any, sent: float, answered: float
+    ) -> None:
+        src, dst, amount = call.args
+        outcome = to_outcome(status, value, answered - sent)
+        applied, unknown = False, False
+        if isinstance(outcome, Result):
+            applied = outcome.ok
+            label = "ok" if outcome.ok else "aborted"
+        elif isinstance(outcome, CallFailed):  # not executed, unless "unavailable" or timeout
+            label = outcome.code
+            unknown = outcome.code in ("unavailable", TIMEOUT_CODE)
+        else:  # Overloaded: not executed
+            label = type(outcome).__name__
+        self.samples.append(Sample(sent - self.t0, (answered - sent) * 1000.0, label))
+        if applied:
+            self.ok_transfers += 1
+            self.delta[src] -= amount
+            self.delta[dst] += amount
+        elif unknown:
+            self.uncertain.update((src, dst))
 
 
 # Observing the cluster ---------------------------------------------------------------
@@ -1059,17 +1025,15 @@ def scan_log(cfg: ClusterConfig) -> dict:
 
 def probes(cfg: ClusterConfig) -> dict[str, Any]:
     """Exact answers to two named defects, after the flood."""
-    ctx: zmq.Context = zmq.Context.instance()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(_check_local(cfg.client_addr))
+    chan = RawChannel()
+    chan.open("probe", _check_local(cfg.client_addr))
     tag = os.urandom(4).hex()
 
     def ask(frame: bytes) -> Any:
-        sock.send(frame)
-        if not sock.poll(10_000):
+        reply = chan.ask("probe", frame, 10.0)
+        if reply is None:
             return "no reply"
-        kind, body = wire.unpack(sock.recv())[:2]
+        kind, body = wire.unpack(reply)[:2]
         return list(body) if kind == wire.REP_RESULTS else (kind, body)
 
     out: dict[str, Any] = {}
@@ -1088,7 +1052,7 @@ def probes(cfg: ClusterConfig) -> dict[str, Any]:
     except (OrdoError, zmq.ZMQError, ValueError) as e:
         out["error"] = f"{type(e).__name__}: {e}"
     finally:
-        sock.close(linger=0)
+        chan.close()
     return out
 
 
@@ -1264,18 +1228,18 @@ def fuzz(a: argparse.Namespace, cfg: ClusterConfig, lc: LocalCluster | None, ski
     logs_before = log_sizes(Path(cfg.data_dir) / "logs")
     flooders = Flooders(cfg, a, skip, first)
     pids = cluster_pids(cfg, lc, seq_pid)
-    t0 = time.monotonic()
+    t0 = time.perf_counter()
     good = GoodClient(cfg.client_addr, first, a.accounts, a.concurrency, a.seed, t0)
     good.start()
     print(f"idle phase: {a.idle:.0f} s of transfers, {a.concurrency} in flight")
     cpu_idle_start = CpuSnapshot.take(pids)
     time.sleep(a.idle)
     rss_before = proc_status_kb(seq_pid, "VmRSS") if seq_pid else None
-    flood_start = time.monotonic() - t0
+    flood_start = time.perf_counter() - t0
     cpu_flood_start = CpuSnapshot.take(pids)
     print(f"flood phase: {a.flooders} flooders, {a.messages} messages over {a.duration:.0f} s")
     flood = flooders.run()
-    flood_end = time.monotonic() - t0
+    flood_end = time.perf_counter() - t0
     cpu_flood_end = CpuSnapshot.take(pids)
     good.stop()
     print("flood over; checking")

@@ -35,7 +35,7 @@ from cluster.config import ClusterConfig  # noqa: E402
 from tpcc.inputs import Terminal, TpccInputs  # noqa: E402
 from tpcc.schema import DISTRICTS_PER_WAREHOUSE  # noqa: E402
 from txn_library import wire  # noqa: E402
-from txn_library.client import ClientProtocol  # noqa: E402
+from txn_library.client_protocol import ClientProtocol  # noqa: E402
 from txn_library.errors import ERROR, CallFailed, CallTimeout  # noqa: E402
 
 DATA_DIR = os.environ.get("ORDO_DATA_DIR", "ordo-data")

@@ -53,14 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import LocalCluster, ProcessGroup, free_base_port  # noqa: E402
-from cluster.loadgen import (  # noqa: E402
-    Call,
-    ClosedLoop,
-    LoadGenerator,
-    OpenLoop,
-    Router,
-    home_router,
-)
+from cluster.load_shapes import Call, ClosedLoop, OpenLoop, Router, home_router  # noqa: E402
+from cluster.loadgen import LoadGenerator  # noqa: E402
 from cluster.measure import Window  # noqa: E402
 from cluster.traditional_server import TraditionalCluster  # noqa: E402
 from executor.traditional.options import TraditionalOptions  # noqa: E402
@@ -72,7 +66,7 @@ from txn_library.routing_client import RoutingClient  # noqa: E402
 OUT_DIR = Path("results/paper")
 MODES = ("deterministic", "traditional")
 PARTITIONS = 2
-BENCH_MODULES = ("txn_library.builtin", "tpcc.procedures", "txn_library.bench_procedures")
+BENCH_MODULES = ("txn_library.builtin", "tpcc.transactions", "txn_library.bench_procedures")
 BUCKET_S = 0.1
 START_WAIT_S = 600.0
 DRAIN_S = 60.0

@@ -24,242 +24,49 @@ Invariants:
   ``submit``/``control`` calls raise it at once: no caller waits forever.
 
 Failover (a replicated ordering layer): a Client given several sequencer addresses
-talks to one at a time. A follower answers a call with ERR_NOT_LEADER naming the
-leader; the client then moves to that address (or the next one) and resends every
-unanswered call with the same ids, so the new leader runs each at most once, and a
-call the old leader had committed is answered from the log. A client whose calls get
-no frame at all back for ``limits.client_failover_silence_s`` moves on to the next
-address the same way. ERR_NOT_LEADER never reaches the caller.
+talks to one at a time and moves between them by the rules of
+txn_library/client_failover.py (a follower's "not leader" hint, silence, a dropped
+connection: txn_library/client_socket.py watches it), resending every unanswered call
+with the same ids. ERR_NOT_LEADER never reaches the caller.
 
-A client with several addresses also watches its connection (a ZeroMQ socket
-monitor): when the sequencer's process dies, its kernel closes the connection and the
-client moves on at once, without waiting for the silence (only a connection that has
-answered counts: one refused at the CURVE handshake drops as well). Until the ordering layer
-notices the dead leader (its ZooKeeper session expires), the followers still name it; a
-client that left a *dropped* connection does not go back on such a hint: it asks the
-follower again every ``limits.client_failover_backoff_s`` until the hint names another
-sequencer (the new leader), and believes the old hint only after
-``limits.client_failover_stale_hint_s`` (a restarted process is reached again that
-way). A leader that is slow, paused or cut off keeps its connection: the client
-leaves it only after the silence and goes back at once if the followers name it, so
-calls a slow leader will answer are not stranded.
-
-``ClientProtocol`` holds the encoding and bookkeeping without threads or sockets, so
-gevent users (locust, with zmq.green) can drive it from their own loop.
+The encoding and reply reading are txn_library/client_protocol.py (``ClientProtocol``,
+``Result``, ``to_outcome``, importable from here too: they are the client's public API).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
 import zmq
 
 from txn_library import limits, wire
+from txn_library.client_failover import Failover
+from txn_library.client_protocol import CLIENT_ID_BYTES_MAX, ClientProtocol, Result, to_outcome
+from txn_library.client_socket import connect_dealer, drain_drops, unwatch, watch
 from txn_library.curve import ClientCurve
 from txn_library.errors import (
-    ABORTED,
     ERR_BAD_ARGUMENTS,
-    ERR_MALFORMED,
     ERR_NOT_LEADER,
-    ERR_TOO_LARGE,
     ERROR,
-    OK,
     BadRequest,
     CallFailed,
     CallTimeout,
     InvariantViolation,
-    Overloaded,
-    invariant,
 )
 
-_MONITORS = itertools.count()  # unique inproc endpoints for connection monitors
+__all__ = ["CLIENT_ID_BYTES_MAX", "Client", "ClientProtocol", "Result", "to_outcome"]
+
+PUSH = "stream.push"  # txn_library.streams.PUSH (not imported: clients need no registry)
+
 log = logging.getLogger(__name__)
-
-# The sequencer's wire contract (sequencer/wire.py): client_id is bytes, at most 64.
-CLIENT_ID_BYTES_MAX = limits.client_id_bytes_max
-_ARRAY_HEADER_BYTES_MAX = 5  # msgpack array32 header; array16 (<= 65535 items) is 3
-
-
-@dataclass
-class Result:
-    """A call's outcome: ``ok`` with ``value``, or a logical abort with its reason."""
-
-    status: int
-    value: Any
-    latency_s: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.status == OK
-
-    @property
-    def aborted(self) -> bool:
-        return self.status == ABORTED
-
-
-class ClientProtocol:
-    """Encoding and in-flight bookkeeping, no I/O.
-
-    A REQ_CALLS frame ``[REQ_CALLS, client_id, [call, ...]]`` is assembled from calls
-    encoded one at a time (``encode_call``): the frame's fixed prefix, the msgpack
-    array header and the calls' bytes concatenated, byte-identical to packing the
-    whole list at once. ``frames`` splits calls into frames within the intake bounds.
-
-    ``ordered`` (default): the sequencer keeps this connection's calls in the order
-    they were sent; False sends REQ_CALLS_UNORDERED frames, for calls that are
-    independent of one another (a load generator's terminals), which the sequencer
-    may then order within an epoch as it runs them best (sequencer.batch_order).
-
-    ``client_id``: None draws a random 128-bit id. An explicit id is the caller's
-    promise that no other client uses it, ever: request ids restart at 1 in every
-    ClientProtocol, so a second user of the same id would reuse (client_id, req_id)
-    pairs. The sequencer answers a reused pair with the first call's result when
-    procedure and arguments match, and with error code "request_id_reused" when they
-    differ.
-    """
-
-    def __init__(self, client_id: bytes | None = None, ordered: bool = True) -> None:
-        client_id = client_id or os.urandom(16)
-        if not isinstance(client_id, bytes) or len(client_id) > CLIENT_ID_BYTES_MAX:
-            raise BadRequest(
-                ERR_BAD_ARGUMENTS, f"client_id must be bytes of at most {CLIENT_ID_BYTES_MAX}"
-            )
-        self.client_id = client_id
-        self._ids = itertools.count(1)
-        self._frame_prefix = (
-            msgpack.Packer().pack_array_header(3)
-            + wire.pack(wire.REQ_CALLS if ordered else wire.REQ_CALLS_UNORDERED)
-            + wire.pack(client_id)
-        )
-        # The largest call that fits alone in a frame (a 1-call array header is 1 byte).
-        self.call_bytes_max = limits.request_bytes_max - len(self._frame_prefix) - 1
-
-    def next_req_id(self) -> int:
-        """The next request id (thread-safe: itertools.count's next is atomic)."""
-        return next(self._ids)
-
-    def encode_call(
-        self, req_id: int, proc: str, args: Iterable[Any], replica: int | None = None
-    ) -> bytes:
-        """One call's msgpack bytes, ``[req_id, proc, args]`` (+ ``replica`` if given).
-
-        Raises BadRequest: ERR_BAD_ARGUMENTS if msgpack cannot encode an argument,
-        ERR_TOO_LARGE if a frame holding only this call would exceed
-        ``limits.request_bytes_max``.
-        """
-        args = list(args)
-        try:
-            entry = [req_id, proc, args] if replica is None else [req_id, proc, args, replica]
-            data = wire.pack(entry)
-        except (TypeError, ValueError, OverflowError) as e:
-            raise BadRequest(ERR_BAD_ARGUMENTS, _unencodable(proc, args, replica, e)) from e
-        if len(data) > self.call_bytes_max:
-            raise BadRequest(
-                ERR_TOO_LARGE,
-                f"{proc}: call encodes to {len(data)} bytes; a client frame holds at most "
-                f"{limits.request_bytes_max} bytes",
-            )
-        return data
-
-    def encode_frame(self, calls: Sequence[bytes]) -> bytes:
-        """One REQ_CALLS frame of pre-encoded calls (no bounds checked: see ``frames``)."""
-        header = msgpack.Packer().pack_array_header(len(calls))
-        return b"".join([self._frame_prefix, header, *calls])
-
-    def frames(self, calls: Iterable[bytes]) -> Iterator[bytes]:
-        """Frames of pre-encoded calls, in order, each within the intake bounds.
-
-        Every call must come from ``encode_call`` (so it fits in a frame alone).
-        """
-        budget = limits.request_bytes_max - len(self._frame_prefix) - _ARRAY_HEADER_BYTES_MAX
-        if (
-            isinstance(calls, list)
-            and len(calls) <= limits.calls_per_frame_max
-            and sum(map(len, calls)) <= budget
-        ):  # the common case, one frame, without a Python step per call
-            if calls:
-                yield self._bounded_frame(calls)
-            return
-        batch: list[bytes] = []
-        size = 0
-        for call in calls:
-            if batch and (size + len(call) > budget or len(batch) >= limits.calls_per_frame_max):
-                yield self._bounded_frame(batch)
-                batch, size = [], 0
-            batch.append(call)
-            size += len(call)
-        if batch:
-            yield self._bounded_frame(batch)
-
-    def _bounded_frame(self, calls: Sequence[bytes]) -> bytes:
-        frame = self.encode_frame(calls)
-        invariant(
-            len(frame) <= limits.request_bytes_max and len(calls) <= limits.calls_per_frame_max,
-            f"client frame of {len(frame)} bytes, {len(calls)} calls exceeds the intake bounds",
-        )
-        return frame
-
-    def encode_calls(self, calls: Sequence[tuple]) -> bytes:
-        """One frame; calls: (req_id, proc, args) or (req_id, proc, args, replica_hint).
-
-        Raises BadRequest like ``encode_call``. The caller keeps the frame within
-        ``limits.calls_per_frame_max`` calls and ``limits.request_bytes_max`` bytes.
-        """
-        return self.encode_frame([self.encode_call(*c) for c in calls])
-
-    @staticmethod
-    def decode_reply(frame: bytes) -> tuple[int, Any]:
-        """(kind, body) of a reply; raises ValueError if the frame is not one."""
-        reply = ClientProtocol.parse_reply(frame)
-        if reply is None:
-            raise ValueError(f"malformed reply frame ({len(frame)} bytes)")
-        return reply
-
-    @staticmethod
-    def parse_reply(frame: bytes) -> tuple[int, Any] | None:
-        """(kind, body) of a reply, or None if the frame is not a well-formed reply."""
-        try:
-            msg = wire.unpack(frame)
-        except (ValueError, msgpack.UnpackException):
-            return None  # msgpack's decoding errors (bad bytes, bad UTF-8, extra data)
-        if not isinstance(msg, tuple) or len(msg) < 2 or type(msg[0]) is not int:
-            return None
-        return msg[0], msg[1]
-
-
-def _unencodable(proc: str, args: list[Any], replica: int | None, e: Exception) -> str:
-    """Which argument msgpack refused, for the caller's error message."""
-    for i, arg in enumerate(args):
-        try:
-            wire.pack(arg)
-        except (TypeError, ValueError, OverflowError) as arg_e:
-            return f"{proc}: argument {i + 1} ({type(arg).__name__}) cannot be encoded: {arg_e}"
-    return f"{proc}: call cannot be encoded (procedure {proc!r}, replica {replica!r}): {e}"
-
-
-def to_outcome(status: Any, value: Any, latency_s: float) -> Result | Exception:
-    """A result entry -> Result (ok or aborted) or the exception the caller gets."""
-    if status == ERROR:
-        if isinstance(value, tuple) and len(value) == 2:
-            code, message = str(value[0]), str(value[1])
-        else:
-            code, message = ERR_MALFORMED, f"server sent an unreadable error: {value!r:.200}"
-        if code == "overloaded":
-            return Overloaded(message)
-        return CallFailed(code, message)
-    if status in (OK, ABORTED) and type(status) is int:
-        return Result(status, value, latency_s)
-    return CallFailed(ERR_MALFORMED, f"server sent an unknown status {status!r:.50}")
 
 
 @dataclass
@@ -320,12 +127,12 @@ class Client:
         self.addresses = [address] if isinstance(address, str) else list(address)
         if not self.addresses:
             raise ValueError("a client needs at least one sequencer address")
-        self.address = self.addresses[0]
         curves = [curve] if isinstance(curve, ClientCurve) else list(curve or ())
         if curves and len(curves) != len(self.addresses):
             raise ValueError("curve: one ClientCurve per address")
         self.curves: dict[str, ClientCurve] = dict(zip(self.addresses, curves, strict=False))
-        self.failovers = 0  # times the client moved to another sequencer
+        # Which sequencer the I/O thread talks to (it alone moves it): client_failover.
+        self._failover = Failover(self.addresses, time.monotonic())
         self.timeout_s = timeout_s
         self.retry_s = retry_s
         self.proto = ClientProtocol(client_id)
@@ -346,6 +153,16 @@ class Client:
         self._in_flight = threading.BoundedSemaphore(limits.client_in_flight_max)
         self._thread = threading.Thread(target=self._io_loop, name="ordo-client", daemon=True)
         self._thread.start()
+
+    @property
+    def address(self) -> str:
+        """The sequencer address the client talks to now."""
+        return self._failover.address
+
+    @property
+    def failovers(self) -> int:
+        """Times the client moved to another sequencer."""
+        return self._failover.failovers
 
     # Public API ---------------------------------------------------------------
     def submit(self, proc: str, *args: Any, replica: int | None = None) -> Future:
@@ -386,6 +203,70 @@ class Client:
             return fut.result(timeout=t)
         except TimeoutError:
             raise CallTimeout(f"{proc}: no answer within {t:.1f}s") from None
+
+    # Streams (txn_library.streams, docs/STREAMS.md) --------------------------------
+    def push(
+        self,
+        stream: str,
+        batch_id: int,
+        tuples: Sequence[Sequence[Any]],
+        timeout_s: float | None = None,
+    ) -> Result:
+        """Push one atomic batch to ``stream`` (its dataflow's border transaction) and
+        wait for it: the Result's value is ``[batch_id, tuples]``. A batch id pushed
+        again with the same tuples gets the first push's answer (exactly once). Raises
+        BadRequest if the stream refuses it (an id that does not increase, an id reused
+        with other tuples; nothing changed) or as ``call`` does."""
+        r = self.call(PUSH, stream, batch_id, list(tuples), timeout_s=timeout_s)
+        if r.aborted:
+            raise BadRequest(ERR_BAD_ARGUMENTS, str(r.value))
+        return r
+
+    def submit_push(self, stream: str, batch_id: int, tuples: Sequence[Sequence[Any]]) -> Future:
+        """``push`` without waiting: the future resolves to its Result (aborted if the
+        stream refused it). A connection's pushes keep their order."""
+        return self.submit(PUSH, stream, batch_id, list(tuples))
+
+    def subscribe(
+        self,
+        stream: str,
+        from_batch: int | None = None,
+        *,
+        poll_s: float = 0.002,
+        poll_max_s: float = 0.05,
+        stop: Callable[[], bool] | None = None,
+    ) -> Iterator[tuple[int, list[tuple]]]:
+        """Each batch of ``stream`` once, in batch-id order, from ``from_batch`` on
+        (None: the oldest the stream keeps): ``(batch_id, tuples)``. It polls
+        ``stream.read`` (quickly while batches come, backing off to ``poll_max_s``
+        when none do) until ``stop()`` is true; to resume after a disconnect or a
+        restart, subscribe again from the batch after the last one seen. Raises
+        BadRequest if batches from ``from_batch`` on are no longer kept."""
+        nxt = 0 if from_batch is None else from_batch
+        first = True
+        wait = poll_s
+        while stop is None or not stop():
+            r = self.call("stream.read", stream, nxt, limits.stream_read_batches_max)
+            if not r.ok:
+                raise BadRequest(ERR_BAD_ARGUMENTS, f"stream.read: {r.value}")
+            page = r.value
+            dropped = page.get("dropped")
+            if from_batch is not None and first and dropped is not None and nxt <= dropped:
+                raise BadRequest(
+                    ERR_BAD_ARGUMENTS,
+                    f"stream {stream} no longer keeps batches up to {dropped} "
+                    f"(asked from {nxt}; the oldest kept is {page.get('first')})",
+                )
+            first = False
+            batches = page.get("batches") or []
+            for batch_id, tuples in batches:
+                yield batch_id, [tuple(t) for t in tuples]
+                nxt = batch_id + 1
+            if batches:
+                wait = poll_s
+            else:
+                time.sleep(wait)
+                wait = min(poll_max_s, wait * 2)
 
     def status(self, timeout_s: float = 5.0) -> dict:
         """The sequencer's view: epochs, counters, every partition's status."""
@@ -469,17 +350,7 @@ class Client:
                     pass  # pipe full: the I/O thread has wake-ups pending already
 
     def _connect(self, address: str) -> zmq.Socket:
-        sock = self._ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVHWM, 0)
-        sock.setsockopt(zmq.SNDHWM, 0)
-        curve = self.curves.get(address)
-        if curve is not None:
-            sock.setsockopt(zmq.CURVE_PUBLICKEY, curve.client_public)
-            sock.setsockopt(zmq.CURVE_SECRETKEY, curve.client_secret)
-            sock.setsockopt(zmq.CURVE_SERVERKEY, curve.server_public)
-        sock.connect(address)
-        return sock
+        return connect_dealer(self._ctx, address, self.curves.get(address))
 
     def _io_loop(self) -> None:
         pending: dict[int, _Pending] = {}
@@ -507,33 +378,21 @@ class Client:
         poller.register(self._sock, zmq.POLLIN)
         poller.register(self._wake_recv, zmq.POLLIN)
         next_check = time.monotonic() + 0.1
-        self._heard_at = time.monotonic()  # last frame from the current address
-        self._move_to: str | None = None  # set by a "not leader" answer
-        self._moved_at = 0.0
-        self._left_dropped: tuple[str, float] | None = None  # (address, when): conn. dropped
-        self._dropped = False  # the current connection dropped (socket monitor)
-        self._served = False  # a reply came on the current connection
+        failover = self._failover
         self._mon: zmq.Socket | None = None
         if len(self.addresses) > 1:
             self._watch(poller)
-        self._ask_again_at: float | None = None  # resend here: the hint named that address
         while not self._closed.is_set():
             events = dict(poller.poll(100))
             if self._wake_recv in events:
                 while self._wake_recv.poll(0):
                     self._wake_recv.recv()
-            if self._mon is not None and self._mon in events:
-                while self._mon.poll(0):
-                    self._mon.recv_multipart()  # only EVENT_DISCONNECTED is monitored
-                    # Only a connection that served us counts: one refused at the
-                    # handshake (no admitted key) drops too, and must not make the
-                    # client hop between addresses.
-                    self._dropped = self._served
+            if self._mon is not None and self._mon in events and drain_drops(self._mon):
+                failover.connection_dropped()
             sock = self._sock
             self._send_new(sock, pending)
             while sock.poll(0):
-                self._heard_at = time.monotonic()
-                self._served = True
+                failover.heard(time.monotonic())
                 self._on_reply(sock.recv(), pending)
             now = time.monotonic()
             if len(self.addresses) > 1:
@@ -546,37 +405,19 @@ class Client:
         self, poller: zmq.Poller, pending: dict[int, _Pending], now: float
     ) -> None:
         """Move to the leader a follower named, or to the next address when the current
-        one is silent with calls out; then resend every unanswered call, same ids."""
-        target = self._move_to
-        dropped = self._dropped and bool(pending)
-        silent = dropped or (
-            pending
-            and now - max(self._heard_at, self._moved_at) >= limits.client_failover_silence_s
-        )
-        if target is None and not silent:
-            if self._ask_again_at is not None and now >= self._ask_again_at:
-                self._ask_again_at = None
-                self._resend_all(pending, now)
+        one is silent with calls out (client_failover); then resend every unanswered
+        call, same ids."""
+        current = self._failover.address
+        target = self._failover.due(now, bool(pending))
+        if target is None:
             return
-        if now - self._moved_at < limits.client_failover_backoff_s:
-            return
-        if target is None or target == "" or target not in self.addresses:
-            target = self.addresses[(self.addresses.index(self.address) + 1) % len(self.addresses)]
-        if self._move_to is None and dropped:
-            self._left_dropped = (self.address, now)
-        self._dropped = self._served = False
-        self._move_to = None
-        self._ask_again_at = None
-        self._moved_at = now
-        if target != self.address:
+        if target != current:
             self._unwatch(poller)
             poller.unregister(self._sock)
             self._sock.close(linger=0)
-            self.address = target
             self._sock = self._connect(target)
             poller.register(self._sock, zmq.POLLIN)
             self._watch(poller)
-            self.failovers += 1
             log.info("ordo client: moved to %s", target)
         self._resend_all(pending, now)
 
@@ -587,42 +428,12 @@ class Client:
             self._sock.send(frame)
 
     def _watch(self, poller: zmq.Poller) -> None:
-        """Monitor the current connection (its drop moves the client at once). The
-        endpoint is unique per monitor: pyzmq's default names it by the socket's file
-        descriptor, which a quickly closed and reopened socket reuses while the old
-        endpoint may still be bound. Without a monitor the silence rule still holds."""
-        addr = f"inproc://ordo-client-monitor-{id(self):x}-{next(_MONITORS)}"
-        try:
-            self._mon = self._sock.get_monitor_socket(zmq.EVENT_DISCONNECTED, addr=addr)
-        except zmq.ZMQError as e:
-            self._mon = None
-            log.warning("ordo client: cannot watch the connection to %s: %s", self.address, e)
-            return
-        poller.register(self._mon, zmq.POLLIN)
+        """Monitor the current connection (client_socket.watch)."""
+        self._mon = watch(self._sock, poller, self, self.address)
 
     def _unwatch(self, poller: zmq.Poller) -> None:
-        if self._mon is not None:
-            poller.unregister(self._mon)
-            try:
-                self._sock.disable_monitor()
-            except zmq.ZMQError:
-                pass  # the socket is about to close anyway
-            self._mon.close(linger=0)
-            self._mon = None
-
-    def _on_not_leader(self, hint: str, now: float) -> None:
-        """Follow a follower's hint, unless it names the address whose connection this
-        client has just seen dropped: then ask here again shortly (module docstring)."""
-        left = self._left_dropped
-        if (
-            left is not None
-            and hint == left[0]
-            and now - left[1] < limits.client_failover_stale_hint_s
-        ):
-            if self._ask_again_at is None:
-                self._ask_again_at = now + limits.client_failover_backoff_s
-            return
-        self._move_to = hint
+        unwatch(self._sock, self._mon, poller)
+        self._mon = None
 
     def _send_new(self, sock: zmq.Socket, pending: dict[int, _Pending]) -> None:
         calls: list[bytes] = []
@@ -673,7 +484,7 @@ class Client:
                 and value[0] == ERR_NOT_LEADER
             ):  # not sequenced there: keep it pending, move, resend (same ids)
                 hint = value[1] if len(value) > 1 and isinstance(value[1], str) else ""
-                self._on_not_leader(hint, now)
+                self._failover.not_leader(hint, now)
                 continue
             p = pending.pop(req_id, None)
             if p is not None and not p.future.done():

@@ -13,7 +13,8 @@ import zmq
 
 from cluster.launcher import free_base_port
 from txn_library import limits, wire
-from txn_library.client import Client, ClientProtocol
+from txn_library.client import Client
+from txn_library.client_protocol import ClientProtocol
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_MALFORMED,

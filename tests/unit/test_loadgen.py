@@ -5,13 +5,17 @@ rank, index floor(q * n)); closed-loop terminals never exceed their in-flight bo
 a finite source ends the run with every call answered; open loop keeps its rate and
 skips what its bound does not allow; answers outside the window are not counted; a lost
 answer is recovered by a resend with the same request id, and a call never answered
-becomes a timeout error; status is read at the window's edges.
+becomes a timeout error; status is read at the window's edges; every answer reaches the
+answer hook; failover follows a "not leader" hint and leaves a silent sequencer,
+resending with the same ids; a background load runs until stopped; raw frames travel
+through one channel that never blocks.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,15 +23,15 @@ from typing import Any
 import pytest
 import zmq
 
-from cluster.loadgen import (
-    Call,
-    ClosedLoop,
-    LoadGenerator,
-    OpenLoop,
-)
+from cluster import load_raw
+from cluster.launcher import free_base_port
+from cluster.load_background import Background
+from cluster.load_raw import PUSH, RawChannel
+from cluster.load_shapes import Call, ClosedLoop, OpenLoop
+from cluster.loadgen import TIMEOUT_CODE, LoadGenerator
 from cluster.measure import latency_percentiles_ms, percentiles
 from txn_library import wire
-from txn_library.errors import ABORTED, OK
+from txn_library.errors import ABORTED, ERR_NOT_LEADER, ERROR, OK
 
 # decide(proc, args, copy) -> (status, value), or None to drop the call (no answer);
 # copy counts how many times this (client, req_id) arrived (1 = first send).
@@ -233,3 +237,105 @@ def test_think_time_spaces_a_terminals_calls_and_poisson_arrivals_keep_the_rate(
     with LoadGenerator(server.addr, numbered(1, 10_000), poisson, seed=7) as gen:
         w = gen.run(duration_s=0.5)
     assert 140 <= w.sent <= 260  # 200 expected; a seeded draw, not a flaky one
+
+
+def test_every_answer_and_timeout_reaches_the_answer_hook(
+    serve: Callable[..., FakeServer],
+) -> None:
+    server = serve(lambda proc, args, copy: None if args[1] == 3 else (OK, args[1]))
+    seen: list[tuple[int, Any, Any, float]] = []
+
+    def on_answer(t: int, call: Any, status: Any, value: Any, sent: float, at: float) -> None:
+        assert at >= sent
+        seen.append((t, call.args, status, value))
+
+    source = numbered(2, 3)
+    with LoadGenerator(server.addr, source, ClosedLoop(2), retry_s=0.1, timeout_s=0.3) as gen:
+        w = gen.run(on_answer=on_answer)
+    assert sorted(s[1] for s in seen) == [(t, i) for t in range(2) for i in (1, 2, 3)]
+    timeouts = [s for s in seen if s[2] != OK]
+    assert [s[3][0] for s in timeouts] == [TIMEOUT_CODE] * 2 and w.errors == 2
+
+
+def test_failover_follows_a_not_leader_hint_and_resends_with_the_same_ids(
+    serve: Callable[..., FakeServer],
+) -> None:
+    leader = serve()
+    follower = serve(lambda proc, args, copy: (ERROR, (ERR_NOT_LEADER, leader.addr)))
+    moves: list[tuple[int, str]] = []
+    with LoadGenerator(
+        [follower.addr, leader.addr], numbered(3, 4), ClosedLoop(3), failover=True
+    ) as gen:
+        w = gen.run(on_move=lambda _at, conn, addr: moves.append((conn, addr)))
+        assert gen.failovers == 1
+    assert (w.ok, w.errors) == (12, 0)  # "not leader" never counts
+    assert moves == [(0, leader.addr)]
+    assert set(follower.copies) <= set(leader.copies)  # resent with the same ids
+    assert len(leader.copies) == 12
+
+
+def test_failover_leaves_a_silent_sequencer(serve: Callable[..., FakeServer]) -> None:
+    silent = serve(lambda proc, args, copy: None)
+    leader = serve()
+    with LoadGenerator(
+        [silent.addr, leader.addr], numbered(1, 2), ClosedLoop(1), failover=True, retry_s=30
+    ) as gen:
+        w = gen.run()
+        assert gen.failovers == 1
+    assert w.ok == 2 and len(silent.copies) == 1  # moved after the silence, not a resend
+
+
+def test_a_background_load_runs_until_stopped(serve: Callable[..., FakeServer]) -> None:
+    server = serve(hold_s=0.002)
+    answers: list[int] = []
+    load = Background(
+        lambda source: LoadGenerator(server.addr, source, ClosedLoop(2)), numbered(2, 10**9)
+    )
+    load.start(on_answer=lambda t, *_rest: answers.append(t))
+    time.sleep(0.3)
+    w = load.stop(timeout_s=10)
+    assert w.sent == w.answered == len(answers) > 0 and w.unanswered == 0
+
+
+def test_raw_frames_go_through_one_channel_that_never_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(load_raw, "PLAY_LINGER_S", 0.2)
+    router = zmq.Context.instance().socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    addr = f"tcp://127.0.0.1:{free_base_port(1)}"
+    router.bind(addr)
+    stop = threading.Event()
+
+    def echo() -> None:  # answers every message with its first frame, reversed
+        while not stop.is_set():
+            if router.poll(10):
+                ident, first, *_ = router.recv_multipart()
+                router.send_multipart([ident, first[::-1]])
+
+    thread = threading.Thread(target=echo, daemon=True)
+    thread.start()
+    try:
+        with RawChannel(sndhwm=4) as chan:
+            chan.open("client", addr)
+            chan.open("nowhere", f"tcp://127.0.0.1:{free_base_port(1)}", PUSH)
+            assert chan.ask("client", b"ab", 5.0) == b"ba"
+            sent = [chan.send("nowhere", [b"x"]) for _ in range(10)]
+            assert sent == [True] * 4 + [False] * 6  # bounded, never blocking
+            replies: list[tuple[str, bytes]] = []
+            schedule = [(i / 5, "junk") for i in range(5)] + [(0.9, "multi")]
+            played = chan.play(
+                schedule,
+                0.2,
+                lambda kind: ("client", [kind.encode(), b"tail"]),
+                lambda name, frame: replies.append((name, frame)),
+                marked=("multi",),
+            )
+        assert played.sent == {"junk": 5, "multi": 1} and not played.not_sent
+        assert played.sent_bytes["multi"] == len(b"multi") + len(b"tail")
+        assert [k for _t, k in played.marked] == ["multi"]
+        assert sorted(replies) == [("client", b"itlum")] + [("client", b"knuj")] * 5
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        router.close()
