@@ -41,10 +41,17 @@ MODULES = (
     "executor.core.context",
     "executor.core.execution",
     "executor.core.ordered_index",
+    "executor.core.rows",
     "executor.core.storage",
     "executor.deterministic.partition",
     "scheduler.lock_manager",
-    "tpcc.procedures",
+    "tpcc.transactions.check",
+    "tpcc.transactions.common",
+    "tpcc.transactions.delivery",
+    "tpcc.transactions.new_order",
+    "tpcc.transactions.order_status",
+    "tpcc.transactions.payment",
+    "tpcc.transactions.stock_level",
     "txn_library.placement",
 )
 GROUP = "ordo_native"  # mypyc's group: the shared library is GROUP + "__mypyc"
