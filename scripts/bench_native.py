@@ -10,7 +10,7 @@ is not counted): the same number every time for the same log and build.
     .venv/bin/python scripts/bench_native.py                    # a 1.5 s New Order log
     .venv/bin/python scripts/bench_native.py --data-dir D       # D: a kept TPC-C cluster
 
-Writes results/bench_native.json.
+Writes results/native/bench_native.json.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def main() -> None:
     ap.add_argument("--data-dir", help="a kept TPC-C cluster directory (default: make one)")
     ap.add_argument("--seconds", type=float, default=1.5, help="of New Order, when making one")
     ap.add_argument("--runs", type=int, default=3, help="timed replays per engine, alternating")
-    ap.add_argument("--out", default="results/bench_native.json")
+    ap.add_argument("--out", default="results/native/bench_native.json")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--counted", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()

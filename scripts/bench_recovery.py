@@ -6,7 +6,7 @@ checkpoint, run N transfers, wait until idle, kill -9 partition 0, restart it, a
 until it is live again (loaded the checkpoint, replayed every later epoch from the log
 service, with its peer resending the reads it needs). Also replays the same log
 in-process (LocalReplica, no sockets) for the pure replay rate. Writes
-results/bench_recovery.json and results/bench_recovery.png.
+results/recovery/bench_recovery.json and results/recovery/bench_recovery.png.
 
 TPC-C (--workload tpcc): for each duration D (seconds of New-Order, W=2 on 1 replica
 x 2 partitions, a checkpoint every --checkpoint-every epochs as live clusters take
@@ -16,12 +16,17 @@ as the restarted partition logged it (``partition_load_s``: a fresh process, its
 partition running, the load plus settling the heap), and measured in this process on
 the same files afterwards (``checkpoint_load_s``: ``checkpoint.load_newest``, what the
 restarted partition runs first, with the chain it loaded; the number earlier sessions
-recorded). Writes results/bench_recovery_tpcc.json.
+recorded). Writes results/recovery/bench_recovery_tpcc.json.
 Uses only what the engine had before incremental checkpoints too, so the same script
 measures an older tree (copy it into that tree's scripts/).
 
     .venv/bin/python scripts/bench_recovery.py --sizes 10000,100000,1000000
     .venv/bin/python scripts/bench_recovery.py --workload tpcc --durations 10,30
+    .venv/bin/python scripts/bench_recovery.py --load DIR/replica-0/checkpoints/FILE.ckpt
+
+``--load FILE`` only times loading one checkpoint (with the chain it needs) in this
+fresh process, as a restarted partition loads it first, and prints the time, its CPU
+(user and system: a fresh process also pays for its pages) and the rows loaded.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from txn_library.bank_workload import make_transfers, open_accounts  # noqa: E40
 from txn_library.client import Client  # noqa: E402
 
 ACCOUNTS = 10_000
+DEFAULT_OUT = "results/recovery/bench_recovery.json"
 
 
 def one(n: int, tmp: str) -> dict:
@@ -179,6 +185,26 @@ def logged_load_s(log_file: Path) -> float | None:
     return float(found[-1]) if found else None
 
 
+def time_load(path: Path) -> None:
+    """Load one checkpoint (and the files of its chain) in this process and print what
+    it took: the load a restarted partition runs first, without a cluster around it."""
+    import resource
+
+    import tpcc.schema  # noqa: F401  (registers the TPC-C tables, should the file hold them)
+    from txn_library import native
+
+    checkpoint.read_info(path)  # the header alone, so that the file is in the page cache
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    _info, storage = checkpoint.load(path)
+    load_s = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    print(
+        f"{native.describe()}: load {load_s:.3f} s (user {r1.ru_utime - r0.ru_utime:.3f} s, "
+        f"system {r1.ru_stime - r0.ru_stime:.3f} s), {storage.row_count():,} rows"
+    )
+
+
 def main_tpcc(a: argparse.Namespace) -> None:
     rows = []
     for d in [float(x) for x in a.durations.split(",")]:
@@ -186,9 +212,7 @@ def main_tpcc(a: argparse.Namespace) -> None:
             row = one_tpcc(d, a.checkpoint_every, tmp)
         print(json.dumps(row), flush=True)
         rows.append(row)
-    out = Path(
-        a.out if a.out != "results/bench_recovery.json" else "results/bench_recovery_tpcc.json"
-    )
+    out = Path(a.out if a.out != DEFAULT_OUT else "results/recovery/bench_recovery_tpcc.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, indent=2))
     print(f"wrote {out}")
@@ -200,8 +224,12 @@ def main() -> None:
     ap.add_argument("--sizes", default="10000,100000,1000000", help="bank: transfers")
     ap.add_argument("--durations", default="10,30", help="tpcc: seconds of New-Order")
     ap.add_argument("--checkpoint-every", type=int, default=200, help="tpcc: epochs")
-    ap.add_argument("--out", default="results/bench_recovery.json")
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--load", metavar="CHECKPOINT_FILE", help="only time loading this checkpoint")
     a = ap.parse_args()
+    if a.load:
+        time_load(Path(a.load))
+        return
     if a.workload == "tpcc":
         main_tpcc(a)
         return

@@ -16,7 +16,7 @@ Then:
   - `ordo replay state` at the last epoch (its hash must equal the live replicas') and
     `ordo replay history` on local[2].
 
-Writes results/bench_replay.json and prints a Markdown section. The machine is shared:
+Writes results/replay/bench_replay.json and prints a Markdown section. The machine is shared:
 `uptime` load averages are recorded before and after every phase.
 
     .venv/bin/python scripts/bench_replay.py --txns 100000
@@ -277,7 +277,7 @@ def _doctor(batch: wire.Batch) -> tuple[wire.Batch, str]:
     for i, t in enumerate(txns):
         name, args = t.proc, t.args
         if name == "tpcc.new_order":
-            from tpcc.procedures import UNUSED_I_ID
+            from tpcc.transactions.new_order import UNUSED_I_ID
 
             if UNUSED_I_ID in args[3]:
                 continue  # a rollback (clause 2.4.1.4): changing it changes nothing
@@ -389,7 +389,7 @@ def main() -> None:
     ap.add_argument("--checkpoint-every", type=int, default=20, help="epochs")
     ap.add_argument("--masters", default="local[1],local[2]")
     ap.add_argument("--data-dir", default=None, help="keep the run here (default: temporary)")
-    ap.add_argument("--out", default="results/bench_replay.json")
+    ap.add_argument("--out", default="results/replay/bench_replay.json")
     ap.add_argument("--no-damage", action="store_true", help="skip the damage check")
     ap.add_argument(
         "--damage-only",

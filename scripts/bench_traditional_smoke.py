@@ -4,7 +4,7 @@ For each multi-partition share (default 0 and 0.5): start a fresh traditional cl
 on 127.0.0.1 (one process per partition, fdatasync group commit on), open accounts,
 submit transfers from several clients (cluster.bank_load), each call sent to the
 partition owning its source account, with a bounded number in flight per client; then check that
-money is conserved. Prints and writes results/bench_traditional.json, including the
+money is conserved. Prints and writes results/traditional/bench_traditional.json, including the
 1-minute load average before and after (other work shares the machine).
 
     .venv/bin/python scripts/bench_traditional_smoke.py --partitions 2
@@ -111,7 +111,7 @@ def main() -> None:
     ap.add_argument("--restart-base-us", type=int, default=d.restart_delay_base_us)
     ap.add_argument("--restart-cap-us", type=int, default=d.restart_delay_cap_us)
     ap.add_argument("--no-fsync", action="store_true")
-    ap.add_argument("--out", default="results/bench_traditional.json")
+    ap.add_argument("--out", default="results/traditional/bench_traditional.json")
     a = ap.parse_args()
     runs = []
     for multi in (float(x) for x in a.multi.split(",")):

@@ -2,7 +2,7 @@
 
 Starts a sequencer + replicas on 127.0.0.1 with the durable log on (fdatasync per
 epoch), opens accounts, submits transfers asynchronously from several clients, and
-reports transfers/s and p50/p99 latency. Writes results/bench_transfers.json.
+reports transfers/s and p50/p99 latency. Writes results/transfers/bench_transfers.json.
 
     .venv/bin/python scripts/bench_transfers.py --replicas 1 --partitions 2
 """
@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--in-flight", type=int, default=1000, help="per client")
     ap.add_argument("--epoch-ms", type=int, default=10)
     ap.add_argument("--no-fsync", action="store_true")
-    ap.add_argument("--out", default="results/bench_transfers.json")
+    ap.add_argument("--out", default="results/transfers/bench_transfers.json")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="ordo-bench-") as tmp:
         cfg = ClusterConfig(

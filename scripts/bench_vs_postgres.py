@@ -187,7 +187,7 @@ def main() -> int:
     ap.add_argument("--pg-root", type=Path, default=Path("/tmp/ordo-pgtpcc"))
     ap.add_argument("--pg-venv", type=Path, default=None, help="default: PG_ROOT/venv")
     ap.add_argument("--pg-port", type=int, default=55432)
-    ap.add_argument("--out-dir", type=Path, default=ROOT / "results" / "vs_postgres")
+    ap.add_argument("--out-dir", type=Path, default=ROOT / "results" / "tpcc_vs_postgres")
     a = ap.parse_args()
     a.pg_venv = a.pg_venv or a.pg_root / "venv"
     if not (KIT / "driver.py").is_file():

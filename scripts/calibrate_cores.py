@@ -9,7 +9,7 @@ and saves how much slower each was beside the other (1.00: the cores do not inte
 - ``dict``: random lookups in a 1M-entry dict of tuple keys, as a partition's or a
   replay's row lookups are (cache and memory traffic).
 
-    .venv/bin/python scripts/calibrate_cores.py --out results/calibrate_cores.json
+    .venv/bin/python scripts/calibrate_cores.py --out results/replay/calibrate_cores.json
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def dict_kernel(n: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="results/calibrate_cores.json")
+    ap.add_argument("--out", default="results/replay/calibrate_cores.json")
     a = ap.parse_args()
     out: dict[str, dict[str, float]] = {}
     for name, kernel, n in (("cpu", cpu_kernel, 30_000_000), ("dict", dict_kernel, 6_000_000)):

@@ -8,7 +8,7 @@ partition and the driver for the measured window. Writes one SVG flame graph per
 process and the run's JSON summary (New Order/s, CPU per sequenced txn per process)
 to --out-dir, and prints both.
 
-    .venv/bin/python scripts/profile_tpcc.py --duration 20 --out-dir results/flame
+    .venv/bin/python scripts/profile_tpcc.py --duration 20 --out-dir results/profile
 
 Needs ptrace rights over the cluster's processes (root, or a kernel.yama.ptrace_scope
 that allows it). Sampling at --rate Hz costs the profiled processes a little CPU:
@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=20.0, help="measured (and sampled) s")
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
-    ap.add_argument("--out-dir", default="results/flame")
+    ap.add_argument("--out-dir", default="results/profile")
     ap.add_argument(
         "--format",
         choices=("flamegraph", "raw"),

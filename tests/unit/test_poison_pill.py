@@ -380,7 +380,7 @@ def test_partition_ignores_reads_from_non_peers_and_bounds_early_reads(
 
 
 def test_hostile_calls_leave_no_reference_cycles() -> None:
-    """Partitions freeze what outlives a loop turn (storage.settle_turn): the rejecting
+    """Partitions freeze what outlives a loop turn (heap.settle_turn): the rejecting
     paths must not leave cycles (an exception's traceback held by its frame, ...)."""
     a, b = _split_accounts()
     e = Everywhere()
