@@ -2,8 +2,9 @@
 
 ``SerialExecutor`` holds one Storage and runs transactions one at a time in txn id
 order, with no locks and no partitions. Invariant: after the same log, its state hash
-equals the sum of a replica's partition hashes and its results equal the replica's;
-both run bodies and validate write sets with executor.core.execution.run_txn.
+equals the sum of a replica's partition hashes and its results equal the replica's
+(a dataflow's derived transactions run here too, and, as at a replica, report no
+result); both run bodies and validate write sets with executor.core.execution.run_txn.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from executor.core.context import TxnContext, cover_set
 from executor.core.execution import run_txn
 from executor.core.storage import Storage
 from txn_library.procedure import lookup
+from txn_library.streams import DERIVED_CLIENT, batch_txns
 from txn_library.wire import Batch
 
 
@@ -27,7 +29,7 @@ class SerialExecutor:
         txn_id = batch.first_txn_id
         ts, seed = batch.timestamp_ms, batch.seed
         s = self.storage
-        for txn in batch.txns:
+        for txn in batch_txns(batch, 1):  # one partition: no participant matters here
             proc = lookup(txn.proc)
             args = txn.args
             fp = proc.footprint(*args)
@@ -36,7 +38,8 @@ class SerialExecutor:
             )
             status, value, _, writes = run_txn(proc, args, ctx, s)
             s.apply(writes)
-            self.results[txn_id] = (status, value)
+            if txn.client_id != DERIVED_CLIENT:
+                self.results[txn_id] = (status, value)
             txn_id += 1
         self.last_epoch = batch.epoch
 

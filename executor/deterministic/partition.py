@@ -76,6 +76,7 @@ from txn_library.errors import (
 )
 from txn_library.partition_wire import RESULT_LOOKUP, PartitionStatus
 from txn_library.procedure import Procedure, lookup
+from txn_library.streams import DERIVED_CLIENT, batch_txns
 from txn_library.wire import FLAG_CHECKPOINT, FLAG_CHECKPOINT_REQUESTED, Batch
 
 REPLICATED = catalog.REPLICATED
@@ -111,6 +112,7 @@ class _Txn:
         "single",
         "bypass",
         "placed",
+        "derived",
     )
     txn_id: int
     proc: Procedure
@@ -130,6 +132,7 @@ class _Txn:
     single: bool
     bypass: tuple[list, list] | None  # (shared, exclusive): ran on the fast path
     placed: dict[tuple, int]  # multi-partition only: placement.LocalShare.placed
+    derived: bool  # a dataflow's step (txn_library.streams): no client waits for it
 
 
 class Partition:
@@ -155,6 +158,10 @@ class Partition:
         self._early: dict[int, dict[int, tuple[Sequence[Any], Sequence[Any]]]] = {}
         self._early_purged_at = -1  # next_txn_id at the last purge of stale early reads
         self.inputs_dropped = 0  # reads and queries refused (not a peer, over a bound)
+        # Dataflow steps (derived txns) that failed with ERROR here (their reporter):
+        # nobody waits for their result, so the owner logs these.
+        self.derived_failures = 0
+        self.derived_failure_last = ""
         # Waiting queries, a heap on min_txn_id: (min_txn_id, arrival, id, tag, proc, args).
         # Served in min_txn_id order, so one that waits long never holds up the rest.
         self._queries: list[tuple[int, int, int, int, Any, Any]] = []
@@ -208,7 +215,8 @@ class Partition:
         multi-partition txn), or results wait while ``results_early``; it sends
         ``peer_out`` (and then the results) and feeds arrived reads to ``on_reads``.
         None: reads move when the owner next takes the outputs."""
-        epoch, prev_epoch, first_txn_id, ts, seed, txns = batch[:6]  # one unpacking
+        epoch, prev_epoch, first_txn_id, ts, seed = batch[:5]  # one unpacking
+        txns = batch_txns(batch, self.partitions)  # its weak dataflows' steps appended
         invariant(self.checkpoint_due is None, "batch applied before a due checkpoint")
         invariant(
             epoch == self.last_epoch + 1 and prev_epoch == self.last_epoch,
@@ -221,7 +229,15 @@ class Partition:
         due = every = self.interleave_every
         for txn in txns:
             if me in txn.participants:
-                self._admit(txn_id, txn.proc, txn.args, txn.participants, ts, seed)
+                self._admit(
+                    txn_id,
+                    txn.proc,
+                    txn.args,
+                    txn.participants,
+                    ts,
+                    seed,
+                    txn.client_id == DERIVED_CLIENT,
+                )
                 due -= 1
                 if not due:
                     due = every
@@ -356,7 +372,14 @@ class Partition:
 
     # Admission ----------------------------------------------------------------
     def _admit(
-        self, txn_id: int, proc_name: str, args: Any, participants: tuple, ts: int, seed: int
+        self,
+        txn_id: int,
+        proc_name: str,
+        args: Any,
+        participants: tuple,
+        ts: int,
+        seed: int,
+        derived: bool = False,
     ) -> None:
         proc = lookup(proc_name)
         fp = proc.footprint(*args)
@@ -368,6 +391,7 @@ class Partition:
         st.exact = {}
         st.prefixes = {}
         st.bypass = None
+        st.derived = derived
         # Lock names, executors, reporter and read exchange: txn_library.placement, the
         # one rule every engine uses (computed in one pass over the footprint).
         if len(participants) == 1:
@@ -478,7 +502,11 @@ class Partition:
         self._complete(st, status, value, data)
 
     def _complete(self, st: _Txn, status: int, value: Any, data: bytes) -> None:
-        if st.reporter:
+        if st.reporter and st.derived:  # nobody waits: failures are counted, not sent
+            if status == ERROR:
+                self.derived_failures += 1
+                self.derived_failure_last = f"txn {st.txn_id} {st.proc.name}: {value!r}"[:300]
+        elif st.reporter:
             self.results_out.append((st.txn_id, status, value, data))
             cache = self._result_cache
             cache[st.txn_id] = (status, value)

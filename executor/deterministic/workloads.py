@@ -34,6 +34,7 @@ from txn_library.workload import Call, FinalState, Workload
 WORKLOADS: dict[str, str] = {
     "bank": "executor.deterministic.workloads:BankWorkload",
     "tpcc": "tpcc.sim_workload:TpccWorkload",
+    "stream": "txn_library.stream_workload:StreamWorkload",
 }
 
 

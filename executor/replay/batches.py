@@ -17,7 +17,7 @@ Invariants
 - Every ``ReplayFailure`` names its epoch and the interval verdict it implies
   (executor.replay.verdicts), and survives pickling (Spark ships task exceptions).
 - Nothing here writes to the log.
-- What outlives a batch is frozen (``storage.settle_turn``, as a partition's loop does
+- What outlives a batch is frozen (``heap.settle_turn``, as a partition's loop does
   each turn): replay makes no reference cycles (tests/unit/test_replay.py checks).
 """
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from executor.core.storage import settle_turn
+from executor.core.heap import settle_turn
 from executor.deterministic.replica import LocalReplica
 from executor.replay.verdicts import (
     BATCH_INVALID,
@@ -41,6 +41,7 @@ from sequencer.log import LogCorruption, iter_frames
 from txn_library import wire
 from txn_library.errors import ABORTED, ERROR, BadRequest
 from txn_library.procedure import Procedure, lookup
+from txn_library.streams import batch_txns
 
 
 class ReplayFailure(Exception):
@@ -146,7 +147,7 @@ def _vouch(prev: bytes | None, epoch: int, payload: bytes) -> None:
         batch = wire.unpack(payload)
     except Exception:
         return  # malformed: reported by the reader whose range holds it
-    if isinstance(batch, tuple) and len(batch) in (8, 9):
+    if isinstance(batch, tuple) and len(batch) in (8, 9, 10):
         recorded = batch[7]  # Batch.prev_digest
         if type(recorded) is int:  # anything else is the next reader's to report
             _check_digest(epoch, recorded, prev)
@@ -223,7 +224,7 @@ class Replayer:
         first = batch.first_txn_id
         if first != self.next_txn_id:
             raise BatchInvalid(epoch, f"first txn id {first}, expected {self.next_txn_id}")
-        txns = batch.txns
+        txns = batch_txns(batch, self.partitions)  # a weak-recovery batch's steps too
         for i, txn in enumerate(txns):
             _check_call(epoch, first + i, txn, self.partitions)
         replica = self.replica

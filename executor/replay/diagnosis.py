@@ -42,7 +42,8 @@ from pathlib import Path
 
 from executor.core import checkpoint
 from executor.core.checkpoint import CheckpointInvalid
-from executor.core.storage import Storage, row_digest
+from executor.core.rows import row_digest
+from executor.core.storage import Storage
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.replica import LocalReplica
 from executor.replay.batches import Replayer, iter_batches
@@ -58,6 +59,7 @@ from executor.replay.verdicts import (
 )
 from txn_library import catalog, placement
 from txn_library.procedure import lookup
+from txn_library.streams import batch_txns
 
 DIFF_SAMPLE_MAX = 20  # differing rows named in a report
 DEPENDENCY_TARGETS_MAX = 64  # rows of D used to localize (a subset keeps the set sound)
@@ -168,7 +170,7 @@ def footprints(
     out = []
     for epoch, batch, _ in iter_batches(spec.log_dir, first, last):
         txn_id = batch.first_txn_id
-        for txn in batch.txns:
+        for txn in batch_txns(batch, spec.partitions):
             proc = lookup(txn.proc)
             if not proc.read_only:
                 fp = proc.footprint(*txn.args)

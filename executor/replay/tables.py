@@ -1,6 +1,6 @@
 """The history and the database as tables: rows of the log, columns of a rebuilt state.
 
-History as rows: one row per logged transaction (``HISTORY_COLUMNS``, then one column
+History as rows: one row per transaction (``HISTORY_COLUMNS``, then one column
 per flattened procedure argument, ``history_layout``), streamed from the log epoch
 range by epoch range (``split_epochs`` cuts the work). Tables as columns: a rebuilt
 replica's table as column lists named by the catalog, with the column to partition
@@ -26,6 +26,7 @@ from executor.replay.spec import ReplaySpec
 from txn_library import catalog
 from txn_library.heap import gc_paused
 from txn_library.procedure import Procedure, procedures
+from txn_library.streams import DERIVED_CLIENT, batch_txns
 
 # Fixed columns of the history table; then one column per flattened argument.
 HISTORY_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -40,6 +41,9 @@ HISTORY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("client_id", "str"),  # hex; empty for calls without one
     ("req_id", "str"),  # JSON
     ("args_json", "str"),  # every argument (incl. a dependent txn's prediction), as JSON
+    # a dataflow's step, derived from a push (txn_library.streams): logged (strong
+    # recovery) or derived again here (weak), either way a row
+    ("derived", "bool"),
 )
 
 # Arg.type -> column type ("list": an array of int64 when every element is an int)
@@ -124,16 +128,17 @@ def _arg_cell(kind: str, v: Any) -> Any:
 def history_rows(
     spec: ReplaySpec, layout: HistoryLayout, first: int, last: int | None
 ) -> Iterator[tuple]:
-    """One tuple per logged transaction of epochs first..last, in ``layout.columns`` order."""
+    """One tuple per transaction of epochs first..last (a weak-recovery batch's dataflow
+    steps too), in ``layout.columns`` order."""
     width = len(layout.columns)
     for epoch, batch, _ in iter_batches(spec.log_dir, first, last):
         txn_id = batch.first_txn_id
         ts = batch.timestamp_ms
-        for seq, txn in enumerate(batch.txns):
+        for seq, txn in enumerate(batch_txns(batch, spec.partitions)):
             name, args, parts = txn.proc, txn.args, txn.participants
             client, req = txn.client_id, txn.req_id
             row: list[Any] = [None] * width
-            row[:11] = [
+            row[:12] = [
                 epoch,
                 txn_id + seq,
                 seq,
@@ -145,6 +150,7 @@ def history_rows(
                 client.hex() if isinstance(client, bytes) else to_json(client),
                 to_json(req),
                 to_json(args),
+                client == DERIVED_CLIENT,
             ]
             for pos, idx, kind in layout.by_proc.get(name, ()):
                 if isinstance(args, tuple) and pos < len(args):

@@ -128,7 +128,7 @@ def test_every_builtin_procedure_is_deterministic() -> None:
 
 
 def test_the_engine_leaves_no_reference_cycles() -> None:
-    """Partitions freeze what outlives a loop turn (storage.settle_turn), so the engine
+    """Partitions freeze what outlives a loop turn (heap.settle_turn), so the engine
     must make no cycles: transfers across partitions (remote reads, aborts) and the
     violating, aborting and crashing procedures above, on one and on three partitions."""
     for partitions in (1, 3):

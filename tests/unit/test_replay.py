@@ -398,7 +398,7 @@ def test_corrupt_checkpoint_rows_are_reported_and_replay_falls_back(tmp_path: Pa
 
 
 def test_replay_leaves_no_reference_cycles(tmp_path: Path) -> None:
-    """Replay freezes what outlives each batch (Replayer.apply: storage.settle_turn), as
+    """Replay freezes what outlives each batch (Replayer.apply: heap.settle_turn), as
     partitions do each loop turn: verifying (a corrupt checkpoint among the files, so
     the reporting and fallback paths run too) and reconstructing must make no cycles."""
     b = build_history(tmp_path)
@@ -425,17 +425,17 @@ def test_a_verify_run_gives_what_it_froze_back(tmp_path: Path) -> None:
 def test_a_spark_run_retires_its_state_and_the_next_run_frees_it_first(tmp_path: Path) -> None:
     """A Spark task's run keeps its last state (freeing it would delay the rows); the
     next run in that worker frees it and gives the frozen heap back before loading."""
-    from executor.core import storage
+    from executor.core import heap
 
     b = build_history(tmp_path, epochs=20)
     tasks = plan_verify(b.spec, scan_checkpoints(b.ckpt, 2))
     assert verdicts(verify_run(tasks, keep=True)) == ["ok", "ok", TAIL]
-    (state,) = storage._retired
+    (state,) = heap._retired
     retired = weakref.ref(state)
     del state
     assert gc.get_freeze_count() > 0
     assert verdicts(verify_run(tasks[:1])) == ["ok"]
-    assert retired() is None and not storage._retired
+    assert retired() is None and not heap._retired
     assert gc.get_freeze_count() == 0
 
 
@@ -606,7 +606,7 @@ def test_the_code_shipped_to_remote_spark_executors_holds_the_engine_and_workloa
         "sequencer/log.py",
         "scheduler/lock_manager.py",
         "txn_library/wire.py",
-        "tpcc/procedures.py",
+        "tpcc/transactions/new_order.py",
     ):
         assert module in names, module
     assert not any(n.startswith("cluster/") for n in names)  # tasks never need the top
