@@ -65,7 +65,8 @@ from txn_library.errors import (
 from txn_library.heap import gc_paused
 from txn_library.partition_wire import RESULT_LOOKUP
 from txn_library.procedure import Procedure, lookup
-from txn_library.streams import PUSH, derived_txns
+from txn_library.streams import PUSH
+from txn_library.streams.dataflow import encoded_derived
 from txn_library.wire import CallsRequest, Txn, decode_batch, unpack
 
 _TXN_HEADER = msgpack.packb([None] * 5)[:1]  # fixarray of the txn's 5 fields
@@ -340,22 +341,10 @@ class Intake:
             )
         call.encoded = encoded
         size = len(encoded)
-        if call.proc.name == PUSH:
-            derived = derived_txns(
-                (Txn(call.proc.name, call.args, parts, client, req),), self.partitions
-            )
-            if derived:
-                call.derived = b"".join(
-                    _TXN_HEADER
-                    + call_body(t.proc, t.args)
-                    + p.pack(t.participants)
-                    + p.pack(t.client_id)
-                    + p.pack(t.req_id)
-                    for t in derived
-                )
-                call.derived_txns = len(derived)
-                if self.dataflow_recovery == "strong":
-                    size += len(call.derived)  # logged with the batch
+        if call.proc.name == PUSH:  # its dataflow's steps (txn_library.streams)
+            call.derived, call.derived_txns = encoded_derived(call.args, self.partitions)
+            if self.dataflow_recovery == "strong":
+                size += len(call.derived)  # logged with the batch
         self.pending.push(call.identity, call, size)
 
     def _send_query(

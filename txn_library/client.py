@@ -380,15 +380,24 @@ class Client:
         next_check = time.monotonic() + 0.1
         failover = self._failover
         self._mon: zmq.Socket | None = None
-        if len(self.addresses) > 1:
-            self._watch(poller)
+        self._watch(poller)
+        single = len(self.addresses) == 1
         while not self._closed.is_set():
             events = dict(poller.poll(100))
             if self._wake_recv in events:
                 while self._wake_recv.poll(0):
                     self._wake_recv.recv()
             if self._mon is not None and self._mon in events and drain_drops(self._mon):
-                failover.connection_dropped()
+                if single:
+                    # The sequencer went away (a restart): what it had not answered may
+                    # be lost with it, and what we sent since waits in ZeroMQ's queue for
+                    # the next one. A fresh socket drops that queue, and every unanswered
+                    # call goes again in the order it was first sent (same ids), so a
+                    # connection's calls keep their order across the restart.
+                    self._reconnect(poller, self.address)
+                    self._resend_all(pending, time.monotonic())
+                else:
+                    failover.connection_dropped()
             sock = self._sock
             self._send_new(sock, pending)
             while sock.poll(0):
@@ -412,14 +421,18 @@ class Client:
         if target is None:
             return
         if target != current:
-            self._unwatch(poller)
-            poller.unregister(self._sock)
-            self._sock.close(linger=0)
-            self._sock = self._connect(target)
-            poller.register(self._sock, zmq.POLLIN)
-            self._watch(poller)
+            self._reconnect(poller, target)
             log.info("ordo client: moved to %s", target)
         self._resend_all(pending, now)
+
+    def _reconnect(self, poller: zmq.Poller, address: str) -> None:
+        """A fresh socket to ``address`` (what the old one still queued is dropped)."""
+        self._unwatch(poller)
+        poller.unregister(self._sock)
+        self._sock.close(linger=0)
+        self._sock = self._connect(address)
+        poller.register(self._sock, zmq.POLLIN)
+        self._watch(poller)
 
     def _resend_all(self, pending: dict[int, _Pending], now: float) -> None:
         for p in pending.values():

@@ -85,6 +85,7 @@ class Variant:
     votes: str = ""
     totals: str = ""
     trend: str = ""
+    wcount: str = ""
     names: dict[str, str] = field(default_factory=dict)
 
 
@@ -106,6 +107,8 @@ def _build(
     )
     v.totals = _table(f"{prefix}_totals", (int, str), ("home", "name"), ("value",))
     v.trend = _table(f"{prefix}_trend", (int, int), ("home", "rank"), ("contestant", "votes"))
+    # votes per contestant among the window's (kept as votes enter and leave it)
+    v.wcount = _table(f"{prefix}_wcount", (int, int), ("home", "contestant"), ("votes",))
     s_in = stream(f"{prefix}_votes_in", [("phone", "int"), ("contestant", "int")], home=h)
     s_valid = stream(f"{prefix}_valid", [("phone", "int"), ("contestant", "int")], home=h)
     s_rec = stream(
@@ -129,7 +132,7 @@ def _build(
         owner=owner,
         home=h,
     )
-    C, P, V, T, TR = v.contestants, v.phones, v.votes, v.totals, v.trend
+    C, P, V, T, TR, WC = v.contestants, v.phones, v.votes, v.totals, v.trend, v.wcount
     all_of = lambda *ts: [(t, (h,)) for t in ts]  # noqa: E731
 
     @stream_procedure(
@@ -152,7 +155,7 @@ def _build(
 
     record_writes = all_of(C, P, V, T)
     if ee:
-        record_writes += all_of(TR)
+        record_writes += all_of(TR, WC)
 
     @stream_procedure(
         f"{prefix}.record",
@@ -191,15 +194,22 @@ def _build(
     steps: list[Any] = [validate, record, board]
     if ee:
 
-        @on_insert(s_rec.name, writes=all_of(win.name, TR) + [("ordo_window", (h, win.name))])
+        @on_insert(s_rec.name, writes=[*all_of(win.name, TR, WC), ("ordo_window", (h, win.name))])
         def feed_window(ctx: StreamContext, key: tuple, row: tuple) -> None:
             """EE trigger: each recorded vote enters the trending window."""
             ctx.window(win.name).insert((row[1],))
 
-        @on_slide(win.name, writes=all_of(TR))
+        @on_insert(win.name, writes=all_of(WC))
+        def count_in(ctx: StreamContext, key: tuple, row: tuple) -> None:
+            """EE trigger: a vote entering the window counts for its contestant."""
+            _add(ctx, WC, h, row[1], 1)
+
+        @on_slide(win.name, writes=all_of(TR, WC))
         def keep_trend(ctx: StreamContext, view: Any) -> None:
-            """EE trigger: after a slide, the window's counts per contestant."""
-            _write_trend(ctx, TR, h, view.rows())
+            """EE trigger: votes leaving the window stop counting; trending-3 again."""
+            for row in view.expired:
+                _add(ctx, WC, h, row[1], -1)
+            _write_trend(ctx, TR, WC, h)
     else:
 
         @stream_procedure(
@@ -207,14 +217,18 @@ def _build(
             input=s_rec.name,
             output=s_trending.name,
             windows=(win.name,),
-            writes=all_of(TR),
+            writes=all_of(TR, WC),
         )
         def trending(ctx: StreamContext, batch_id: int, recorded: list[tuple]) -> list[tuple]:
             """The window of the last votes, and trending-3 over it."""
             w = ctx.window(win.name)
             for _, c, _ in recorded:
                 w.insert((c,))
-            return _write_trend(ctx, TR, h, w.rows())
+                _add(ctx, WC, h, c, 1)
+                for row in w.expired:
+                    _add(ctx, WC, h, row[1], -1)
+                w.expired = []
+            return _write_trend(ctx, TR, WC, h)
 
         steps.append(trending)
     if nested_all:
@@ -247,12 +261,24 @@ def trend_rows(window_contestants: Iterable[Any]) -> list[tuple]:
     return [(i + 1, c, n) for i, (c, n) in enumerate(ranked)]
 
 
-def _write_trend(ctx: StreamContext, TR: str, h: int, rows: list[tuple]) -> list[tuple]:
-    top = trend_rows(rows)
-    for key, _ in ctx.scan(TR, (h,)):
-        ctx.delete(TR, key)
+def _add(ctx: StreamContext, WC: str, h: int, c: int, n: int) -> None:
+    row = ctx.get(WC, (h, c))
+    left = (row[0] if row else 0) + n
+    if left:
+        ctx.put(WC, (h, c), (left,))
+    elif row is not None:
+        ctx.delete(WC, (h, c))
+
+
+def _write_trend(ctx: StreamContext, TR: str, WC: str, h: int) -> list[tuple]:
+    """Trending-3 from the window's counts per contestant, into TR (and returned)."""
+    counts = [(row[0], key[1]) for key, row in ctx.scan(WC, (h,))]
+    ranked = sorted(counts, key=lambda nc: (-nc[0], nc[1]))[:BOARD]
+    top = [(i + 1, c, n) for i, (n, c) in enumerate(ranked)]
     for rank, c, n in top:
         ctx.put(TR, (h, rank), (c, n))
+    for rank in range(len(top) + 1, BOARD + 1):
+        ctx.delete(TR, (h, rank))
     return top
 
 

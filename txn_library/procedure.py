@@ -160,6 +160,9 @@ class Procedure:
     doc: str = ""
     # For dependent procedures: the prediction travels as an extra, last argument.
     extra: dict[str, Any] = field(default_factory=dict)
+    # More checks of the arguments where calls are admitted (after the schema's): raises
+    # BadRequest. Logged calls are not checked again (a stream push's tuples, say).
+    check: Callable[..., None] | None = None
 
     @property
     def dependent(self) -> bool:
@@ -177,6 +180,8 @@ class Procedure:
             )
         for spec, value in zip(self.args, args, strict=True):
             spec.check(value)
+        if self.check is not None:
+            self.check(*args)
 
     def footprint_of(self, args: Sequence[Any], entries_max: int | None = None) -> Footprint:
         """The declared footprint, with every entry checked against the catalog (and

@@ -143,8 +143,13 @@ def push(
         if first_batch is None:
             page = c.call("stream.read", name, 0, 1).value
             first_batch = (page["last"] + 1) if page.get("last") is not None else 1
+        # A first pass checks every row (and counts them): a bad row anywhere is refused
+        # with its line before anything is sent.
+        total = sum(
+            len(rows)
+            for _, rows in read_batches(source, s.columns, s.types, batch_rows, first_batch)
+        )
         batches = read_batches(source, s.columns, s.types, batch_rows, first_batch)
-        total = sum(1 for _ in source.open()) - 1 if source.exists() else None
         bar = tqdm(total=total, unit="row", disable=quiet, file=sys.stderr)
         futures: list[tuple[int, Any]] = []
         pushed = tuples = 0

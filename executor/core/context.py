@@ -66,6 +66,7 @@ class TxnContext:
         "writes",
         "hold_ms",
         "_on_write",
+        "_written",
     )
 
     def __init__(
@@ -90,6 +91,7 @@ class TxnContext:
         self.writes: dict[Any, Any] = {}  # (table, key) -> row or None; a body may change it
         self.hold_ms = 0
         self._on_write = on_write
+        self._written: set[Any] = set()  # tables put or deleted in: a scan merges only those
 
     @property
     def rng(self) -> random.Random:
@@ -112,6 +114,8 @@ class TxnContext:
         if not covered(self._reads, table, prefix):
             raise FootprintViolation(f"scan of {table}{prefix!r} outside the footprint")
         rows = self._scan(table, prefix)
+        if table not in self._written:
+            return rows
         n = len(prefix)
         mine = {k[1]: v for k, v in self.writes.items() if k[0] == table and k[1][:n] == prefix}
         if not mine:
@@ -127,6 +131,7 @@ class TxnContext:
         if not isinstance(row, tuple):
             raise TypeError(f"rows are tuples, got {type(row).__name__}")
         self.writes[entry] = row
+        self._written.add(table)
         if self._on_write is not None:
             self._on_write(table, key)
 
@@ -134,6 +139,7 @@ class TxnContext:
         if not covered(self._writes, table, key):
             raise FootprintViolation(f"delete of {table}{key!r} outside the footprint")
         self.writes[(table, key)] = None
+        self._written.add(table)
         if self._on_write is not None:
             self._on_write(table, key)
 

@@ -462,3 +462,19 @@ def test_a_derived_step_that_fails_reports_nothing_but_is_counted() -> None:
     assert sum(p.derived_failures for p in r.parts) == 1  # e.thief: WindowNotOwned
     assert "WindowNotOwned" in r.parts[0].derived_failure_last
     assert all(status != ERROR for status, _ in r.results.values())
+
+
+def test_the_sequencer_encodes_derived_steps_as_packing_them_would() -> None:
+    """sequencer.intake logs a push's steps from ``encoded_derived`` (cached pieces):
+    byte for byte what packing ``derived_txns``'s Txns gives."""
+    import msgpack
+
+    from txn_library.streams.dataflow import encoded_derived
+
+    for partitions in (1, 3):
+        for args in (("lb_votes_in", 7, [(1, 2)]), ("n_in", 2**40, []), ("t_log", 3, [])):
+            push = Txn("stream.push", args, (0,), CLIENT, 1)
+            data, n = encoded_derived(args, partitions)
+            txns = derived_txns([push], partitions)
+            assert n == len(txns)
+            assert data == b"".join(msgpack.packb(list(t)) for t in txns)

@@ -36,8 +36,8 @@ import xxhash
 from txn_library import limits
 from txn_library.procedure import Context, Footprint, FootprintEntry
 from txn_library.streams.spec import (
-    META_BATCH,
     STREAM_BATCHES,
+    STREAMS,
     WINDOWS,
     Stream,
     Window,
@@ -236,73 +236,126 @@ class StreamContext:
 
     # Streams ---------------------------------------------------------------------
     def append_batch(
-        self, s: Stream, batch_id: int, tuples: Sequence[tuple], digest: int, result: Any
+        self,
+        s: Stream,
+        batch_id: int,
+        tuples: Sequence[tuple],
+        digest: int,
+        result: Any,
+        listed: bool = True,
     ) -> None:
         """Append batch ``batch_id`` (not in ``s`` yet, after its last) with its tuples,
-        firing the stream's insert triggers; drop the oldest batch past retention."""
+        firing the stream's insert triggers. ``listed`` (a stream clients push to, or a
+        sink): the stream's row counts it, and once the stream holds
+        ``retain_batches / 16`` (at least one) more than it keeps, the oldest batches go;
+        else (a stream between two steps, whose last consumer deletes each batch as it
+        takes it) only the batch's row is written."""
         ctx, h, name = self.ctx, s.home, s.name
-        meta_key = (h, name, META_BATCH)
-        meta = ctx.get(STREAM_BATCHES, meta_key)
-        first, last, count = (meta[0], meta[1], meta[2]) if meta is not None else (None, None, 0)
-        ctx.put(STREAM_BATCHES, (h, name, batch_id), (len(tuples), digest, last, None, result))
-        if last is not None:
-            prev = ctx.get(STREAM_BATCHES, (h, name, last))
-            if prev is not None:
-                ctx.put(STREAM_BATCHES, (h, name, last), (*prev[:3], batch_id, prev[4]))
-        put, fire = ctx.put, self.fire_insert
-        has_triggers = bool(triggers(name, "insert"))
+        put = ctx.put
+        if listed:  # before the batch's row: each stream's rows stay in key order
+            meta = ctx.get(STREAMS, (h, name))
+            first, count, dropped = (meta[0], meta[2], meta[3]) if meta else (None, 0, None)
+            put(
+                STREAMS,
+                (h, name),
+                (batch_id if first is None else first, batch_id, count + 1, dropped),
+            )
+        put(STREAM_BATCHES, (h, name, batch_id), (len(tuples), digest, result))
+        ts = triggers(name, "insert")
         for i, t in enumerate(tuples):
             put(name, (h, batch_id, i), t)
-            if has_triggers:
-                fire(name, (batch_id, i), t)
-        count += 1
-        if first is None:
-            first = batch_id
-        while count > s.retain_batches and first is not None:
-            oldest = ctx.get(STREAM_BATCHES, (h, name, first))
-            self.drop_tuples(s, first)
-            ctx.delete(STREAM_BATCHES, (h, name, first))
-            count -= 1
-            first = None if oldest is None else oldest[3]
-        ctx.put(STREAM_BATCHES, meta_key, (first, batch_id, count, 0, None))
+            if ts:
+                self.fire_insert(name, (batch_id, i), t)
+        if listed and count + 1 > s.retain_batches + max(1, s.retain_batches // 16):
+            self._drop_oldest(s, count + 1 - s.retain_batches)
 
-    def batch_tuples(self, s: Stream, batch_id: int) -> list[tuple]:
-        return [row for _, row in self.ctx.scan(s.name, (s.home, batch_id))]
+    def _drop_oldest(self, s: Stream, n: int) -> None:
+        """Delete the ``n`` oldest batches of a listed stream (rows and tuples left)."""
+        ctx, h, name = self.ctx, s.home, s.name
+        ids = [key[2] for key, _ in ctx.scan(STREAM_BATCHES, (h, name))]
+        for b in ids[:n]:
+            self.drop_tuples(s, b)
+            ctx.delete(STREAM_BATCHES, (h, name, b))
+        meta = ctx.get(STREAMS, (h, name))
+        assert meta is not None
+        put_first = ids[n] if n < len(ids) else None
+        ctx.put(
+            STREAMS,
+            (h, name),
+            (put_first, meta[1], meta[2] - min(n, len(ids)), ids[min(n, len(ids)) - 1]),
+        )
 
-    def drop_tuples(self, s: Stream, batch_id: int) -> None:
-        """Delete a batch's tuples (its batch row stays: retries still find it)."""
-        for key, _ in self.ctx.scan(s.name, (s.home, batch_id)):
-            self.ctx.delete(s.name, key)
+    def batch_tuples(self, s: Stream, batch_id: int, n: int) -> list[tuple]:
+        """The ``n`` tuples of a batch (its batch row says how many), by key: no scan."""
+        get, name, h = self.ctx.get, s.name, s.home
+        out = []
+        for i in range(n):
+            row = get(name, (h, batch_id, i))
+            if row is not None:
+                out.append(row)
+        return out
+
+    def drop_tuples(self, s: Stream, batch_id: int, n: int | None = None) -> None:
+        """Delete a batch's tuples (its batch row stays: retries still find it); ``n``:
+        how many its batch row says (None: look them up)."""
+        ctx, name, h = self.ctx, s.name, s.home
+        if n is None:
+            for key, _ in ctx.scan(name, (h, batch_id)):
+                ctx.delete(name, key)
+            return
+        for i in range(n):
+            ctx.delete(name, (h, batch_id, i))
 
 
 class WindowView:
-    """A window as its owner sees it inside one transaction."""
+    """A window as its owner sees it inside one transaction: its state row and rows are
+    read once (the first time they are needed) and kept here as they change, every
+    change written through the transaction's Context as it happens."""
 
     def __init__(self, sctx: StreamContext, w: Window) -> None:
         self.sctx = sctx
         self.window = w
         self._key = (w.home, w.name)
+        self._st: list[Any] | None = None
+        self._rows: dict[int, tuple] | None = None  # seq -> row, visible and staged
+        # The rows the last slide took out of the window, (batch_id, *values) each: what
+        # an on_slide trigger (or the owner) subtracts to keep an aggregate incrementally.
+        self.expired: list[tuple] = []
 
     def _state(self) -> list[Any]:
-        row = self.sctx.ctx.get(WINDOWS, self._key)
-        return [0, 0, 0, 0, []] if row is None else [row[0], row[1], row[2], row[3], list(row[4])]
+        if self._st is None:
+            row = self.sctx.ctx.get(WINDOWS, self._key)
+            self._st = (
+                [0, 0, 0, 0, []]
+                if row is None
+                else [row[0], row[1], row[2], row[3], [list(b) for b in row[4]]]
+            )
+        return self._st
 
-    def _save(self, st: list[Any]) -> None:
-        st[4] = tuple(tuple(b) for b in st[4])
-        self.sctx.ctx.put(WINDOWS, self._key, tuple(st))
+    def _save(self) -> None:
+        st = self._state()
+        self.sctx.ctx.put(WINDOWS, self._key, (*st[:4], tuple(tuple(b) for b in st[4])))
+
+    def _all_rows(self) -> dict[int, tuple]:
+        if self._rows is None:
+            w = self.window
+            self._rows = {k[1]: row for k, row in self.sctx.ctx.scan(w.name, (w.home,))}
+        return self._rows
 
     def insert(self, values: Sequence[Any]) -> None:
         """Stage one tuple (invisible until the window slides)."""
-        w, ctx = self.window, self.sctx.ctx
-        row = (self.sctx.batch_id, *check_values(f"window {w.name}", values, w.types))
+        w, sctx = self.window, self.sctx
+        row = (sctx.batch_id, *check_values(f"window {w.name}", values, w.types))
         st = self._state()
         seq = st[0]
-        ctx.put(w.name, (w.home, seq), row)
+        sctx.ctx.put(w.name, (w.home, seq), row)
+        if self._rows is not None:
+            self._rows[seq] = row
         st[0] = seq + 1
-        if w.kind == "batches" and (not st[4] or st[4][-1][0] != self.sctx.batch_id):
-            st[4].append([self.sctx.batch_id, seq])
-        self._save(st)
-        self.sctx.fire_insert(w.name, (self.sctx.batch_id, seq), row)
+        if w.kind == "batches" and (not st[4] or st[4][-1][0] != sctx.batch_id):
+            st[4].append([sctx.batch_id, seq])
+        self._save()
+        sctx.fire_insert(w.name, (sctx.batch_id, seq), row)
         if w.kind == "tuples" and st[0] - st[2] >= w.slide:
             self._slide()
 
@@ -316,7 +369,7 @@ class WindowView:
         if not st[4] or st[4][-1][0] != batch_id:
             st[4].append([batch_id, st[0]])  # a batch with no tuples counts too
         st[3] += 1
-        self._save(st)
+        self._save()
         if st[3] >= w.slide:
             self._slide()
 
@@ -330,21 +383,24 @@ class WindowView:
             st[4] = st[4][-w.size :]
             start = st[4][0][1] if st[4] else st[2]
             st[3] = 0
+        rows = self._rows
+        expired = []
         for seq in range(st[1], start):
-            ctx.delete(w.name, (w.home, seq))
+            key = (w.home, seq)
+            row = rows.pop(seq, None) if rows is not None else ctx.get(w.name, key)
+            if row is not None:
+                expired.append(row)
+            ctx.delete(w.name, key)
+        self.expired = expired
         st[1] = start
-        self._save(st)
+        self._save()
         self.sctx.fire_slide(self)
 
     def tuples(self) -> list[tuple]:
         """The visible rows, oldest first: (batch_id, *values)."""
         st = self._state()
-        lo, hi = st[1], st[2]
-        return [
-            row
-            for (_, seq), row in self.sctx.ctx.scan(self.window.name, (self.window.home,))
-            if lo <= seq < hi
-        ]
+        rows = self._all_rows()
+        return [rows[seq] for seq in range(st[1], st[2]) if seq in rows]
 
     def rows(self) -> list[tuple]:
         """The visible tuples' values, oldest first."""

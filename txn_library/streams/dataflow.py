@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+import msgpack
+
 from txn_library import limits
 from txn_library.errors import InvariantViolation
 from txn_library.procedure import Abort, Arg, Footprint, Procedure, register
@@ -55,6 +57,7 @@ from txn_library.streams.context import (
 from txn_library.streams.spec import (
     PROGRESS,
     STREAM_BATCHES,
+    STREAMS,
     Stream,
     stream_named,
     window_named,
@@ -180,6 +183,8 @@ class Dataflow:
             raise ValueError(f"stream {self.border.name} is the border of {other.name} already")
         _BORDERS[self.border.name] = self
         _DATAFLOWS[self.name] = self
+        consumed = {st.input for st in self.order}
+        _BETWEEN.update(st.output for st in self.order if st.output in consumed)
         generation[0] += 1
 
     def last_consumer(self, stream: str) -> Step | None:
@@ -240,6 +245,14 @@ def _border(name: str, steps: list[Step]) -> Stream:
 
 _BORDERS: dict[str, Dataflow] = {}
 _DATAFLOWS: dict[str, Dataflow] = {}
+_BETWEEN: set[str] = set()  # streams a step produces and a step consumes
+
+
+def listed(stream: str) -> bool:
+    """A stream clients push to, or a sink: its batches form a list that retries and
+    subscribers read (``StreamContext.append_batch``); a stream between two steps keeps
+    each batch only until its last consumer takes it."""
+    return stream not in _BETWEEN
 
 
 def dataflows() -> dict[str, Dataflow]:
@@ -252,7 +265,11 @@ def dataflow_named(name: str) -> Dataflow | None:
 
 # The procedures ---------------------------------------------------------------------
 def _stream_entries(s: Stream) -> list[tuple[str, tuple]]:
-    return [(s.name, (s.home,)), (STREAM_BATCHES, (s.home, s.name))]
+    return [
+        (s.name, (s.home,)),
+        (STREAM_BATCHES, (s.home, s.name)),
+        (STREAMS, (s.home, s.name)),
+    ]
 
 
 @lru_cache(maxsize=4096)
@@ -324,7 +341,7 @@ def run_step(df: Dataflow, s: Step, ctx: Any, batch_id: int) -> Any:
     if marker is None:
         return {"batch": batch_id, "skipped": f"stream {src.name} has no batch {batch_id}"}
     sctx = StreamContext(ctx, batch_id, s.name)
-    tuples = sctx.batch_tuples(src, batch_id)
+    tuples = sctx.batch_tuples(src, batch_id, marker[0])
     out = s.fn(sctx, batch_id, tuples)
     if isinstance(out, Abort):
         return out
@@ -332,43 +349,56 @@ def run_step(df: Dataflow, s: Step, ctx: Any, batch_id: int) -> Any:
     if s.output is not None:
         dst = stream_named(s.output)
         values = dst.check_tuples(list(out) if out is not None else [])
-        sctx.append_batch(dst, batch_id, values, batch_digest(values), None)
+        sctx.append_batch(dst, batch_id, values, 0, None, listed=listed(dst.name))
         n_out = len(values)
     sctx.end_batch(s.windows)
     if df.last_consumer(src.name) is s:
-        sctx.drop_tuples(src, batch_id)
+        sctx.drop_tuples(src, batch_id, marker[0])
+        if not listed(src.name):
+            ctx.delete(STREAM_BATCHES, (src.home, src.name, batch_id))
     batches, tin, tout = (prog[1], prog[2], prog[3]) if prog is not None else (0, 0, 0)
     ctx.put(PROGRESS, pkey, (batch_id, batches + 1, tin + len(tuples), tout + n_out))
     return {"batch": batch_id, "in": len(tuples), "out": n_out}
 
 
-def _push_footprint(stream: Any, batch_id: int, tuples: Any) -> Footprint:
+@lru_cache(maxsize=4096)
+def _push_footprint_of(stream: str, gen: int) -> Footprint:
+    del gen
     s = stream_named(stream)
-    s.check_tuples(tuples)
     entries = tuple(_stream_entries(s))
     trig = trigger_footprint([s.name])
     return Footprint(entries + trig.reads + trig.writes, entries + trig.writes)
 
 
+def _push_footprint(stream: Any, batch_id: int, tuples: Any) -> Footprint:
+    stream_named(stream)  # an unknown stream: BadRequest
+    return _push_footprint_of(stream, generation[0])
+
+
+def _push_check(stream: Any, batch_id: int, tuples: Any) -> None:
+    """Where calls are admitted: the tuples fit the stream (BadRequest if not)."""
+    stream_named(stream).check_tuples(tuples)
+
+
 def _push(ctx: Any, stream: str, batch_id: int, tuples: Any) -> Any:
     """The border transaction: append one atomic batch to ``stream``. A batch id that
     is pushed again with the same tuples gets the first push's answer (exactly once);
-    with other tuples, or an id that does not increase, it is refused."""
+    with other tuples, or an id that does not increase, it is refused. (The tuples
+    were checked where the call was admitted: a logged push's are whole.)"""
     s = stream_named(stream)
-    values = s.check_tuples(tuples)
+    values = tuple(map(tuple, tuples))
     digest = batch_digest(values)
     marker = ctx.get(STREAM_BATCHES, (s.home, s.name, batch_id))
     if marker is not None:
         if marker[1] == digest:
-            return marker[4]
+            return marker[2]
         return Abort(f"batch {batch_id} of stream {s.name} was pushed before with other tuples")
-    meta = ctx.get(STREAM_BATCHES, (s.home, s.name, -1))
+    meta = ctx.get(STREAMS, (s.home, s.name))
     if meta is not None and meta[1] is not None and batch_id <= meta[1]:
-        head = ctx.get(STREAM_BATCHES, (s.home, s.name, meta[0])) if meta[0] is not None else None
-        dropped = head is not None and head[2] is not None and batch_id <= head[2]
+        dropped = meta[3] is not None and batch_id <= meta[3]
         return Abort(
             f"batch ids of stream {s.name} must increase: {batch_id} is not after {meta[1]}"
-            + (f" (batches up to {head[2]} are no longer retained)" if dropped else "")  # type: ignore[index]
+            + (f" (batches up to {meta[3]} are no longer kept)" if dropped else "")
         )
     result = [batch_id, len(values)]
     StreamContext(ctx, batch_id, None).append_batch(s, batch_id, values, digest, result)
@@ -385,6 +415,7 @@ register(
         ),
         footprint=_push_footprint,
         body=_push,
+        check=_push_check,
         doc="Append one atomic batch to a stream (the border transaction of its dataflow).",
     )
 )
@@ -397,25 +428,37 @@ def _read_footprint(stream: Any, from_batch: int, max_batches: int) -> Footprint
 def _read(ctx: Any, stream: str, from_batch: int, max_batches: int) -> Any:
     """Batches of ``stream`` with id >= ``from_batch``, oldest first, at most
     ``max_batches``: {"batches": [[batch_id, [tuples]], ...], "first", "last",
-    "dropped"} (``dropped``: the newest batch id no longer retained, or None)."""
+    "dropped"} (``dropped``: the newest batch id no longer kept, or None)."""
     s = stream_named(stream)
-    meta = ctx.get(STREAM_BATCHES, (s.home, s.name, -1))
+    meta = ctx.get(STREAMS, (s.home, s.name))
     if meta is None:
         return {"batches": [], "first": None, "last": None, "dropped": None}
     first, last = meta[0], meta[1]
-    head = ctx.get(STREAM_BATCHES, (s.home, s.name, first)) if first is not None else None
-    dropped = head[2] if head is not None else None
     out: list[Any] = []
-    b = first
-    while b is not None and len(out) < max_batches:
-        m = ctx.get(STREAM_BATCHES, (s.home, s.name, b))
-        if m is None:
-            break
-        if b >= from_batch:
-            rows = [row for _, row in ctx.scan(s.name, (s.home, b))]
-            out.append([b, rows])
-        b = m[3]
-    return {"batches": out, "first": first, "last": last, "dropped": dropped}
+    if last is not None and from_batch <= last:
+        # Dense ids (the usual case) by key: a poll that is caught up, or a little
+        # behind, costs what it returns; a gap in the ids falls back to one scan.
+        b = max(from_batch, first if first is not None else from_batch)
+        while b <= last and len(out) < max_batches:
+            m = ctx.get(STREAM_BATCHES, (s.home, s.name, b))
+            if m is None:
+                break
+            out.append([b, sctx_tuples(ctx, s, b, m[0])])
+            b += 1
+        if b <= last and len(out) < max_batches:
+            for key, m in ctx.scan(STREAM_BATCHES, (s.home, s.name)):
+                if key[2] >= b:
+                    out.append([key[2], sctx_tuples(ctx, s, key[2], m[0])])
+                    if len(out) >= max_batches:
+                        break
+    return {"batches": out, "first": first, "last": last, "dropped": meta[3]}
+
+
+def sctx_tuples(ctx: Any, s: Stream, batch_id: int, n: int) -> list[tuple]:
+    """A batch's tuples (those still kept) by key."""
+    get = ctx.get
+    rows = [get(s.name, (s.home, batch_id, i)) for i in range(n)]
+    return [r for r in rows if r is not None]
 
 
 register(
@@ -442,6 +485,7 @@ def _status_footprint(name: Any) -> Footprint:
         raise BadRequest(ERR_BAD_ARGUMENTS, f"no dataflow named {brief(name)}")
     homes = {stream_named(s.input).home for s in df.order}
     reads = [(STREAM_BATCHES, (df.border.home, df.border.name))]
+    reads += [(STREAMS, (df.border.home, df.border.name))]
     reads += [(PROGRESS, (h, df.name)) for h in sorted(homes)]
     return Footprint(reads=tuple(reads))
 
@@ -451,23 +495,19 @@ def _status(ctx: Any, name: str) -> Any:
     step has processed, and how many pushed batches wait (the backlog)."""
     df = _DATAFLOWS[name]
     b = df.border
-    meta = ctx.get(STREAM_BATCHES, (b.home, b.name, -1))
+    meta = ctx.get(STREAMS, (b.home, b.name))
     pushed = meta[1] if meta is not None else None
     steps = {}
     for s in df.order:
         row = ctx.get(PROGRESS, (stream_named(s.input).home, df.name, s.name))
         steps[s.name] = row[0] if row is not None else None
-    done = [v for v in steps.values()]
-    processed = None if any(v is None for v in done) or not done else min(done)  # type: ignore[type-var]
-    backlog = 0
-    x = meta[0] if meta is not None else None
-    while x is not None:
-        m = ctx.get(STREAM_BATCHES, (b.home, b.name, x))
-        if m is None:
-            break
-        if processed is None or x > processed:
-            backlog += 1
-        x = m[3]
+    done = list(steps.values())
+    processed = None if not done or any(v is None for v in done) else min(done)  # type: ignore[type-var]
+    backlog = sum(
+        1
+        for key, _ in ctx.scan(STREAM_BATCHES, (b.home, b.name))
+        if processed is None or key[2] > processed
+    )
     return {
         "dataflow": name,
         "border": b.name,
@@ -518,6 +558,34 @@ def derived_txns(txns: Iterable[Txn], partitions: int) -> list[Txn]:
             parts = _participants(u.proc_name, partitions, gen)
             out.append(Txn(u.proc_name, (b,), parts, DERIVED_CLIENT, None))
     return out
+
+
+_TXN_ARRAY = msgpack.packb([None] * 5)[:1]  # a logged txn is a fixarray of 5 fields
+
+
+@lru_cache(maxsize=4096)
+def _unit_bytes(proc_name: str, partitions: int, gen: int) -> tuple[bytes, bytes]:
+    """A derived txn's encoding around its arguments: (before, after)."""
+    parts = _participants(proc_name, partitions, gen)
+    before = _TXN_ARRAY + msgpack.packb(proc_name)
+    after = msgpack.packb(parts) + msgpack.packb(DERIVED_CLIENT) + msgpack.packb(None)
+    return before, after
+
+
+def encoded_derived(push_args: Any, partitions: int) -> tuple[bytes, int]:
+    """What a push with ``push_args`` derives, encoded as the sequencer logs txns
+    (byte-identical to packing ``derived_txns``'s Txns), and how many: (b"", 0) for a
+    stream that is no dataflow's border (or one without triggers)."""
+    df = _BORDERS.get(push_args[0]) if push_args and type(push_args[0]) is str else None
+    if df is None or not df.triggers:
+        return b"", 0
+    gen = generation[0]
+    arg = msgpack.packb((push_args[1],))
+    pieces: list[bytes] = []
+    for u in df.units:
+        before, after = _unit_bytes(u.proc_name, partitions, gen)
+        pieces += (before, arg, after)
+    return b"".join(pieces), len(df.units)
 
 
 def batch_txns(batch: Batch, partitions: int) -> tuple[Txn, ...]:

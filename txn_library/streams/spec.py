@@ -4,12 +4,13 @@ that record batches, window state and dataflow progress.
 A stream ``S`` declared with ``stream("S", columns, home=h)`` is the ordered table
 ``S`` keyed ``(home, batch_id, seq)`` (one row per tuple, its values as the row), plus
 one row per batch in the system table ``ordo_stream_batch`` keyed ``(home, S,
-batch_id)``: ``(n_tuples, digest, prev_batch, next_batch, result)``, and the stream's
-own row there at ``batch_id = -1``: ``(first_batch, last_batch, batches, 0, None)``.
-The batch rows form a list in push order (prev/next), so the oldest batch is found
-at once when the stream keeps more than ``retain_batches``: its row and any tuples
-left are deleted (a consumer deletes the tuples it has taken as soon as the last
-consumer has run). So a stream holds at most ``retain_batches`` batches.
+batch_id)``: ``(n_tuples, digest, result)`` (the digest of a pushed batch's tuples and
+the push's answer, for retries), and, for a stream clients push to or a sink, its row
+in ``ordo_stream`` keyed ``(home, S)``: ``(first_batch, last_batch, batches,
+dropped)`` (``dropped``: the newest batch no longer kept). Such a stream keeps its last
+``retain_batches`` batches: once it holds ``retain_batches / 16`` more (at least one),
+the oldest go at once, their rows and any tuples left (one scan for many batches). A
+stream between two steps keeps a batch only until its last consumer has taken it.
 
 A window ``W`` is the ordered table ``W`` keyed ``(home, seq)``, rows ``(batch_id,
 *values)``, plus its state row in ``ordo_window`` keyed ``(home, W)``:
@@ -54,9 +55,9 @@ COLUMN_TYPES: dict[str, tuple[type, ...]] = {
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 STREAM_BATCHES = "ordo_stream_batch"
+STREAMS = "ordo_stream"
 WINDOWS = "ordo_window"
 PROGRESS = "ordo_dataflow_progress"
-META_BATCH = -1  # the batch id of a stream's own row in STREAM_BATCHES
 
 register_table(
     Table(
@@ -68,7 +69,19 @@ register_table(
         ordered=True,
         key_types=(int, str, int),
         key_columns=("home", "stream", "batch_id"),
-        columns=("n_tuples", "digest", "prev_batch", "next_batch", "result"),
+        columns=("n_tuples", "digest", "result"),
+    )
+)
+register_table(
+    Table(
+        STREAMS,
+        key_len=2,
+        place_len=1,
+        placement=place_by_first_int,
+        ordered=True,
+        key_types=(int, str),
+        key_columns=("home", "stream"),
+        columns=("first_batch", "last_batch", "batches", "dropped"),
     )
 )
 register_table(
@@ -114,23 +127,42 @@ def _columns(name: str, columns: Sequence[Any]) -> tuple[tuple[str, ...], tuple[
     return tuple(names), tuple(types)
 
 
+def _fits(v: Any, t: str) -> bool:
+    tp = type(v)
+    if t == "int":
+        return tp is int and _INT64_MIN <= v <= _INT64_MAX
+    if t == "str":
+        return tp is str
+    if t == "float":
+        return tp is float or (tp is int and _INT64_MIN <= v <= _INT64_MAX)
+    if t == "bytes":
+        return tp is bytes
+    if t == "bool":
+        return tp is bool
+    return True  # any
+
+
+def fitted(values: Any, types: tuple[str, ...]) -> tuple | str:
+    """``values`` as a tuple that fits ``types``, or why it does not (no message is
+    built unless it does not: this runs for every tuple pushed or emitted)."""
+    if type(values) is not tuple:
+        if not isinstance(values, list):
+            return f"a tuple of {len(types)} values, got {brief(values)}"
+        values = tuple(values)
+    if len(values) != len(types):
+        return f"a tuple of {len(types)} values, got {brief(values)}"
+    for i, t in enumerate(types):
+        if not _fits(values[i], t):
+            return f"value {i} must be {t}, got {brief(values[i], 40)}"
+    return values
+
+
 def check_values(what: str, values: Any, types: tuple[str, ...]) -> tuple:
     """``values`` as a tuple that fits ``types`` (BadRequest naming ``what`` if not)."""
-    if not isinstance(values, (list, tuple)) or len(values) != len(types):
-        raise BadRequest(
-            ERR_BAD_ARGUMENTS, f"{what}: a tuple of {len(types)} values, got {brief(values)}"
-        )
-    for i, (v, t) in enumerate(zip(values, types, strict=True)):
-        ok = isinstance(v, COLUMN_TYPES[t])
-        if t in ("int", "float") and type(v) is bool:
-            ok = False
-        if t == "int" and ok and not _INT64_MIN <= v <= _INT64_MAX:
-            ok = False
-        if not ok:
-            raise BadRequest(
-                ERR_BAD_ARGUMENTS, f"{what}: value {i} must be {t}, got {brief(v, 40)}"
-            )
-    return tuple(values)
+    got = fitted(values, types)
+    if type(got) is str:
+        raise BadRequest(ERR_BAD_ARGUMENTS, f"{what}: {got}")
+    return got  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -158,10 +190,14 @@ class Stream:
                 f"stream {self.name}: a batch of {len(tuples)} tuples > "
                 f"{limits.stream_batch_tuples_max} (limits.stream_batch_tuples_max)",
             )
-        return tuple(
-            check_values(f"stream {self.name} tuple {i}", t, self.types)
-            for i, t in enumerate(tuples)
-        )
+        types = self.types
+        out: list[tuple] = []
+        for t in tuples:
+            got = fitted(t, types)
+            if type(got) is str:
+                raise BadRequest(ERR_BAD_ARGUMENTS, f"stream {self.name} tuple {len(out)}: {got}")
+            out.append(got)  # type: ignore[arg-type]  # a tuple: not a str
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -207,7 +243,7 @@ def stream(
             placement=place_by_first_int,
             ordered=True,
             key_types=(int, int, int),
-            index_len=2,  # a batch's tuples are one group: a batch goes as a whole
+            index_len=1,  # one group a stream: batches arrive in id order, go oldest first
             key_columns=("home", "batch_id", "seq"),
             columns=names,
         )
