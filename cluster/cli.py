@@ -8,6 +8,7 @@
   ordo traditional-partition
                     run one partition process of a 2PL + 2PC cluster (`ordo up` starts it)
   ordo call         submit one stored-procedure call and print the result
+  ordo query        a read-only procedure as a query (snapshot, read committed, strict)
   ordo status       sequencers (role, term, lag), ZooKeeper, and per partition of
                     every replica: last epoch, txns applied, hash (--json)
   ordo checkpoint   checkpoint every partition after the next epoch; wait until durable
@@ -46,6 +47,7 @@ def _add_engine_commands() -> None:
         run.replica,
         run.traditional_partition,
         client.call,
+        client.query,
         client.status,
         client.procedures,
         client.keys,

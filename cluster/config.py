@@ -64,6 +64,9 @@ class ClusterConfig:
     # Dataflows (txn_library.streams): "strong" logs the transactions a push derives,
     # "weak" only the push (every reader derives them again). Same state either way.
     dataflow_recovery: str = "strong"
+    # Keep recent row versions for snapshot queries (executor/core/versions.py,
+    # docs/QUERIES.md); off, a snapshot query gets not_ready, read committed works.
+    query_versions: bool = True
     log_segment_bytes: int = 0  # 0 = limits.segment_bytes_max
     # Fault injection, for tests only: each partition drops every Nth batch it receives
     # over PUB/SUB (0 = never), forcing the gap-repair path through the log service.
@@ -84,7 +87,7 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         if self.replicas < 1 or self.partitions < 1:
             raise ValueError("replicas and partitions must be >= 1")
-        top = 16 + self.replicas * self.partitions + ZOOKEEPER_PORTS * self.zookeeper_servers
+        top = 16 + 2 * self.replicas * self.partitions + ZOOKEEPER_PORTS * self.zookeeper_servers
         if not (1024 <= self.base_port <= 65535 - top):
             raise ValueError(f"base_port {self.base_port} out of range")
         if self.epoch_duration_ms < 1:
@@ -208,6 +211,24 @@ class ClusterConfig:
         """Inbound PULL socket of one partition: peer reads and sequencer queries."""
         port = self.base_port + 16 + replica * self.partitions + partition
         return f"tcp://{self.partition_host(replica, partition)}:{port}"
+
+    def query_addr(self, replica: int, partition: int) -> str:
+        """ROUTER socket of one partition for snapshot and read-committed queries
+        (clients, directly: executor/deterministic/snapshot.py). Its port follows the
+        ZooKeeper servers' ports."""
+        port = (
+            self.zookeeper_base_port
+            + ZOOKEEPER_PORTS * self.zookeeper_servers
+            + replica * self.partitions
+            + partition
+        )
+        return f"tcp://{self.partition_host(replica, partition)}:{port}"
+
+    def query_addrs(self) -> list[list[str]]:
+        """Every partition's query address, [replica][partition]."""
+        return [
+            [self.query_addr(r, p) for p in range(self.partitions)] for r in range(self.replicas)
+        ]
 
     # Files ---------------------------------------------------------------------
     @property

@@ -227,15 +227,29 @@ def cluster_client(
     config: ClusterConfig, address: str | list[str] | None = None, **kw: Any
 ) -> Client:
     """A Client of ``config``'s cluster: every sequencer's address by default (it fails
-    over between them), with the ``admin`` client's CURVE keys when the cluster runs
-    CURVE (``ordo keys`` makes them)."""
+    over between them) and every partition's query address (``Client.query``), with
+    the ``admin`` client's CURVE keys when the cluster runs CURVE (``ordo keys`` makes
+    them)."""
     addresses = config.client_addrs if address is None else address
+    kw.setdefault("query_addresses", config.query_addrs())
     if config.curve:
-        from cluster.security import ADMIN_CLIENT, client_curves
+        from cluster.security import ADMIN_CLIENT, client_curves, partition_role
+        from cluster.security.keys import load_role_public
 
         curves = dict(zip(config.client_addrs, client_curves(config, ADMIN_CLIENT), strict=True))
         wanted = [addresses] if isinstance(addresses, str) else addresses
         kw["curve"] = [curves[a] for a in wanted]
+        one = next(iter(curves.values()))
+        kw.setdefault(
+            "query_curves",
+            {
+                config.query_addr(r, p): one.to_server(
+                    load_role_public(config.data_dir, partition_role(r, p))
+                )
+                for r in range(config.replicas)
+                for p in range(config.partitions)
+            },
+        )
     return Client(addresses, **kw)
 
 

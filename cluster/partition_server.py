@@ -73,6 +73,7 @@ from executor.deterministic.delivery import (
     BatchFeed,
 )
 from executor.deterministic.partition import Partition
+from executor.deterministic.query_service import QueryService
 from txn_library import limits
 from txn_library import partition_wire as ewire
 from txn_library import wire as swire
@@ -86,6 +87,7 @@ PROGRESS_EVERY_S = 1.0
 # interleave): the batch goes on after that many, whatever peers send.
 INTERLEAVE_MESSAGES_MAX = 16
 RESEND_EVERY_S = 1.0  # at most one resend of every retained read per peer per interval
+QUERY_FRAMES_PER_TURN = 256  # client query frames taken per loop turn, at most
 
 
 class PartitionServer:
@@ -135,6 +137,8 @@ class PartitionServer:
         if restored is not None:
             info = restored[0]
             self.part.restore(info.epoch, info.next_txn_id, info.txns_applied)
+        if config.query_versions:
+            self.part.keep_versions()  # snapshot queries from here on (docs/QUERIES.md)
         self.checkpoints = PartitionCheckpoints(
             config,
             replica,
@@ -180,6 +184,13 @@ class PartitionServer:
         self._fetch_from = 0  # the sequencer whose log service the next repair asks
         self._fetch_unanswered = False
         self.inbox, self.peers = replica_mesh(c, config, replica, partition, sec)
+        # Snapshot and read-committed queries straight from clients (no log, no locks).
+        self.qsock = c.socket(zmq.ROUTER)
+        self.qsock.setsockopt(zmq.LINGER, 0)
+        self.qsock.setsockopt(zmq.MAXMSGSIZE, limits.frame_bytes_hard_max)
+        sec.server(self.qsock, clients=True)
+        self.qsock.bind(config.query_addr(replica, partition))
+        self.queries = QueryService(self.part, self._send_peer, time.monotonic)
         # Ordered delivery, gap repair; reads cross mid-batch.
         # Batches wait for peers' reads while this process waits for a core.
         self.feed = BatchFeed(
@@ -284,6 +295,12 @@ class PartitionServer:
             return
         if isinstance(msg, ewire.Reads):
             self.part.on_reads(msg.from_partition, msg.entries)
+        elif isinstance(msg, ewire.QueryReads):
+            self.queries.on_query_reads(msg)
+        elif isinstance(msg, ewire.QueryReadsReply):
+            self.queries.on_query_reads_reply(msg)
+        elif isinstance(msg, ewire.Watermark):
+            self.queries.on_watermark(msg)
         elif isinstance(msg, ewire.ReadsFloor):
             self.part.on_reads_floor(msg.from_partition, msg.txn_id)
         elif isinstance(msg, ewire.Query):
@@ -440,7 +457,7 @@ class PartitionServer:
 
     def run(self) -> None:
         poller = zmq.Poller()
-        for s in (*self.subs, *self.logsvcs, self.inbox):
+        for s in (*self.subs, *self.logsvcs, self.inbox, self.qsock):
             poller.register(s, zmq.POLLIN)
         # Reads our previous incarnation received are gone: ask the peers again.
         for sock in self.peers.values():
@@ -476,6 +493,9 @@ class PartitionServer:
                     if fetch.poll(0):
                         self._on_log_reply(fetch)
                         progressed = True
+                if self.qsock.poll(0):
+                    self._on_query_frames()
+                    progressed = True
                 if not progressed:
                     break
                 if progressed and self.part.peer_out:
@@ -488,6 +508,7 @@ class PartitionServer:
             if self._resend_wanted:
                 self._serve_resends(now)
             self._report_progress(now)
+            self._serve_queries(now)
             self.dropped.report(now, part.inputs_dropped)
             self._report_derived_failures(now)
             force = now >= next_status or self._status_requested
@@ -498,10 +519,50 @@ class PartitionServer:
             settle_turn()  # what outlived this turn is never scanned (see settle_turn)
         self.close()
 
+    # Queries ------------------------------------------------------------------
+    def _send_peer(self, q: int, msg: bytes) -> None:
+        sock = self.peers.get(q)
+        if sock is not None:
+            sock.send(msg)
+
+    def _on_query_frames(self) -> None:
+        """Client query frames, a bounded number per turn (batches go on between)."""
+        for _ in range(QUERY_FRAMES_PER_TURN):
+            try:
+                parts = self.qsock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            if len(parts) != 2:
+                self.dropped.note(f"query message of {len(parts)} frames")
+                continue
+            self.queries.on_client_frame(parts[0], parts[1])
+        self._send_query_replies()
+
+    def _serve_queries(self, now: float) -> None:
+        self.queries.live = self._live
+        self.queries.tick(now)
+        self._send_query_replies()
+
+    def _send_query_replies(self) -> None:
+        for identity, entries in self.queries.take_replies().items():
+            try:
+                self.qsock.send_multipart(
+                    [identity, swire.encode_query_reply(entries)], zmq.NOBLOCK
+                )
+            except zmq.ZMQError:
+                pass  # the client went away: its answers go with it
+
     def close(self) -> None:
         if self.checkpoints.advance_writer(block=True):
             self._checkpoint_durable()
-        socks = [*self.subs, *self.logsvcs, self.inbox, *self.results_to, *self.peers.values()]
+        socks = [
+            *self.subs,
+            *self.logsvcs,
+            self.inbox,
+            self.qsock,
+            *self.results_to,
+            *self.peers.values(),
+        ]
         for s in socks:
             s.close(linger=0)
         self._auth.stop()

@@ -50,6 +50,7 @@ import zmq
 from txn_library import limits, wire
 from txn_library.client_failover import Failover
 from txn_library.client_protocol import CLIENT_ID_BYTES_MAX, ClientProtocol, Result, to_outcome
+from txn_library.client_queries import ISOLATIONS, QueryAnswer, QueryChannel, QueryItem
 from txn_library.client_socket import connect_dealer, drain_drops, unwatch, watch
 from txn_library.curve import ClientCurve
 from txn_library.errors import (
@@ -62,7 +63,14 @@ from txn_library.errors import (
     InvariantViolation,
 )
 
-__all__ = ["CLIENT_ID_BYTES_MAX", "Client", "ClientProtocol", "Result", "to_outcome"]
+__all__ = [
+    "CLIENT_ID_BYTES_MAX",
+    "Client",
+    "ClientProtocol",
+    "QueryAnswer",
+    "Result",
+    "to_outcome",
+]
 
 PUSH = "stream.push"  # txn_library.streams.PUSH (not imported: clients need no registry)
 
@@ -119,11 +127,17 @@ class Client:
         retry_s: float = 5.0,
         client_id: bytes | None = None,
         curve: ClientCurve | Sequence[ClientCurve] | None = None,
+        query_addresses: Sequence[Sequence[str]] | None = None,
+        query_curves: dict[str, ClientCurve] | None = None,
     ) -> None:
         """``address``: the sequencer's client address, or every sequencer's (from
         cluster.json) to fail over between. ``curve``: the CURVE keys for each address
         (txn_library.curve.ClientCurve, one per address in the same order; see
-        cluster.security.client_curves), or None on a cluster without CURVE."""
+        cluster.security.client_curves), or None on a cluster without CURVE.
+        ``query_addresses``: every partition's query address, [replica][partition]
+        (``ClusterConfig.query_addrs``; ``cluster.launcher.cluster_client`` passes them),
+        for ``query`` at snapshot or read-committed isolation; ``query_curves`` their
+        CURVE keys by address."""
         self.addresses = [address] if isinstance(address, str) else list(address)
         if not self.addresses:
             raise ValueError("a client needs at least one sequencer address")
@@ -138,7 +152,13 @@ class Client:
         self.proto = ClientProtocol(client_id)
         self.malformed_replies = 0  # reply frames or entries dropped as unreadable
         self._ctx: zmq.Context = zmq.Context.instance()
-        self._submit_q: queue.SimpleQueue[_Pending | _Control] = queue.SimpleQueue()
+        self._submit_q: queue.SimpleQueue[_Pending | _Control | QueryItem] = queue.SimpleQueue()
+        self._queries: QueryChannel | None = None
+        if query_addresses:
+            self._queries = QueryChannel(
+                self._ctx, query_addresses, self.proto.client_id, retry_s, query_curves or {}
+            )
+        self._next_query_id = 0
         self._wake_addr = f"inproc://ordo-client-{os.urandom(8).hex()}"
         self._wake_recv = self._ctx.socket(zmq.PULL)
         self._wake_recv.bind(self._wake_addr)
@@ -203,6 +223,90 @@ class Client:
             return fut.result(timeout=t)
         except TimeoutError:
             raise CallTimeout(f"{proc}: no answer within {t:.1f}s") from None
+
+    # Queries (docs/QUERIES.md) -------------------------------------------------------
+    def query(
+        self,
+        proc: str,
+        *args: Any,
+        isolation: str = "snapshot",
+        at_epoch: int | None = None,
+        replica: int | None = None,
+        timeout_s: float | None = None,
+    ) -> QueryAnswer:
+        """Call a read-only procedure as a query: ``snapshot`` (the default: a
+        consistent serial prefix, every partition at one completed epoch, maybe a few
+        epochs old), ``read_committed`` (each partition's committed state now, not one
+        instant) or ``strict`` (through the sequencer, ordered with the transactions).
+        ``at_epoch``: a past completed epoch within retention (snapshot only).
+        ``replica``: which replica answers (default: each in turn). The answer has
+        ``.value`` and ``.epoch`` (the epoch it reflects; None for strict). Raises
+        BadRequest, CallFailed (the query's error: ``not_ready``, a retention the epoch
+        is past, ...) or CallTimeout."""
+        t = (timeout_s or self.timeout_s) + 1.0
+        try:
+            return self.submit_query(
+                proc, *args, isolation=isolation, at_epoch=at_epoch, replica=replica
+            ).result(timeout=t)
+        except TimeoutError:
+            raise CallTimeout(f"{proc}: no answer within {t:.1f}s") from None
+
+    def submit_query(
+        self,
+        proc: str,
+        *args: Any,
+        isolation: str = "snapshot",
+        at_epoch: int | None = None,
+        replica: int | None = None,
+    ) -> Future:
+        """``query`` without waiting: a future of its QueryAnswer."""
+        if isolation not in ISOLATIONS:
+            raise BadRequest(ERR_BAD_ARGUMENTS, f"isolation is one of {ISOLATIONS}")
+        if at_epoch is not None and (
+            isolation != "snapshot" or type(at_epoch) is not int or at_epoch < 0
+        ):
+            raise BadRequest(ERR_BAD_ARGUMENTS, "at_epoch: an epoch (int >= 0), snapshot only")
+        if isolation == "strict":
+            out: Future = Future()
+            inner = self.submit(proc, *args, replica=replica)
+
+            def done(f: Future) -> None:
+                try:
+                    r = f.result()
+                    _settle(out, QueryAnswer(r.status, r.value, None, r.latency_s))
+                except BaseException as e:  # noqa: BLE001 - handed to the caller as is
+                    _settle(out, e)
+
+            inner.add_done_callback(done)
+            return out
+        if self._queries is None:
+            raise BadRequest(
+                ERR_BAD_ARGUMENTS,
+                "this client has no partition addresses: build it with query_addresses "
+                "(cluster.launcher.cluster_client does), or query with isolation='strict'",
+            )
+        if replica is not None and not 0 <= replica < self._queries.replicas:
+            raise BadRequest(
+                ERR_BAD_ARGUMENTS, f"replica {replica}: 0..{self._queries.replicas - 1}"
+            )
+        self._check_usable()
+        self._next_query_id += 1
+        now = time.monotonic()
+        fut: Future = Future()
+        item = QueryItem(
+            self._next_query_id,
+            fut,
+            proc,
+            tuple(args),
+            isolation,
+            -1 if at_epoch is None else at_epoch,
+            replica,
+            now,
+            now + self.timeout_s,
+        )
+        self._queries.encode(item)  # raises BadRequest here, on the caller's thread
+        self._enqueue(item)
+        return fut
 
     # Streams (txn_library.streams, docs/STREAMS.md) --------------------------------
     def push(
@@ -321,7 +425,7 @@ class Client:
         err.__cause__ = self._io_failure
         return err
 
-    def _enqueue(self, item: _Pending | _Control) -> None:
+    def _enqueue(self, item: _Pending | _Control | QueryItem) -> None:
         self._submit_q.put(item)
         if self._io_stopped.is_set():
             # The thread may have drained the queue before our put: fail it ourselves.
@@ -366,6 +470,9 @@ class Client:
                 _settle(p.future, self._stopped_error())
             for fut in self._control_waiters:
                 _settle(fut, self._stopped_error())
+            if self._queries is not None:
+                self._queries.fail_all(self._stopped_error())
+                self._queries.close()
             self._fail_queued()
             mon = getattr(self, "_mon", None)
             if mon is not None:
@@ -399,15 +506,19 @@ class Client:
                 else:
                     failover.connection_dropped()
             sock = self._sock
-            self._send_new(sock, pending)
+            self._send_new(sock, pending, poller)
             while sock.poll(0):
                 failover.heard(time.monotonic())
                 self._on_reply(sock.recv(), pending)
+            if self._queries is not None:
+                self._queries.poll_ready(events, poller)
             now = time.monotonic()
             if len(self.addresses) > 1:
                 self._maybe_fail_over(poller, pending, now)
             if now >= next_check:
                 self._expire(self._sock, pending, now)
+                if self._queries is not None:
+                    self._queries.expire(poller, now)
                 next_check = now + 0.1
 
     def _maybe_fail_over(
@@ -448,13 +559,17 @@ class Client:
         unwatch(self._sock, self._mon, poller)
         self._mon = None
 
-    def _send_new(self, sock: zmq.Socket, pending: dict[int, _Pending]) -> None:
+    def _send_new(self, sock: zmq.Socket, pending: dict[int, _Pending], poller: zmq.Poller) -> None:
         calls: list[bytes] = []
         while True:
             try:
                 item = self._submit_q.get_nowait()
             except queue.Empty:
                 break
+            if isinstance(item, QueryItem):
+                assert self._queries is not None
+                self._queries.send(item, poller, time.monotonic())
+                continue
             if isinstance(item, _Control):
                 self._control_waiters.append(item.future)
                 sock.send(wire.encode(item.request))

@@ -319,7 +319,30 @@ stream_read_batches_max = 1_000
 """Batches one `stream.read` (a sink's poll) returns at most; the subscriber asks again
 from the next one."""
 
+
+# Queryable state: versions and snapshot queries (executor/core/versions.py, docs/QUERIES.md)
+
+versions_epochs_max = 200
+"""Epochs of row versions a partition keeps before its completed epoch (2 s at 10 ms
+epochs). A query naming an older epoch gets `bad_arguments` naming the retention
+(and the oldest epoch still kept); `ordo replay state --epoch` reaches any epoch."""
+versions_bytes_max = 64 << 20
+"""Bytes of row versions a partition keeps (an estimate: the rows and their
+bookkeeping). Past it the oldest epochs go early, so the retention shrinks under a
+heavy write load; a query older than what is kept gets `bad_arguments` as above."""
+query_watermark_wait_s = 2.0
+"""How long a query naming an epoch not completed yet at a partition waits for it.
+Past it the query gets `not_ready` (its epoch is ahead of the partition's)."""
+queries_waiting_max = 10_000
+"""Snapshot queries one partition holds while they wait (for an epoch, or for their
+peers' reads). Past it a new one gets `overloaded`."""
+query_reads_bytes_max = 16 << 20
+"""Reads one partition sends the coordinator of one query, encoded. A query whose
+reads are larger gets `too_large`."""
+
 _check(stream_batches_retained <= stream_batches_retained_max, "the default is allowed")
+_check(versions_epochs_max >= 2, "a snapshot can lag a completed epoch or two")
+_check(query_reads_bytes_max <= peer_message_bytes_max, "a query's reads fit a peer message")
 _check(stream_batch_tuples_max <= calls_per_frame_max, "a batch fits the calls of a frame")
 _check(window_batches_max <= window_tuples_max, "windows are bounded alike")
 

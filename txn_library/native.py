@@ -43,6 +43,7 @@ MODULES = (
     "executor.core.ordered_index",
     "executor.core.rows",
     "executor.core.storage",
+    "executor.core.versions",
     "executor.deterministic.partition",
     "scheduler.lock_manager",
     "tpcc.transactions.check",

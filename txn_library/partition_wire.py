@@ -19,6 +19,15 @@ sequencer):
       it needs (reads sent to its previous incarnation were lost with it)
   [MSG_RESEND_GAP, from_partition, oldest_retained_txn_id]
       the peer no longer retains reads that far back
+  [MSG_QUERY_READS, from_partition, query_id, proc_name, args, epoch]
+      a snapshot query's coordinator asks a participant for its reads of the
+      query's footprint at ``epoch`` (-1: its state now, read committed)
+  [MSG_QUERY_READS_REPLY, from_partition, query_id, status, exact, prefixes]
+      the answer: status OK with the reads (exact/prefixes as in MSG_READS), or
+      ERROR with [code, message] in ``exact``
+  [MSG_WATERMARK, from_partition, completed_epoch]
+      every local transaction of epochs <= completed_epoch has finished there
+      (a snapshot query across partitions reads at the smallest of theirs)
   [MSG_READS_FLOOR, from_partition, txn_id]
       from_partition will never ask for reads of txns before txn_id again: its oldest
       kept checkpoint starts there (sent after each of its checkpoints, and to a peer
@@ -82,6 +91,9 @@ MSG_STATUS_REQUEST = 3
 MSG_RESEND = 4
 MSG_RESEND_GAP = 5
 MSG_READS_FLOOR = 6
+MSG_QUERY_READS = 7
+MSG_QUERY_READS_REPLY = 8
+MSG_WATERMARK = 9
 MSG_RESULTS = 10
 
 RESULT_LOOKUP = "__result__"
@@ -136,6 +148,33 @@ class ReadsFloor(NamedTuple):
     txn_id: int
 
 
+class QueryReads(NamedTuple):
+    """[MSG_QUERY_READS, from_partition, query_id, proc_name, args, epoch]"""
+
+    from_partition: int
+    query_id: int
+    proc_name: str
+    args: tuple
+    epoch: int
+
+
+class QueryReadsReply(NamedTuple):
+    """[MSG_QUERY_READS_REPLY, from_partition, query_id, status, exact, prefixes]"""
+
+    from_partition: int
+    query_id: int
+    status: int
+    exact: Any
+    prefixes: Any
+
+
+class Watermark(NamedTuple):
+    """[MSG_WATERMARK, from_partition, completed_epoch]"""
+
+    from_partition: int
+    completed_epoch: int
+
+
 class Results(NamedTuple):
     """[MSG_RESULTS, replica, partition, results, query_results, status]
 
@@ -150,7 +189,17 @@ class Results(NamedTuple):
     status: PartitionStatus | tuple
 
 
-Inbound = Reads | Query | StatusRequest | Resend | ResendGap | ReadsFloor
+Inbound = (
+    Reads
+    | Query
+    | StatusRequest
+    | Resend
+    | ResendGap
+    | ReadsFloor
+    | QueryReads
+    | QueryReadsReply
+    | Watermark
+)
 
 MESSAGES = Family(
     {
@@ -160,6 +209,9 @@ MESSAGES = Family(
         Resend: MSG_RESEND,
         ResendGap: MSG_RESEND_GAP,
         ReadsFloor: MSG_READS_FLOOR,
+        QueryReads: MSG_QUERY_READS,
+        QueryReadsReply: MSG_QUERY_READS_REPLY,
+        Watermark: MSG_WATERMARK,
         Results: MSG_RESULTS,
     }
 )
@@ -263,6 +315,40 @@ def resend_problem(msg: tuple) -> str | None:
     return None
 
 
+def query_reads_problem(msg: tuple) -> str | None:
+    """[MSG_QUERY_READS, from_partition, query_id, proc_name, args, epoch]"""
+    if not (
+        len(msg) == 6
+        and _is_int(msg[1])
+        and _is_int(msg[2])
+        and type(msg[3]) is str
+        and type(msg[4]) is tuple
+        and _is_int(msg[5])
+    ):
+        return "query reads: not [kind, from_partition, query_id, proc_name, args, epoch]"
+    return None
+
+
+def query_reads_reply_problem(msg: tuple) -> str | None:
+    """[MSG_QUERY_READS_REPLY, from_partition, query_id, status, exact, prefixes]"""
+    if not (len(msg) == 6 and _is_int(msg[1]) and _is_int(msg[2]) and _is_int(msg[3])):
+        return "query reads reply: not [kind, from_partition, query_id, status, exact, prefixes]"
+    if msg[3] == 0:  # OK: reads shaped as a MSG_READS entry's
+        problem = _exact_problem(msg[4]) or _prefixes_problem(msg[5])
+        if problem is not None:
+            return f"query reads reply: {problem}"
+    elif not (_is_array(msg[4], 2) and type(msg[4][0]) is str and type(msg[4][1]) is str):
+        return "query reads reply: an error is [code, message]"
+    return None
+
+
+def watermark_problem(msg: tuple) -> str | None:
+    """[MSG_WATERMARK, from_partition, completed_epoch]"""
+    if not (len(msg) == 3 and _is_int(msg[1]) and _is_int(msg[2])):
+        return "watermark: not [kind, from_partition, completed_epoch]"
+    return None
+
+
 def status_request_problem(msg: tuple) -> str | None:
     """[MSG_STATUS_REQUEST]"""
     return None if len(msg) == 1 else "status request: not [kind]"
@@ -275,6 +361,9 @@ _INBOUND_CHECKS = {
     MSG_RESEND: resend_problem,
     MSG_RESEND_GAP: resend_problem,
     MSG_READS_FLOOR: resend_problem,
+    MSG_QUERY_READS: query_reads_problem,
+    MSG_QUERY_READS_REPLY: query_reads_reply_problem,
+    MSG_WATERMARK: watermark_problem,
 }
 
 

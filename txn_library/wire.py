@@ -79,11 +79,13 @@ REQ_STATUS = 2
 REQ_CHECKPOINT = 3
 REQ_PRUNE = 4
 REQ_CALLS_UNORDERED = 5
+REQ_QUERY = 6  # to a partition's query socket (docs/QUERIES.md)
 CALLS_KINDS = (REQ_CALLS, REQ_CALLS_UNORDERED)  # request kinds that carry calls
 REP_RESULTS = 11
 REP_STATUS = 12
 REP_OK = 13
 REP_ERROR = 14
+REP_QUERY = 15
 
 FLAG_CHECKPOINT = 1
 FLAG_CHECKPOINT_REQUESTED = 2  # always with FLAG_CHECKPOINT: written, never skipped
@@ -163,6 +165,42 @@ def batch_problem(raw: Any) -> str | None:
     return None
 
 
+# Client -> a partition's query socket (snapshot and read-committed queries)
+class QueryRequest(NamedTuple):
+    """[REQ_QUERY, client_id, [[query_id, proc_name, args, isolation, at_epoch], ...]]
+    (at_epoch -1: the newest the partitions can answer). The reply:
+    [REP_QUERY, [[query_id, status, value, epoch], ...]] with the value msgpack-packed
+    (``Packed``) and ``epoch`` the completed epoch the answer reflects (read committed:
+    the coordinator's completed epoch when it answered)."""
+
+    client_id: bytes
+    queries: tuple
+
+
+def query_request_problem(msg: Any) -> str | None:
+    """Why a decoded frame is not a QueryRequest, or None."""
+    if not (
+        isinstance(msg, tuple)
+        and len(msg) == 3
+        and msg[0] == REQ_QUERY
+        and type(msg[1]) is bytes
+        and type(msg[2]) is tuple
+    ):
+        return "not [REQ_QUERY, client_id, queries]"
+    for q in msg[2]:
+        if not (
+            isinstance(q, tuple)
+            and len(q) == 5
+            and type(q[0]) is int
+            and type(q[1]) is str
+            and type(q[2]) is tuple
+            and type(q[3]) is str
+            and type(q[4]) is int
+        ):
+            return "a query is not [query_id, proc_name, args, isolation, at_epoch]"
+    return None
+
+
 # Client -> sequencer
 class CallsRequest(NamedTuple):
     """[REQ_CALLS, client_id, [[req_id, proc, args(, replica)], ...]]"""
@@ -207,6 +245,17 @@ class Packed(bytes):
 
 
 _reply_packer = msgpack.Packer(autoreset=True)
+
+
+def encode_query_reply(replies: Sequence[tuple[int, int, bytes, int]]) -> bytes:
+    """[REP_QUERY, [[query_id, status, value, epoch], ...]] with each value's packed
+    bytes put in as they are (a query's value is packed once, where it is bounded)."""
+    p = _reply_packer
+    parts = [p.pack_array_header(2), p.pack(REP_QUERY), p.pack_array_header(len(replies))]
+    header = p.pack_array_header(4)
+    for qid, status, packed, epoch in replies:
+        parts += (header, p.pack(qid), p.pack(status), packed, p.pack(epoch))
+    return b"".join(parts)
 
 
 def encode_results_reply(replies: Sequence[tuple[Any, int, Any]]) -> bytes:

@@ -1,6 +1,7 @@
 """The ``ordo`` commands a client of the cluster runs.
 
   ordo call         submit one stored-procedure call and print the result
+  ordo query        a read-only procedure as a query: snapshot, read committed or strict
   ordo status       sequencers (role, term, lag), ZooKeeper, and per partition of
                     every replica: last epoch, txns applied, hash (--json)
   ordo procedures   list the registered procedures and their arguments
@@ -114,6 +115,54 @@ def call(procedure: str, args: tuple[str, ...], timeout: float, data_dir: str) -
         click.echo(json.dumps({"status": "ok", "value": _jsonable(r.value)}))
     else:
         click.echo(json.dumps({"status": "aborted", "reason": r.value}))
+        sys.exit(1)
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("procedure")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option(
+    "--isolation",
+    type=click.Choice(["snapshot", "read_committed", "strict"]),
+    default="snapshot",
+    show_default=True,
+    help="snapshot: one completed epoch everywhere (PL3); read_committed: each partition "
+    "now (PL2); strict: through the sequencer, in order (PL4).",
+)
+@click.option("--at-epoch", type=int, default=None, help="A past completed epoch (snapshot).")
+@click.option("--replica", type=int, default=None, help="Which replica answers.")
+@click.option("--timeout", default=10.0, show_default=True)
+@data_dir_option
+def query(
+    procedure: str,
+    args: tuple[str, ...],
+    isolation: str,
+    at_epoch: int | None,
+    replica: int | None,
+    timeout: float,
+    data_dir: str,
+) -> None:
+    """Call the read-only PROCEDURE with its ARGS as a query (no log, no locks unless
+    --isolation strict) and print its value and the epoch it reflects (docs/QUERIES.md)."""
+    from cluster.launcher import cluster_client
+    from txn_library.errors import BadRequest, OrdoError
+
+    cfg = load_config(data_dir)
+    load_procedure_modules(cfg)
+    try:
+        values = parse_call_args(procedure, args)
+    except BadRequest as e:
+        raise click.ClickException(e.message) from None
+    with cluster_client(cfg, cfg.client_addrs, timeout_s=timeout) as c:
+        try:
+            a = c.query(procedure, *values, isolation=isolation, at_epoch=at_epoch, replica=replica)
+        except BadRequest as e:
+            raise click.UsageError(e.message) from None
+        except OrdoError as e:
+            raise click.ClickException(str(e)) from None
+    out = {"status": "ok" if a.ok else "aborted", "value": _jsonable(a.value), "epoch": a.epoch}
+    click.echo(json.dumps(out))
+    if not a.ok:
         sys.exit(1)
 
 

@@ -199,6 +199,7 @@ def ha_layout(cfg: ClusterConfig) -> ClusterConfig:
 # a new field has to be placed here):
 # kept from its cluster.json (no flag sets these: they are the database's own)
 _KEPT_BY_UP = (
+    "query_versions",
     "genesis",
     "genesis_args",
     "checkpoint_every_s",

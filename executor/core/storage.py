@@ -102,6 +102,7 @@ from executor.core.rows import (
     _write_problem,
     encode_failure,
 )
+from executor.core.versions import Versions
 from txn_library import catalog, limits
 from txn_library.errors import invariant
 from txn_library.heap import gc_paused
@@ -141,6 +142,9 @@ class Storage:
         self._pack = msgpack.Packer(autoreset=True).pack
         self._digests: dict[str, dict[tuple, int]] = {}  # see the module docstring
         self._digests_held = 0  # how many, over all tables
+        # Rows before recent epochs' writes, for snapshot queries (executor.core.versions;
+        # the partition sets it and the epoch of what it applies). None: none kept.
+        self.versions: Versions | None = None
 
     def encode(self, table: Any, key: Any, row: Any) -> bytes:
         """msgpack([table, key, row]), msgpack's bytes (see the module docstring), or
@@ -309,6 +313,7 @@ class Storage:
         if changes is None and self._encoded_held:
             self._drop_encoded()  # a write nothing records would leave them stale
         held, held_max = self._digests_held, limits.overwritten_digests_max
+        versions = self.versions
         delta = 0
         for t, key, row, data in writes:
             tab = tables.get(t)
@@ -328,6 +333,16 @@ class Storage:
                     old_data = p.pop(key, None)
                     if not p:
                         del pending[t]
+            if versions is not None and (
+                old is not None or old_data is not None or row is not None
+            ):
+                versions.note(
+                    t,
+                    key,
+                    old if old is not None else old_data,
+                    0 if data is None else len(data),
+                    row is None,
+                )
             if changes is not None and (old is not None or row is not None or old_data is not None):
                 record = changes.get(t)
                 if record is None:

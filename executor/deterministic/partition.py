@@ -65,6 +65,7 @@ from typing import Any
 from executor.core.context import TxnContext, cover_set
 from executor.core.execution import failure_text, run_body, run_txn
 from executor.core.storage import Storage
+from executor.core.versions import Versions
 from scheduler.lock_manager import LockManager
 from txn_library import catalog, limits, placement
 from txn_library.errors import (
@@ -113,6 +114,7 @@ class _Txn:
         "bypass",
         "placed",
         "derived",
+        "epoch",
     )
     txn_id: int
     proc: Procedure
@@ -133,6 +135,7 @@ class _Txn:
     bypass: tuple[list, list] | None  # (shared, exclusive): ran on the fast path
     placed: dict[tuple, int]  # multi-partition only: placement.LocalShare.placed
     derived: bool  # a dataflow's step (txn_library.streams): no client waits for it
+    epoch: int  # its batch's: row versions are noted under it (executor.core.versions)
 
 
 class Partition:
@@ -237,6 +240,7 @@ class Partition:
                     ts,
                     seed,
                     txn.client_id == DERIVED_CLIENT,
+                    epoch,
                 )
                 due -= 1
                 if not due:
@@ -254,6 +258,8 @@ class Partition:
             self.checkpoint_due = epoch
             self.checkpoint_requested = bool(batch.flags & FLAG_CHECKPOINT_REQUESTED)
         self._run()
+        if self.storage.versions is not None:
+            self.bound_versions()
 
     def results_due(self) -> bool:
         """Whether the interleave hook should send the results waiting now:
@@ -380,6 +386,7 @@ class Partition:
         ts: int,
         seed: int,
         derived: bool = False,
+        epoch: int = 0,
     ) -> None:
         proc = lookup(proc_name)
         fp = proc.footprint(*args)
@@ -392,6 +399,7 @@ class Partition:
         st.prefixes = {}
         st.bypass = None
         st.derived = derived
+        st.epoch = epoch
         # Lock names, executors, reporter and read exchange: txn_library.placement, the
         # one rule every engine uses (computed in one pass over the footprint).
         if len(participants) == 1:
@@ -487,6 +495,9 @@ class Partition:
         # every executor reaches the same outcome, or partitions would diverge.
         status, value, data, writes = run_txn(st.proc, st.args, ctx, storage)
         if writes:
+            versions = storage.versions
+            if versions is not None:
+                versions.epoch = st.epoch  # the rows it overwrites were those before it
             if st.single:
                 storage.apply(writes)
             else:
@@ -570,6 +581,26 @@ class Partition:
             self._multi_active -= 1
         for txn_id in self.locks.release(st.txn_id):
             self._ready.append(self._active[txn_id])
+
+    # Snapshots ----------------------------------------------------------------
+    def keep_versions(self) -> None:
+        """Keep recent versions of rows from now on (snapshot queries at completed
+        epochs back to this one: executor.core.versions)."""
+        if self.storage.versions is None:
+            self.storage.versions = Versions(self.last_epoch)
+
+    def completed_epoch(self) -> int:
+        """Every local transaction of epochs <= this one has finished (its writes are
+        applied): the state at its end is a serial prefix, answerable from versions."""
+        for st in self._active.values():  # the oldest first: admitted in txn id order
+            return st.epoch - 1
+        return self.last_epoch
+
+    def bound_versions(self) -> None:
+        """Forget versions older than the retention (``limits.versions_*``)."""
+        versions = self.storage.versions
+        if versions is not None:
+            versions.bound(self.completed_epoch())
 
     # Queries ------------------------------------------------------------------
     def _oldest_active(self) -> int | None:

@@ -1,0 +1,175 @@
+"""Queries that read a partition's state without the log and without locks (TSpoon's
+queryable state; docs/QUERIES.md): the reads of a query at a past epoch, and running
+its body over them.
+
+A query is a read-only procedure. Its footprint's reads are split by placement: the
+partitions it touches each read their own entries (``local_reads``) at the query's
+epoch, from the Storage and its row versions (``Snapshot``), and the coordinator (the
+partition the client asked) runs the body once over its own reads and the others'
+(``run_query``), exactly as a multi-partition transaction's executor does with its
+peers' reads. Nothing here takes a lock or touches the lock manager: a query never
+delays a transaction.
+
+Isolation (TSpoon's levels): ``snapshot`` reads every partition at one completed epoch
+E (a serial prefix of the history: PL3); ``read_committed`` reads each partition's
+state as it is now (committed transactions only, but not one instant: PL2); ``strict``
+(PL4) is not served here: it is a call through the sequencer, ordered with the
+transactions.
+
+Invariants: a snapshot read at E is served only for ``oldest <= E <= completed`` of
+the partition that reads (``epoch_problem``); the body sees exactly the rows its
+footprint covers (``TxnContext`` checks), and writes nothing (its write cover is
+empty).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from executor.core.context import TxnContext, cover_set
+from executor.core.execution import run_body
+from executor.core.storage import Storage
+from txn_library import catalog, limits, placement
+from txn_library.catalog import REPLICATED
+from txn_library.errors import (
+    ERR_BAD_ARGUMENTS,
+    ERR_NOT_READY,
+    BadRequest,
+)
+from txn_library.procedure import Procedure, lookup
+
+SNAPSHOT, READ_COMMITTED, STRICT = "snapshot", "read_committed", "strict"
+ISOLATIONS = (SNAPSHOT, READ_COMMITTED, STRICT)
+NO_EPOCH = -1  # on the wire: read committed (the state now)
+
+Exact = list[tuple[str, tuple, Any]]  # [(table, key, row or None)]
+Prefixes = list[tuple[str, tuple, list[tuple[tuple, tuple]]]]  # [(table, prefix, rows)]
+
+
+def query_procedure(proc_name: Any, args: Any, partitions: int) -> tuple[Procedure, tuple]:
+    """The read-only procedure a query calls and its participants, checked as the
+    sequencer checks a call (BadRequest otherwise)."""
+    proc = lookup(proc_name)
+    if not proc.read_only:
+        raise BadRequest(
+            ERR_BAD_ARGUMENTS,
+            f"{proc.name} is not read-only: a query calls a read-only procedure (a write "
+            f"goes through the sequencer)",
+        )
+    proc.validate(args)
+    parts = proc.participants_of(tuple(args), partitions, limits.footprint_entries_max)
+    return proc, parts
+
+
+def epoch_problem(epoch: int, oldest: int, completed: int) -> tuple[str, str] | None:
+    """Why this partition cannot read at ``epoch`` now: (code, message), or None.
+    ``not_ready``: the epoch is ahead of it (it may be, later); ``bad_arguments``: it is
+    older than the versions kept."""
+    if epoch > completed:
+        return ERR_NOT_READY, f"epoch {epoch} is not completed here yet (completed: {completed})"
+    if epoch < oldest:
+        return (
+            ERR_BAD_ARGUMENTS,
+            f"epoch {epoch} is older than the versions kept (from epoch {oldest}: "
+            f"limits.versions_epochs_max = {limits.versions_epochs_max} epochs, "
+            f"versions_bytes_max = {limits.versions_bytes_max} bytes); "
+            f"`ordo replay state --epoch` reaches any epoch",
+        )
+    return None
+
+
+class Snapshot:
+    """The local state at the end of ``epoch`` (None: now, read committed)."""
+
+    def __init__(self, storage: Storage, epoch: int | None) -> None:
+        self.storage = storage
+        self.epoch = epoch
+        self.versions = storage.versions if epoch is not None else None
+
+    def get(self, table: str, key: tuple) -> tuple | None:
+        v = self.versions
+        if v is None:
+            return self.storage.get(table, key)
+        assert self.epoch is not None
+        return v.row_at(table, key, self.epoch, self.storage.get)
+
+    def scan(self, table: str, prefix: tuple) -> list[tuple[tuple, tuple]]:
+        v = self.versions
+        if v is None:
+            return self.storage.scan(table, prefix)
+        assert self.epoch is not None
+        epoch, get = self.epoch, self.storage.get
+        keys = [k for k, _ in self.storage.scan(table, prefix)]
+        keys += v.keys_gone(table, prefix)
+        out = []
+        for k in keys:
+            row = v.row_at(table, k, epoch, get)
+            if row is not None:
+                out.append((k, row))
+        out.sort()
+        return out
+
+
+def _here(table: str, key: tuple, me: int, partitions: int) -> bool:
+    p = placement.partition_of(table, key, partitions)
+    return p == me or p == REPLICATED
+
+
+def local_reads(
+    proc: Procedure, args: Sequence[Any], snap: Snapshot, me: int, partitions: int
+) -> tuple[Exact, Prefixes]:
+    """This partition's reads of the query's footprint (its own entries only)."""
+    exact: Exact = []
+    prefixes: Prefixes = []
+    for t, key in proc.footprint(*args).reads:
+        if not _here(t, key, me, partitions):
+            continue
+        if len(key) == catalog.table(t).key_len:
+            exact.append((t, key, snap.get(t, key)))
+        else:
+            prefixes.append((t, key, snap.scan(t, key)))
+    return exact, prefixes
+
+
+def run_query(
+    proc: Procedure,
+    args: Sequence[Any],
+    snap: Snapshot,
+    me: int,
+    partitions: int,
+    remote: Sequence[tuple[Exact, Prefixes]] = (),
+) -> tuple[int, Any, bytes]:
+    """Run the body over the local snapshot and the other participants' reads:
+    (status, value, the value packed)."""
+    exact: dict[tuple[str, tuple], Any] = {}
+    prefixes: dict[tuple[str, tuple], list] = {}
+    for ex, px in remote:
+        for t, key, row in ex:
+            exact[(t, key)] = row
+        for t, prefix, rows in px:
+            prefixes[(t, prefix)] = [(k, r) for k, r in rows]
+            for k, r in rows:
+                exact[(t, k)] = r
+
+    def get(t: str, key: tuple) -> tuple | None:
+        if _here(t, key, me, partitions):
+            return snap.get(t, key)
+        return exact.get((t, key))  # type: ignore[no-any-return]
+
+    def scan(t: str, prefix: tuple) -> list:
+        if _here(t, prefix, me, partitions):
+            return snap.scan(t, prefix)
+        rows = prefixes.get((t, prefix))
+        if rows is not None:
+            return list(rows)
+        m = len(prefix)
+        return sorted(
+            (k[1], v)
+            for k, v in exact.items()
+            if k[0] == t and k[1][:m] == prefix and v is not None
+        )
+
+    fp = proc.footprint(*args)
+    ctx = TxnContext(-1, 0, 0, cover_set(fp.reads), frozenset(), get, scan)
+    return run_body(proc, tuple(args), ctx)

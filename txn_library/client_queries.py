@@ -1,0 +1,211 @@
+"""The client's query channel: snapshot and read-committed queries straight to a
+replica's partitions, without the sequencer (docs/QUERIES.md).
+
+Owned by the Client's I/O thread (sockets are not thread-safe). A query goes to one
+replica: the one the caller names, else the next in turn. Within it, to the first
+partition its footprint touches when this process knows the procedure (its module is
+imported), else to the next partition in turn: that partition coordinates. A query
+with no answer within ``retry_s`` is sent again (queries change nothing, so a repeat
+is harmless); after ``timeout_s`` its future fails with CallTimeout. A ``not_ready``
+answer (the replica's partition is recovering, or has not completed the epoch named)
+moves a query whose replica the caller did not name to the next replica, once per
+replica.
+
+Invariants: every frame sent is at most ``limits.request_bytes_max`` bytes; a reply
+this channel cannot read is dropped and counted, never raised into the I/O thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import zmq
+
+from txn_library import limits, wire
+from txn_library.client_socket import connect_dealer
+from txn_library.curve import ClientCurve
+from txn_library.errors import (
+    ERR_NOT_READY,
+    ERR_TOO_LARGE,
+    ERROR,
+    OK,
+    BadRequest,
+    CallFailed,
+    CallTimeout,
+)
+
+ISOLATIONS = ("snapshot", "read_committed", "strict")
+
+
+@dataclass(frozen=True)
+class QueryAnswer:
+    """A query's answer: ``value`` as of ``epoch`` (the completed epoch it reflects;
+    None for ``strict``, which reflects every transaction sequenced before it)."""
+
+    status: int
+    value: Any
+    epoch: int | None
+    latency_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+
+@dataclass
+class QueryItem:
+    qid: int
+    future: Future
+    proc: str
+    args: tuple
+    isolation: str
+    at_epoch: int
+    replica: int | None  # named by the caller
+    started: float
+    deadline: float
+    resend_at: float = 0.0
+    target: tuple[int, int] = (0, 0)
+    tried: int = 0  # replicas tried after not_ready
+
+
+def _settle(fut: Future, outcome: Any) -> None:
+    try:
+        if isinstance(outcome, BaseException):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome)
+    except InvalidStateError:
+        pass
+
+
+class QueryChannel:
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        addresses: Sequence[Sequence[str]],
+        client_id: bytes,
+        retry_s: float,
+        curves: dict[str, ClientCurve],
+    ) -> None:
+        self.addresses = [list(r) for r in addresses]
+        self.replicas = len(self.addresses)
+        self.ctx = ctx
+        self.client_id = client_id
+        self.retry_s = retry_s
+        self.curves = curves
+        self.sockets: dict[tuple[int, int], zmq.Socket] = {}
+        self.pending: dict[int, QueryItem] = {}
+        self.malformed = 0
+        self._turn = 0
+
+    def encode(self, item: QueryItem) -> bytes:
+        """The query's frame (raises BadRequest if it cannot be sent)."""
+        try:
+            frame = msgpack.packb(
+                [
+                    wire.REQ_QUERY,
+                    self.client_id,
+                    [[item.qid, item.proc, list(item.args), item.isolation, item.at_epoch]],
+                ]
+            )
+        except (TypeError, ValueError, OverflowError) as e:
+            raise BadRequest("bad_arguments", f"arguments do not encode: {e}") from None
+        if len(frame) > limits.request_bytes_max:
+            raise BadRequest(ERR_TOO_LARGE, f"query of {len(frame)} bytes")
+        return frame
+
+    def _route(self, item: QueryItem) -> tuple[int, int]:
+        self._turn += 1
+        r = item.replica if item.replica is not None else (self._turn + item.tried) % self.replicas
+        parts = len(self.addresses[r])
+        p = self._turn % parts
+        try:
+            from txn_library.procedure import procedures
+
+            proc = procedures().get(item.proc)
+            if proc is not None:
+                p = proc.participants_of(item.args, parts)[0]
+        except BadRequest:
+            pass  # the partition asked refuses it with the reason
+        return r, p
+
+    def socket(self, target: tuple[int, int], poller: zmq.Poller) -> zmq.Socket:
+        sock = self.sockets.get(target)
+        if sock is None:
+            address = self.addresses[target[0]][target[1]]
+            sock = connect_dealer(self.ctx, address, self.curves.get(address))
+            poller.register(sock, zmq.POLLIN)
+            self.sockets[target] = sock
+        return sock
+
+    def send(self, item: QueryItem, poller: zmq.Poller, now: float) -> None:
+        item.target = self._route(item)
+        item.resend_at = now + self.retry_s
+        self.pending[item.qid] = item
+        self.socket(item.target, poller).send(self.encode(item))
+
+    def on_frame(self, frame: bytes, poller: zmq.Poller) -> None:
+        try:
+            msg = msgpack.unpackb(frame, use_list=False)
+        except Exception:  # noqa: BLE001 - a reply we cannot read: dropped, counted
+            self.malformed += 1
+            return
+        if not (isinstance(msg, tuple) and len(msg) == 2 and msg[0] == wire.REP_QUERY):
+            self.malformed += 1
+            return
+        now = time.monotonic()
+        for entry in msg[1] if isinstance(msg[1], tuple) else ():
+            if not (isinstance(entry, tuple) and len(entry) == 4 and type(entry[0]) is int):
+                self.malformed += 1
+                continue
+            qid, status, value, epoch = entry
+            item = self.pending.get(qid)
+            if item is None:
+                continue  # a repeat's second answer
+            if status == ERROR:
+                code, message = (
+                    value if isinstance(value, tuple) and len(value) == 2 else ("?", value)
+                )
+                if (
+                    code == ERR_NOT_READY
+                    and item.replica is None
+                    and item.tried + 1 < self.replicas
+                ):
+                    item.tried += 1  # that replica is recovering or behind: the next one
+                    self.send(item, poller, now)
+                    continue
+                del self.pending[qid]
+                _settle(item.future, CallFailed(str(code), str(message)))
+                continue
+            del self.pending[qid]
+            _settle(item.future, QueryAnswer(status, value, epoch, now - item.started))
+
+    def expire(self, poller: zmq.Poller, now: float) -> None:
+        for qid, item in list(self.pending.items()):
+            if now >= item.deadline:
+                del self.pending[qid]
+                _settle(item.future, CallTimeout(f"{item.proc}: no answer within the timeout"))
+            elif now >= item.resend_at:
+                item.resend_at = now + self.retry_s
+                self.socket(item.target, poller).send(self.encode(item))
+
+    def poll_ready(self, events: dict, poller: zmq.Poller) -> None:
+        for sock in list(self.sockets.values()):
+            if sock in events:
+                while sock.poll(0):
+                    self.on_frame(sock.recv(), poller)
+
+    def fail_all(self, error: BaseException) -> None:
+        for item in self.pending.values():
+            _settle(item.future, error)
+        self.pending.clear()
+
+    def close(self) -> None:
+        for sock in self.sockets.values():
+            sock.close(linger=0)
+        self.sockets.clear()
