@@ -32,13 +32,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from executor.core.context import TxnContext, cover_set
+from executor.core.execution import run_body
 from executor.core.storage import MASK64, Storage
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.partition import Partition
-from executor.deterministic.sim_client import CallRecord
+from executor.deterministic.sim_client import CallRecord, QueryRecord
 from sequencer.calls import participants
 from txn_library import limits, wire
 from txn_library.errors import (
+    ERR_NOT_READY,
     ERR_PROCEDURE_FAILED,
     ERR_RESTARTS_EXHAUSTED,
     ERR_RETRY_EXPIRED,
@@ -69,6 +72,7 @@ class RunRecord:
     logged_at: list[tuple[int, int]]  # (time_us, last txn id) as batches were logged
     determinism_violations: int
     partitions: int
+    queries: list[QueryRecord]
 
 
 def normal(value: Any) -> Any:
@@ -113,6 +117,37 @@ class Oracle:
         except Exception:  # noqa: BLE001 - the body reports the same failure as a result
             return []
         return [(t, k) for t, k in fp.writes if t in self.history_tables]
+
+    def query_at(self, proc_name: str, args: tuple, txn_id: int) -> tuple[int, Any] | None:
+        """A read-only procedure's answer on the state after txn ``txn_id`` (the state
+        at the end of an epoch), from the per-key history; None if it reads a table
+        without history, or rows of more than one column (it cannot be rebuilt)."""
+        proc = lookup(proc_name)
+        fp = proc.footprint(*args)
+        if any(t not in self.history_tables for t, _ in fp.reads):
+            return None
+        storage = self.serial.storage
+        uncheckable = []
+
+        def get(t: str, key: tuple) -> tuple | None:
+            hist = self.history.get((t, key))
+            if hist is None:  # never written: the genesis row, still there
+                row = storage.get(t, key)
+                if row is not None and len(row) != 1:
+                    uncheckable.append(key)
+                return row
+            ids = [i for i, _ in hist]
+            j = bisect.bisect_right(ids, txn_id)
+            v = hist[j - 1][1] if j else self.initial.get((t, key))
+            return None if v is None else (v,)
+
+        def scan(t: str, prefix: tuple) -> list:
+            uncheckable.append(prefix)
+            return []
+
+        ctx = TxnContext(-1, 0, 0, cover_set(fp.reads), frozenset(), get, scan)
+        status, value, _ = run_body(proc, args, ctx)
+        return None if uncheckable else (status, normal(value))
 
     def values_between(self, key: tuple[str, tuple], lo: int, hi: int) -> list[Any]:
         """Values ``key`` held after some txn t, lo <= t <= hi (and just before lo+1)."""
@@ -319,6 +354,32 @@ def check_point_reads(
     return out
 
 
+def check_queries(
+    oracle: Oracle, batches: list[wire.Batch], queries: list[QueryRecord]
+) -> list[str]:
+    """Every snapshot query's answer is the oracle's answer on the state at the end of
+    the epoch it names (a serial prefix): exact, not merely plausible."""
+    last_txn = {0: -1}
+    for b in batches:
+        last_txn[b.epoch] = b.next_txn_id - 1
+    out = []
+    for q in queries:
+        what = f"query {q.proc}{q.args!r:.60}"
+        for _t, status, value, epoch in q.answers:
+            if status == ERROR:
+                if not (isinstance(value, tuple) and value[:1] == (ERR_NOT_READY,)):
+                    out.append(f"{what} refused: {value!r:.120}")
+                continue
+            txn_id = last_txn.get(epoch)
+            if txn_id is None:
+                out.append(f"{what} answered at epoch {epoch}, which the log does not have")
+                continue
+            want = oracle.query_at(q.proc, q.args, txn_id)
+            if want is not None and want != (status, normal(value)):
+                out.append(f"{what} at epoch {epoch}: {(status, value)!r:.80}, oracle {want!r:.80}")
+    return out
+
+
 def run_checks(run: RunRecord, workload: Workload) -> list[str]:
     batches, failures = check_log(run.log)
     oracle = Oracle(run.genesis, workload.history_tables)
@@ -328,6 +389,7 @@ def run_checks(run: RunRecord, workload: Workload) -> list[str]:
     failures += check_reported(oracle, run.reported)
     failures += check_exactly_once(oracle, run.calls, run.partitions)
     failures += check_point_reads(oracle, workload, run.calls, run.logged_at, run.partitions)
+    failures += check_queries(oracle, batches, run.queries)
     final = FinalState(
         oracle.serial.storage,
         [[p.storage for p in parts if p is not None] for parts in run.replicas],

@@ -21,7 +21,8 @@ from executor.deterministic.sim_network import Node, Payload
 from executor.deterministic.sim_world import World
 from txn_library import wire
 from txn_library.client_protocol import ClientProtocol
-from txn_library.errors import ERR_NOT_LEADER, ERROR
+from txn_library.errors import ERR_NOT_LEADER, ERR_NOT_READY, ERROR
+from txn_library.procedure import lookup
 
 CLIENT_POLL_US = 50_000
 
@@ -36,6 +37,27 @@ class CallRecord:
     answers: list[tuple[int, int, Any]] = field(default_factory=list)  # (time, status, value)
     sends: int = 0
     timed_out: bool = False
+
+
+@dataclass
+class QueryRecord:
+    """A snapshot query a client sent straight to a replica's partitions, and every
+    answer it got: (time, status, value, epoch)."""
+
+    qid: int
+    proc: str
+    args: tuple
+    sent_us: int
+    answers: list[tuple[int, int, Any, int]] = field(default_factory=list)
+    sends: int = 0
+    timed_out: bool = False
+
+
+@dataclass
+class _QueryPending:
+    record: QueryRecord
+    resend_us: int
+    deadline_us: int
 
 
 @dataclass
@@ -73,13 +95,21 @@ class SimClient:
         self.timeout_us = timeout_us
         self.think_max_us = think_max_us
         self._pending: dict[int, _Pending] = {}
+        self.queries: list[QueryRecord] = []
+        self._qpending: dict[int, _QueryPending] = {}
         self.started = False
         self.retries = 0
         self.on_setup_done: Callable[[], None] | None = None
 
     @property
     def done(self) -> bool:
-        return self.started and not self._pending and not self._setup and self._left <= 0
+        return (
+            self.started
+            and not self._pending
+            and not self._qpending
+            and not self._setup
+            and self._left <= 0
+        )
 
     def start(self, setup: list[tuple[str, tuple]] | None = None) -> None:
         """Begin; ``setup`` calls go first, one at a time, before the workload's."""
@@ -106,7 +136,11 @@ class SimClient:
             elif self._left > 0:
                 self._left -= 1
                 proc, args = next(self._calls)
-                batch.append(self._issue(proc, args))
+                share = self.sim.opts.query_share
+                if share > 0 and lookup(proc).read_only and self.sim.rng.random() < share:
+                    self._issue_query(proc, args)
+                else:
+                    batch.append(self._issue(proc, args))
             else:
                 break
         if batch:
@@ -131,6 +165,54 @@ class SimClient:
             self.sim.net.send(
                 self.node, seq.node, "call", frame, self._deliver_to_sequencer, park=True
             )
+
+    # Snapshot queries, straight to a partition of a replica (docs/QUERIES.md) ---------
+    def _issue_query(self, proc: str, args: tuple) -> None:
+        now = self.sim.loop.now_us
+        record = QueryRecord(len(self.queries) + 1, proc, wire.unpack(wire.pack(args)), now)
+        self.queries.append(record)
+        self._qpending[record.qid] = _QueryPending(
+            record, now + self.retry_us, now + self.timeout_us
+        )
+        self._send_query(record)
+
+    def _send_query(self, record: QueryRecord) -> None:
+        """To the first partition its footprint touches, of a replica drawn anew."""
+        sim = self.sim
+        parts = lookup(record.proc).participants_of(record.args, sim.partitions)
+        target = sim.parts[sim.rng.randrange(sim.replicas)][parts[0]]
+        frame = wire.pack(
+            [
+                wire.REQ_QUERY,
+                self.proto.client_id,
+                [[record.qid, record.proc, list(record.args), "snapshot", -1]],
+            ]
+        )
+        record.sends += 1
+        identity = self.identity
+
+        def deliver(f: Payload) -> None:
+            target.on_query_frame(identity, f)
+
+        sim.net.send(self.node, target.node, "query", frame, deliver)
+
+    def on_query_reply(self, frame: Payload) -> None:
+        assert isinstance(frame, bytes)
+        msg = wire.unpack(frame)
+        now = self.sim.loop.now_us
+        answered = False
+        for qid, status, value, epoch in msg[1]:  # the value was spliced in packed
+            if not 1 <= qid <= len(self.queries):
+                self.sim.failure(f"client {self.index}: answer for unknown query {qid}")
+                continue
+            record = self.queries[qid - 1]
+            record.answers.append((now, status, value, epoch))
+            if status == ERROR and isinstance(value, tuple) and value[:1] == (ERR_NOT_READY,):
+                continue  # that replica is recovering: asked again (another) at the next poll
+            if self._qpending.pop(qid, None) is not None:
+                answered = True
+        if answered:
+            self._after_answer()
 
     def _deliver_to_sequencer(self, frame: Payload) -> None:
         assert isinstance(frame, bytes)
@@ -183,6 +265,14 @@ class SimClient:
                 resend.append(p.encoded)
         if resend:
             self._send(resend)
+        for qid, q in list(self._qpending.items()):
+            if now >= q.deadline_us:
+                del self._qpending[qid]
+                q.record.timed_out = True
+                expired = True
+            elif now >= q.resend_us:
+                q.resend_us = now + self.retry_us
+                self._send_query(q.record)
         if expired:
             self._after_answer()
         if not self.done:

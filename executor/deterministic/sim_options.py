@@ -26,6 +26,10 @@ class SimOptions:
     # Dataflows' recovery (txn_library.streams): None: weak for odd seeds, strong for
     # even ones (decided without drawing from the seed's generator)
     dataflow_recovery: str | None = None
+    # Share of the workload's read-only calls a client sends as snapshot queries straight
+    # to a replica's partitions (docs/QUERIES.md); each answer is checked against the
+    # serial oracle at the epoch it names. 0: none (and no versions kept).
+    query_share: float = 0.0
     session_timeout_ms: int = 1_000  # a lost leader's "ZooKeeper session" expires then
     pub_drop_pct: float | None = None
     checkpoint_every_epochs: int | None = None

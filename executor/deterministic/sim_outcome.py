@@ -101,6 +101,13 @@ def run_counters(
         dependent_restarts=sum(st.restarts for st in sequencer_stats(seq_nodes)),
         calls=len(records),
         answered=sum(1 for r in records if r.answers),
+        snapshot_queries=sum(len(c.queries) for c in clients),
+        snapshot_answers=sum(
+            1 for c in clients for q in c.queries for a in q.answers if a[1] == 0
+        ),
+        snapshot_not_ready=sum(
+            1 for c in clients for q in c.queries for a in q.answers if a[1] != 0
+        ),
         timeouts=sum(1 for r in records if r.timed_out),
         client_retries=sum(c.retries for c in clients),
         messages=net.sent,

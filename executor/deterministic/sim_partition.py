@@ -38,6 +38,7 @@ from executor.deterministic.delivery import (
     BatchFeed,
 )
 from executor.deterministic.partition import Partition
+from executor.deterministic.query_service import QueryService
 from executor.deterministic.sim_network import Node, Payload
 from executor.deterministic.sim_world import World
 from executor.deterministic.workloads import clone_storage
@@ -275,6 +276,10 @@ class PartitionNode:
         part.results_early = self._spare
         part.early_results_min = SIM_EARLY_RESULTS_MIN
         self.part = part
+        self.queries: QueryService | None = None
+        if sim.opts.query_share > 0:  # as live: versions kept, queries served
+            part.keep_versions()
+            self.queries = QueryService(part, self._send_peer, lambda: self.mono_us / 1e6)
         self.feed = BatchFeed(
             part,
             REPAIR_RETRY_US,
@@ -350,6 +355,16 @@ class PartitionNode:
             self._feed().after_reads()
         elif isinstance(msg, ewire.ReadsFloor):
             part.on_reads_floor(msg.from_partition, msg.txn_id)
+        elif isinstance(msg, (ewire.QueryReads, ewire.QueryReadsReply, ewire.Watermark)):
+            q = self.queries
+            if q is not None:
+                if isinstance(msg, ewire.QueryReads):
+                    q.on_query_reads(msg)
+                elif isinstance(msg, ewire.QueryReadsReply):
+                    q.on_query_reads_reply(msg)
+                else:
+                    q.on_watermark(msg)
+                self._send_query_replies()
         elif isinstance(msg, ewire.Query):
             for qid, tag, name, args, min_txn_id in msg.calls:
                 part.on_query(qid, tag, name, args, min_txn_id)
@@ -388,12 +403,37 @@ class PartitionNode:
         self._maybe_checkpoint()
         self._maybe_repair()
         self._report_progress()
+        self._serve_queries()
         now = self.mono_us
         force = now >= self._next_status or self._status_requested
         if force:
             self._next_status = now + STATUS_EVERY_US
             self._status_requested = False
         self._flush(force)
+
+    # Queries (as PartitionServer: executor/deterministic/query_service.py) ----------
+    def on_query_frame(self, identity: bytes, frame: Payload) -> None:
+        assert isinstance(frame, bytes)
+        if self.part is None or self.queries is None:
+            return  # down: the client asks again
+        self.queries.on_client_frame(identity, frame)
+        self._send_query_replies()
+
+    def _serve_queries(self) -> None:
+        q = self.queries
+        if q is None:
+            return
+        q.live = self.live
+        q.tick(self.mono_us / 1e6)
+        self._send_query_replies()
+
+    def _send_query_replies(self) -> None:
+        assert self.queries is not None
+        for identity, entries in self.queries.take_replies().items():
+            client = self.sim.client_by_identity.get(identity)
+            if client is not None:
+                data = swire.encode_query_reply(entries)
+                self.sim.net.send(self.node, client.node, "qreply", data, client.on_query_reply)
 
     def _maybe_checkpoint(self) -> None:
         part = self.part

@@ -50,6 +50,9 @@ class PartitionPeer(Protocol):
     def on_log_reply(self, payload: Payload) -> None:
         """DEALER: the log service's answer to a fetch."""
 
+    def on_query_frame(self, identity: bytes, frame: Payload) -> None:
+        """ROUTER (query socket): a client's snapshot queries."""
+
 
 class SequencerPeer(Protocol):
     """A sequencer process as partitions, clients and the simulator reach it."""
@@ -77,6 +80,9 @@ class ClientPeer(Protocol):
 
     def on_reply(self, frame: Payload) -> None:
         """DEALER: a frame of answers."""
+
+    def on_query_reply(self, frame: Payload) -> None:
+        """DEALER (to a partition's query socket): answers to queries."""
 
 
 class World(Protocol):

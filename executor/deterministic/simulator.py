@@ -534,6 +534,7 @@ class Simulator:
             self.logged_at,
             sum(s.determinism_violations for s in sequencer_stats(self.seq_nodes)),
             self.partitions,
+            [q for c in self.clients for q in c.queries],
         )
 
     def _result(

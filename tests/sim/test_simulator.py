@@ -178,3 +178,14 @@ def test_a_dataflow_processes_every_pushed_batch_once_and_in_order_under_faults(
     assert all(r.ok for r in results), _explain(results)
     totals = {k: sum(r.counters[k] for r in results) for k in results[0].counters}
     assert totals["partition_crashes"] >= 3 and totals["answered"] >= 1000
+
+
+def test_snapshot_queries_equal_the_serial_oracle_at_their_epoch_under_faults() -> None:
+    """Clients send a share of their reads as snapshot queries straight to a replica's
+    partitions (no log, no locks), while partitions crash and recover: every answer is
+    the serial oracle's on the state at the end of the epoch it names, exactly, and a
+    recovering partition answers not_ready (the client asks again) until it is live."""
+    results = [run_seed(seed, "bank", query_share=0.6) for seed in range(1, 9)]
+    assert all(r.ok for r in results), _explain(results)
+    totals = {k: sum(r.counters[k] for r in results) for k in results[0].counters}
+    assert totals["snapshot_answers"] >= 100 and totals["partition_crashes"] >= 3
