@@ -51,7 +51,11 @@ STORY_WORDS = (
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {"strict_liveness": args.strict_liveness}
+    options: dict[str, Any] = {
+        "strict_liveness": args.strict_liveness,
+        "query_share": args.query_share,
+        "dataflow_recovery": args.dataflow_recovery,
+    }
     for name in ("replicas", "partitions", "clients", "calls", "sequencers"):
         value = getattr(args, name)
         if value is not None:
@@ -145,6 +149,18 @@ def main() -> int:
         choices=("file", "memory"),
         help="partitions' checkpoints: files, as live (chains of a base and deltas; the "
         "default of every workload), or copies in memory",
+    )
+    ap.add_argument(
+        "--query-share",
+        type=float,
+        default=0.0,
+        help="share of read-only calls sent as snapshot queries straight to partitions, "
+        "each answer checked against the oracle at its epoch (docs/QUERIES.md)",
+    )
+    ap.add_argument(
+        "--dataflow-recovery",
+        choices=("strong", "weak"),
+        help="dataflows' recovery (default: weak for odd seeds, strong for even ones)",
     )
     ap.add_argument("--strict-liveness", action="store_true")
     ap.add_argument("--json", help="write the sweep's summary to this file")
