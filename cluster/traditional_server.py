@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import msgpack
 import zmq
 
 from cluster.config import HOST, ClusterConfig
@@ -68,7 +69,7 @@ from executor.traditional.partition import TraditionalPartition
 from sequencer.log import CommandLog, iter_frames
 from txn_library import limits, wire
 from txn_library.client import Client
-from txn_library.errors import ERR_MALFORMED, ERR_TOO_LARGE, OrdoError
+from txn_library.errors import ERR_MALFORMED, ERR_TOO_LARGE, ERROR, OrdoError
 from txn_library.procedure import load_modules
 
 log = logging.getLogger("ordo.traditional")
@@ -148,6 +149,13 @@ class TraditionalServer:
         self.client.setsockopt(zmq.SNDHWM, 0)
         self.client.bind(client_addr(config, partition))
         self.inbox, self.peers = replica_mesh(c, config, 0, partition)
+        # Snapshot queries (docs/QUERIES.md) need row versions, which this baseline does
+        # not keep: a query socket that says so at once, rather than a client waiting
+        # out its timeout. Its read-only calls answer isolation="strict" queries.
+        self.queries = c.socket(zmq.ROUTER)
+        self.queries.setsockopt(zmq.LINGER, 0)
+        self.queries.setsockopt(zmq.MAXMSGSIZE, limits.frame_bytes_hard_max)
+        self.queries.bind(config.query_addr(0, partition))
         self._stop = False
 
     def _fault(self) -> PrepareFault | None:
@@ -246,6 +254,7 @@ class TraditionalServer:
         poller = zmq.Poller()
         poller.register(self.inbox, zmq.POLLIN)
         poller.register(self.client, zmq.POLLIN)
+        poller.register(self.queries, zmq.POLLIN)
         self._flush()  # recovery's resends and queries
         while not self._stop:
             events = dict(poller.poll(math.ceil(self._poll_ms())))
@@ -269,13 +278,43 @@ class TraditionalServer:
                         client_ready = False
                     else:
                         self._on_client(frames)
+            if self.queries in events:
+                self._refuse_queries()
             self.part.tick()
             self._flush()
             settle_turn()  # what outlived this turn is never scanned (see settle_turn)
         self.close()
 
+    def _refuse_queries(self) -> None:
+        """Answer every snapshot or read-committed query: not served in this mode."""
+        for _ in range(FRAMES_PER_TURN_MAX):
+            try:
+                identity, *rest = self.queries.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except ValueError:
+                continue
+            try:
+                msg = wire.unpack(rest[0]) if len(rest) == 1 else None
+            except Exception:  # noqa: BLE001 - a frame we cannot read: answered below
+                msg = None
+            ok = msg is not None and wire.query_request_problem(msg) is None
+            ids = [q[0] for q in msg[2]] if ok else [0]  # type: ignore[index]
+            text = msgpack.packb(
+                [
+                    "bad_arguments",
+                    "the 2PL + 2PC baseline keeps no row versions: query it with "
+                    "isolation='strict' (its read-only calls take shared locks)",
+                ]
+            )
+            reply = wire.encode_query_reply([(i, ERROR, text, -1) for i in ids])
+            try:
+                self.queries.send_multipart([identity, reply], zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+
     def close(self) -> None:
-        for s in [self.client, self.inbox, *self.peers.values()]:
+        for s in [self.client, self.inbox, self.queries, *self.peers.values()]:
             s.close(linger=0)
         self.log.close()
 
