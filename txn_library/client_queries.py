@@ -7,9 +7,11 @@ partition its footprint touches when this process knows the procedure (its modul
 imported), else to the next partition in turn: that partition coordinates. A query
 with no answer within ``retry_s`` is sent again (queries change nothing, so a repeat
 is harmless); after ``timeout_s`` its future fails with CallTimeout. A ``not_ready``
-answer (the replica's partition is recovering, or has not completed the epoch named)
-moves a query whose replica the caller did not name to the next replica, once per
-replica.
+answer (the replica's partition is recovering, or has not completed the epoch named),
+an ``unavailable`` one (a partition it needs is down) and silence move a query whose
+replica the caller did not name to the next replica. Sends never block the I/O thread:
+a socket that cannot take a frame (its peer refused our keys, or is gone) leaves the
+query pending until its next resend.
 
 Invariants: every frame sent is at most ``limits.request_bytes_max`` bytes; a reply
 this channel cannot read is dropped and counted, never raised into the I/O thread.
@@ -32,6 +34,7 @@ from txn_library.curve import ClientCurve
 from txn_library.errors import (
     ERR_NOT_READY,
     ERR_TOO_LARGE,
+    ERR_UNAVAILABLE,
     ERROR,
     OK,
     BadRequest,
@@ -70,7 +73,8 @@ class QueryItem:
     deadline: float
     resend_at: float = 0.0
     target: tuple[int, int] = (0, 0)
-    tried: int = 0  # replicas tried after not_ready
+    first: int = -1  # the replica asked first (not named by the caller: each in turn)
+    tried: int = 0  # replicas moved on from (not ready, or silent)
 
 
 def _settle(fut: Future, outcome: Any) -> None:
@@ -121,7 +125,12 @@ class QueryChannel:
 
     def _route(self, item: QueryItem) -> tuple[int, int]:
         self._turn += 1
-        r = item.replica if item.replica is not None else (self._turn + item.tried) % self.replicas
+        if item.replica is not None:
+            r = item.replica
+        else:
+            if item.first < 0:
+                item.first = self._turn % self.replicas
+            r = (item.first + item.tried) % self.replicas
         parts = len(self.addresses[r])
         p = self._turn % parts
         try:
@@ -147,7 +156,15 @@ class QueryChannel:
         item.target = self._route(item)
         item.resend_at = now + self.retry_s
         self.pending[item.qid] = item
-        self.socket(item.target, poller).send(self.encode(item))
+        self._put(item, poller)
+
+    def _put(self, item: QueryItem, poller: zmq.Poller) -> None:
+        """Send without blocking: a socket that cannot take it now (its peer refused us,
+        or is gone) leaves the query pending, sent again at its next resend."""
+        try:
+            self.socket(item.target, poller).send(self.encode(item), zmq.NOBLOCK)
+        except zmq.Again:
+            pass
 
     def on_frame(self, frame: bytes, poller: zmq.Poller) -> None:
         try:
@@ -172,12 +189,12 @@ class QueryChannel:
                     value if isinstance(value, tuple) and len(value) == 2 else ("?", value)
                 )
                 if (
-                    code == ERR_NOT_READY
+                    code in (ERR_NOT_READY, ERR_UNAVAILABLE)
                     and item.replica is None
                     and item.tried + 1 < self.replicas
                 ):
-                    item.tried += 1  # that replica is recovering or behind: the next one
-                    self.send(item, poller, now)
+                    item.tried += 1  # that replica is recovering, behind or short of a
+                    self.send(item, poller, now)  # partition: the next one
                     continue
                 del self.pending[qid]
                 _settle(item.future, CallFailed(str(code), str(message)))
@@ -191,8 +208,11 @@ class QueryChannel:
                 del self.pending[qid]
                 _settle(item.future, CallTimeout(f"{item.proc}: no answer within the timeout"))
             elif now >= item.resend_at:
+                if item.replica is None and self.replicas > 1:
+                    item.tried += 1  # silent: ask the next replica
+                    item.target = self._route(item)
                 item.resend_at = now + self.retry_s
-                self.socket(item.target, poller).send(self.encode(item))
+                self._put(item, poller)
 
     def poll_ready(self, events: dict, poller: zmq.Poller) -> None:
         for sock in list(self.sockets.values()):
