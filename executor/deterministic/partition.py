@@ -165,6 +165,9 @@ class Partition:
         # nobody waits for their result, so the owner logs these.
         self.derived_failures = 0
         self.derived_failure_last = ""
+        # The slowest peer's completed epoch (the query service sets it): versions are
+        # kept back to it, so a snapshot across partitions can be read there.
+        self.versions_floor: int | None = None
         # Waiting queries, a heap on min_txn_id: (min_txn_id, arrival, id, tag, proc, args).
         # Served in min_txn_id order, so one that waits long never holds up the rest.
         self._queries: list[tuple[int, int, int, int, Any, Any]] = []
@@ -597,10 +600,14 @@ class Partition:
         return self.last_epoch
 
     def bound_versions(self) -> None:
-        """Forget versions older than the retention (``limits.versions_*``)."""
+        """Forget versions older than the retention (``limits.versions_*``), counted
+        from this partition's completed epoch or, when a peer lags, from that peer's
+        (``versions_floor``: a snapshot across partitions is read at the smallest)."""
         versions = self.storage.versions
         if versions is not None:
-            versions.bound(self.completed_epoch())
+            completed = self.completed_epoch()
+            floor = self.versions_floor
+            versions.bound(completed if floor is None else min(completed, floor))
 
     # Queries ------------------------------------------------------------------
     def _oldest_active(self) -> int | None:

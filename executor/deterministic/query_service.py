@@ -83,6 +83,7 @@ class _Job:
     coordinator: int = -1  # a share: who asked
     remote: list[tuple[Exact, Prefixes]] = field(default_factory=list)
     waiting: set[int] = field(default_factory=set)
+    own_read: bool = False  # this partition's reads are in ``remote`` (a fan-out)
 
 
 def _packed(value: Any) -> bytes:
@@ -197,6 +198,12 @@ class QueryService:
         if not others:
             self._finish(job)
             return
+        # Its own reads now, while the epoch is kept: the peers' may take a while, and
+        # versions may be retired meanwhile (the body runs on reads, not on the store).
+        job.remote.append(
+            local_reads(job.proc, job.args, self._snap(job), self.me, self.partitions)
+        )
+        job.own_read = True
         iid = self._next_id
         self._next_id += 1
         job.waiting = set(others)
@@ -212,7 +219,13 @@ class QueryService:
 
     def _finish(self, job: _Job) -> None:
         status, _, packed = run_query(
-            job.proc, job.args, self._snap(job), self.me, self.partitions, job.remote
+            job.proc,
+            job.args,
+            self._snap(job),
+            self.me,
+            self.partitions,
+            job.remote,
+            local_read=job.own_read,
         )
         epoch = job.epoch if job.epoch is not None else self.part.completed_epoch()
         assert job.identity is not None
@@ -296,6 +309,10 @@ class QueryService:
         if q != self.me and 0 <= q < self.partitions:
             if msg.completed_epoch > self.peer_completed.get(q, -1):
                 self.peer_completed[q] = msg.completed_epoch
+                # keep versions back to the slowest peer's completed epoch (a snapshot
+                # across partitions is read there), within the bytes bound
+                if len(self.peer_completed) == self.partitions - 1:
+                    self.part.versions_floor = min(self.peer_completed.values())
 
     # Time ----------------------------------------------------------------------------
     def tick(self, now: float) -> None:

@@ -139,9 +139,11 @@ def run_query(
     me: int,
     partitions: int,
     remote: Sequence[tuple[Exact, Prefixes]] = (),
+    local_read: bool = False,
 ) -> tuple[int, Any, bytes]:
     """Run the body over the local snapshot and the other participants' reads:
-    (status, value, the value packed)."""
+    (status, value, the value packed). ``local_read``: this partition's own reads are
+    among ``remote`` too (taken when the query began): the store is not read."""
     exact: dict[tuple[str, tuple], Any] = {}
     prefixes: dict[tuple[str, tuple], list] = {}
     for ex, px in remote:
@@ -153,12 +155,12 @@ def run_query(
                 exact[(t, k)] = r
 
     def get(t: str, key: tuple) -> tuple | None:
-        if _here(t, key, me, partitions):
+        if not local_read and _here(t, key, me, partitions):
             return snap.get(t, key)
         return exact.get((t, key))  # type: ignore[no-any-return]
 
     def scan(t: str, prefix: tuple) -> list:
-        if _here(t, prefix, me, partitions):
+        if not local_read and _here(t, prefix, me, partitions):
             return snap.scan(t, prefix)
         rows = prefixes.get((t, prefix))
         if rows is not None:
