@@ -17,8 +17,9 @@ sequencer.batch_order). CURVE keys, one per target address, are set on every DEA
 before it connects.
 
 Invariants: every frame sent holds at most ``limits.loadgen_frame_calls_max`` calls and
-fits the sequencer's intake byte bound (ClientProtocol.frames); ``flush`` leaves every
-outbox empty; a slot's socket is registered with the poller exactly while it is open.
+fits the sequencer's intake byte bound (ClientProtocol.frames); ``flush`` empties every
+outbox in place (the generator holds the same lists); a slot's socket is registered with
+the poller exactly while it is open.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ class LoadSockets:
             for first in range(0, len(out), step):
                 for frame in proto.frames(out[first : first + step]):
                     sock.send(frame)
-            self.outbox[i] = []
+            out.clear()  # in place: the generator holds the same lists
 
     # Failover -----------------------------------------------------------------------
     def dropped(self, monitor: zmq.Socket) -> None:

@@ -3,7 +3,8 @@
 Used by ``ordo tpcc run`` (tpcc/driver.py), the bank transfer runs (cluster/bank_load.py:
 bench_transfers, the demo, recovery and replay tests and benchmarks), the paper
 experiments (scripts/paper_experiments.py), the HA benchmark's failover load
-(scripts/bench_ha.py) and the hostile-input run's good client (scripts/fuzz_cluster.py).
+(scripts/bench_ha.py), the hostile-input run's good client (scripts/fuzz_cluster.py) and
+the queries benchmark (scripts/bench_queries.py).
 It is a client of the cluster speaking the client wire contract
 (txn_library.client_protocol.ClientProtocol), driven from one thread with no per-call
 futures: each loop turn drains the replies, generates the answering terminals' next
@@ -12,8 +13,10 @@ calls and sends them together (one frame per socket, unless more than
 
 What it drives (calls, sources, routes, closed and open loops): cluster/load_shapes.py.
 Where calls travel (a socket per connection and target, or per connection failing over
-between sequencers): cluster/load_sockets.py. Raw frames beside the load (hostile
-input, probes): cluster/load_raw.py. Measurement records and the one percentile rule:
+between sequencers): cluster/load_sockets.py. Queries straight to a replica's
+partitions (snapshot, read committed), calls of the kinds a ``QueryTargets`` names:
+cluster/load_queries.py. Raw frames beside the load (hostile input, probes):
+cluster/load_raw.py. Measurement records and the one percentile rule:
 cluster/measure.py.
 
 Measurement: a run is warm-up, window, drain. Only answers that arrive inside the window
@@ -27,9 +30,10 @@ sees every answer (and timeout) of the run, whatever the phase, with its times: 
 client-side ledger keeps what it needs from there.
 
 Invariants and bounds:
-- At most ``limits.loadgen_in_flight_max`` calls outstanding in all (closed loop:
-  terminals x in_flight_per_terminal; open loop: in_flight_max), checked when a
-  generator is built; per terminal at most ``in_flight_per_terminal`` (closed loop).
+- At most ``limits.loadgen_in_flight_max`` calls outstanding in all, queries
+  included (closed loop: terminals x in_flight_per_terminal; open loop: in_flight_max),
+  checked when a generator is built; per terminal at most ``in_flight_per_terminal``
+  (closed loop).
 - A call unanswered after ``retry_s`` is resent with the same (client_id, req_id), so it
   executes at most once; once ``timeout_s`` has passed (noticed within ``retry_s``) it
   counts as an error "<proc>: timeout" and its terminal moves on. A connection that
@@ -55,6 +59,7 @@ from typing import Any
 
 import zmq
 
+from cluster.load_queries import QuerySockets, QueryTargets
 from cluster.load_shapes import (
     CallLike,
     CallSource,
@@ -106,8 +111,10 @@ class LoadGenerator:
     at a time and moves between them, cluster/load_sockets.py). ``connections``: client
     identities (one DEALER socket per target each, or one with failover); terminal t
     uses connection t % connections. ``curve``: CURVE keys, one per target (see
-    cluster.security.client_curves). ``seed`` drives think times, Poisson arrivals and
-    latency sampling. Not thread-safe: build, run and close it on one thread
+    cluster.security.client_curves). ``queries``: the calls of the kinds it names go
+    to the partitions' query sockets as queries (cluster/load_queries.py), the others
+    to ``targets``. ``seed`` drives think times, Poisson arrivals and latency sampling.
+    Not thread-safe: build, run and close it on one thread
     (cluster/load_background.py runs one on a thread of its own).
     """
 
@@ -124,6 +131,7 @@ class LoadGenerator:
         seed: int = 1,
         failover: bool = False,
         curve: Sequence[ClientCurve] | None = None,
+        queries: QueryTargets | None = None,
     ) -> None:
         self.targets = [targets] if isinstance(targets, str) else list(targets)
         check_shape(load, len(self.targets), route, connections, timeout_s, retry_s, failover)
@@ -136,12 +144,25 @@ class LoadGenerator:
         self.malformed_replies = 0  # reply frames or entries that could not be read
         self.socks = LoadSockets(self.targets, connections, failover=failover, curve=curve)
         self.protos: list[ClientProtocol] = self.socks.protos
+        self.queries: QuerySockets | None = None
+        if queries is not None:
+            try:
+                self.queries = QuerySockets(
+                    queries, self.protos, self.socks.poller, len(self.socks.sockets)
+                )
+            except BaseException:
+                self.socks.close()
+                raise
         self._ran = False
         # Run state (a generator runs once)
         self._ids = itertools.count(1)  # req ids, unique across connections
         self._pending: dict[int, _Pending] = {}  # req_id -> call, in order of last send
+        # Every slot's outbox: the sequencer sockets', then the query sockets' (the same
+        # lists their owners send and empty in place)
         self._outbox = self.socks.outbox
-        self._calls_out = [0] * len(self.socks.sockets)  # pending calls per socket
+        if self.queries is not None:
+            self._outbox = [*self.socks.outbox, *self.queries.outbox]
+        self._calls_out = [0] * len(self._outbox)  # pending calls per socket
         self._control: deque[Callable[[Any], None]] = deque()  # replies expected, socket 0
         self._on_answer: AnswerHook | None = None
         self._on_move: MoveHook | None = None
@@ -165,6 +186,8 @@ class LoadGenerator:
         return self.socks.failovers
 
     def close(self) -> None:
+        if self.queries is not None:
+            self.queries.close()
         self.socks.close()
 
     def __enter__(self) -> LoadGenerator:
@@ -278,18 +301,23 @@ class LoadGenerator:
         ready = self.socks.poller.poll(timeout_ms)
         now = time.perf_counter()
         slot_of = self.socks.slot_of
+        queries = self.queries
         for sock, _events in ready:
             slot = slot_of.get(sock)
-            if slot is None:
-                self.socks.dropped(sock)  # a failover connection's monitor
-            else:
+            if slot is not None:
                 self._receive(sock, slot, now, issuing)
+            elif queries is not None and sock in queries.slot_of:
+                self._receive_queries(queries, sock, now, issuing)
+            else:
+                self.socks.dropped(sock)  # a failover connection's monitor
         if self.socks.failover:
             self._fail_over(now)
         if issuing:
             self._send_due(now)
         clock.run_due(now, self, issuing)
         self.socks.flush()
+        if queries is not None:
+            queries.flush()
 
     # Sending ------------------------------------------------------------------------
     def _start_load(self, now: float) -> None:
@@ -343,10 +371,11 @@ class LoadGenerator:
         source = self.source
         pending = self._pending
         ids = self._ids
-        one_socket = len(self._outbox) == 1
+        queries = self.queries
+        one_socket = len(self.socks.outbox) == 1
         encode = self.protos[0].encode_call
         outbox = self._outbox[0]
-        sent = 0
+        sent = sent_first = 0  # calls sent, and of them to the first socket (one_socket)
         for t in terminals:
             if finished and finished[t]:
                 continue
@@ -359,10 +388,16 @@ class LoadGenerator:
                     self._exhausted = True
                 continue
             req_id = next(ids)
-            if one_socket:
+            if queries is not None and queries.takes(call):
+                data, sock = queries.encode(req_id, call, t % len(self.protos))
+                pending[req_id] = (t, call, now, now, data, sock)
+                self._outbox[sock].append(data)
+                self._calls_out[sock] += 1
+            elif one_socket:
                 data = encode(req_id, call.proc, call.args)
                 pending[req_id] = (t, call, now, now, data, 0)
                 outbox.append(data)
+                sent_first += 1
             else:
                 conn = t % len(self.protos)
                 target = 0 if self.route is None else self.route(call.proc, call.args)
@@ -372,8 +407,7 @@ class LoadGenerator:
                 self._outbox[sock].append(data)
                 self._calls_out[sock] += 1
             sent += 1
-        if one_socket:
-            self._calls_out[0] += sent
+        self._calls_out[0] += sent_first
         if self._measuring:
             self._window.sent += sent
 
@@ -407,6 +441,20 @@ class LoadGenerator:
                 self.malformed_replies += 1
                 continue
             self._answer(self.socks.not_leader(slot, body, now), now, issuing)
+
+    def _receive_queries(
+        self, queries: QuerySockets, sock: zmq.Socket, now: float, issuing: bool
+    ) -> None:
+        while True:
+            try:
+                frame = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            answers = queries.answers(frame)
+            if answers is None:
+                self.malformed_replies += 1
+                continue
+            self._answer(answers, now, issuing)
 
     def _answer(self, entries: Iterable[Any], now: float, issuing: bool) -> None:
         """Count answers, entries (req_id, status, value) of outstanding calls (others are

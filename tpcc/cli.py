@@ -148,6 +148,20 @@ def up(
     is_flag=True,
     help="Payment by last name without the re-check (read-committed variant).",
 )
+@click.option(
+    "--read-only-as",
+    type=click.Choice(["sequenced", "snapshot"]),
+    default="sequenced",
+    show_default=True,
+    help="Order-Status and Stock-Level: through the sequencer (run unlogged at one "
+    "replica), or straight to the partitions as snapshot queries (docs/QUERIES.md).",
+)
+@click.option(
+    "--no-versions",
+    is_flag=True,
+    help="Keep no row versions (ClusterConfig.query_versions off; embedded cluster): "
+    "what keeping them costs. Snapshot queries are then refused.",
+)
 @click.option("--check/--no-check", default=True, show_default=True)
 @click.option("--out", default="results/tpcc/run.json", show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
@@ -171,6 +185,8 @@ def run(
     seed: int,
     load_seed: int,
     payment_rc: bool,
+    read_only_as: str,
+    no_versions: bool,
     check: bool,
     out: str,
     quiet: bool,
@@ -214,6 +230,8 @@ def run(
         keep_data=keep_data,
         out=out or None,
         progress=not quiet,
+        versions=not no_versions,
+        queries=read_only_as,
     )
     try:
         result = run_driver(opts)

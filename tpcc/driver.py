@@ -16,7 +16,10 @@ submitted at a fixed rate whatever the answers (bounded in flight).
 
 The load is cluster.loadgen's generator (one thread, one DEALER, no per-call futures):
 a ``ClosedLoop`` of the terminals, or an ``OpenLoop`` at the rate with fixed spacing and
-at most ``limits.loadgen_in_flight_max`` calls outstanding. This module keeps what is
+at most ``limits.loadgen_in_flight_max`` calls outstanding. The read-only transactions
+(Order-Status, Stock-Level) go through the sequencer (``queries`` "sequenced": today's
+path, run unlogged at one replica), or straight to the partitions as snapshot queries
+(``queries`` "snapshot": cluster/load_queries.py, docs/QUERIES.md). This module keeps what is
 TPC-C's: the terminals and their inputs (tpcc.inputs), the embedded cluster, the
 summary's layout and the checks. Measurement counts answers that arrive inside the
 window [warmup, warmup + duration); the sequencer's status (restarts, epochs) is read
@@ -41,17 +44,28 @@ from pathlib import Path
 from typing import Any
 
 from cluster.config import ClusterConfig
+from cluster.load_queries import QueryTargets
 from cluster.load_shapes import ClosedLoop, OpenLoop
 from cluster.loadgen import LoadGenerator
 from cluster.measure import CpuMeter, KindStats, Window
 from cluster.ownership import claim_cluster_dir
-from tpcc.inputs import KINDS, NEW_ORDER, Call, TpccInputs, terminals_for
+from tpcc.inputs import (
+    KINDS,
+    NEW_ORDER,
+    ORDER_STATUS,
+    STOCK_LEVEL,
+    Call,
+    TpccInputs,
+    terminals_for,
+)
 from txn_library import limits, native
 
 GENESIS = "tpcc.loader:genesis"
 PROCEDURE_MODULES = ("txn_library.builtin", "tpcc.transactions")
 DRAIN_S = 30.0  # after the window, wait this long for calls still in flight
 LOAD_S_PER_WAREHOUSE = 2.0  # rough, for the load progress bar's patience
+READ_ONLY_KINDS = (ORDER_STATUS, STOCK_LEVEL)
+READ_ONLY_AS = ("sequenced", "snapshot")  # RunOptions.queries
 
 
 @dataclass
@@ -78,6 +92,8 @@ class RunOptions:
     keep_data: bool = False
     out: str | None = "results/tpcc/run.json"
     progress: bool = True
+    versions: bool = True  # ClusterConfig.query_versions (embedded cluster)
+    queries: str = "sequenced"  # the read-only transactions: READ_ONLY_AS
 
 
 # --- Cluster -----------------------------------------------------------------------------
@@ -91,6 +107,7 @@ def embedded_config(opts: RunOptions, data_dir: str, base_port: int) -> ClusterC
         data_dir=data_dir,
         epoch_duration_ms=opts.epoch_ms,
         fsync=opts.fsync,
+        query_versions=opts.versions,
         procedure_modules=PROCEDURE_MODULES,
         genesis=GENESIS,
         genesis_args={
@@ -149,10 +166,22 @@ def start_cluster(cfg: ClusterConfig, progress: bool, log: Callable[[str], None]
 
 
 def drive(
-    address: str, inputs: TpccInputs, opts: RunOptions, log: Callable[[str], None], meter: CpuMeter
+    address: str,
+    inputs: TpccInputs,
+    opts: RunOptions,
+    log: Callable[[str], None],
+    meter: CpuMeter,
+    query_addresses: list[list[str]] | None = None,
 ) -> Window:
-    """The terminals against the cluster at ``address``: warm-up, window, drain."""
+    """The terminals against the cluster at ``address``: warm-up, window, drain. With
+    ``opts.queries`` "snapshot" the read-only transactions go to ``query_addresses``
+    ([replica][partition]) as snapshot queries."""
     terminals = terminals_for(opts.terminals, opts.warehouses)
+    queries = None
+    if opts.queries == "snapshot":
+        if not query_addresses:
+            raise ValueError("snapshot queries need the partitions' query addresses")
+        queries = QueryTargets(query_addresses, kinds=READ_ONLY_KINDS)
 
     def next_call(t: int) -> Call:
         return inputs.next(terminals[t])
@@ -160,7 +189,7 @@ def drive(
     load: ClosedLoop | OpenLoop = ClosedLoop(terminals=opts.terminals)
     if opts.open_loop:
         load = OpenLoop(opts.rate, limits.loadgen_in_flight_max, terminals=opts.terminals)
-    with LoadGenerator(address, next_call, load, seed=opts.seed) as gen:
+    with LoadGenerator(address, next_call, load, seed=opts.seed, queries=queries) as gen:
         return gen.run(
             warmup_s=opts.warmup_s,
             duration_s=opts.duration_s,
@@ -317,6 +346,8 @@ def run(opts: RunOptions, log: Callable[[str], None] = _stderr) -> dict[str, Any
     load_modules(PROCEDURE_MODULES)
     if opts.open_loop and opts.rate <= 0:
         raise ValueError("--open-loop needs --rate > 0")
+    if opts.queries not in READ_ONLY_AS:
+        raise ValueError(f"read-only transactions go as one of {READ_ONLY_AS}")
     lc = None
     tmp_dir = None
     owner = None
@@ -326,6 +357,7 @@ def run(opts: RunOptions, log: Callable[[str], None] = _stderr) -> dict[str, Any
         opts.partitions, opts.replicas = cfg.partitions, cfg.replicas
         opts.load_seed = int(cfg.genesis_args.get("seed", opts.load_seed))
         opts.fsync, opts.epoch_ms = cfg.fsync, cfg.epoch_duration_ms
+        opts.versions = cfg.query_versions
     else:
         data_dir = opts.data_dir
         if data_dir is None:
@@ -339,6 +371,10 @@ def run(opts: RunOptions, log: Callable[[str], None] = _stderr) -> dict[str, Any
         if tmp_dir is None:  # another launcher's cluster there is never touched
             owner = claim_cluster_dir(data_dir, fresh=opts.fresh)
         cfg = embedded_config(opts, data_dir, free_base_port())
+    if opts.queries == "snapshot" and not opts.versions:
+        raise ValueError(
+            "snapshot queries read row versions: the cluster keeps none (--no-versions)"
+        )
     load_before = os.getloadavg()
     try:
         if not opts.attach:
@@ -358,11 +394,13 @@ def run(opts: RunOptions, log: Callable[[str], None] = _stderr) -> dict[str, Any
         mode = f"open loop at {opts.rate:g} txn/s" if opts.open_loop else "closed loop"
         log(
             f"driving {opts.terminals} terminals, {mode}, no keying/think times, mix "
-            f"{opts.mix}, {opts.warmup_s:g}s warm-up + {opts.duration_s:g}s measured"
+            f"{opts.mix}, {opts.warmup_s:g}s warm-up + {opts.duration_s:g}s measured; "
+            f"read-only transactions {opts.queries}; row versions "
+            f"{'kept' if opts.versions else 'not kept'}"
         )
         pids = {} if lc is None else {name: p.pid for name, p in lc.procs.items()}
         meter = CpuMeter(pids)
-        window = drive(cfg.client_addr, inputs, opts, log, meter)
+        window = drive(cfg.client_addr, inputs, opts, log, meter, cfg.query_addrs())
         load_after = os.getloadavg()
         summary = summarize(window, opts, cfg.partitions, cfg.replicas)
         summary["cpu_s_in_window"] = meter.used
@@ -379,6 +417,7 @@ def run(opts: RunOptions, log: Callable[[str], None] = _stderr) -> dict[str, Any
                 "replicas": cfg.replicas,
                 "fsync": cfg.fsync,
                 "epoch_ms": cfg.epoch_duration_ms,
+                "query_versions": cfg.query_versions,
                 # The processes' choice (the same tree and environment as this one's).
                 "engine": "attached" if opts.attach else native.describe(),
             },

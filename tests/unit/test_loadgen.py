@@ -8,7 +8,10 @@ answer is recovered by a resend with the same request id, and a call never answe
 becomes a timeout error; status is read at the window's edges; every answer reaches the
 answer hook; failover follows a "not leader" hint and leaves a silent sequencer,
 resending with the same ids; a background load runs until stopped; raw frames travel
-through one channel that never blocks.
+through one channel that never blocks; queries (calls of the kinds a QueryTargets names)
+go to the partition their route or footprint names, each replica in turn, batched in
+frames within the bounds, with their isolation and epoch, while the other calls go to
+the sequencer; a lost query is resent with the same id and an error is counted by code.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ import zmq
 from cluster import load_raw
 from cluster.launcher import free_base_port
 from cluster.load_background import Background
+from cluster.load_queries import QueryTargets
 from cluster.load_raw import PUSH, RawChannel
 from cluster.load_shapes import Call, ClosedLoop, OpenLoop
 from cluster.loadgen import TIMEOUT_CODE, LoadGenerator
 from cluster.measure import latency_percentiles_ms, percentiles
-from txn_library import wire
-from txn_library.errors import ABORTED, ERR_NOT_LEADER, ERROR, OK
+from txn_library import limits, placement, wire
+from txn_library.errors import ABORTED, ERR_NOT_LEADER, ERR_NOT_READY, ERROR, OK
 
 # decide(proc, args, copy) -> (status, value), or None to drop the call (no answer);
 # copy counts how many times this (client, req_id) arrived (1 = first send).
@@ -339,3 +343,164 @@ def test_raw_frames_go_through_one_channel_that_never_blocks(
         stop.set()
         thread.join(timeout=5)
         router.close()
+
+
+# --- Queries -------------------------------------------------------------------------
+
+
+class FakePartition:
+    """A partition's query ROUTER: answers every REQ_QUERY entry with ``answer(proc,
+    args, copy)`` -> (status, value), or None to drop it; epoch 7 on every answer.
+    Records each frame's entries."""
+
+    def __init__(self, answer: Callable[[str, tuple, int], tuple[int, Any] | None]) -> None:
+        self.addr = f"inproc://fake-part-{os.urandom(6).hex()}"
+        self.answer = answer
+        self.frames: list[tuple] = []  # [(client_id, entries), ...]
+        self.copies: Counter[tuple[bytes, int]] = Counter()
+        self._stop = threading.Event()
+        self._sock = zmq.Context.instance().socket(zmq.ROUTER)
+        self._sock.bind(self.addr)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def entries(self) -> list[tuple]:
+        return [e for _cid, entries in self.frames for e in entries]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sock.close(linger=0)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if not self._sock.poll(1):
+                continue
+            ident, frame = self._sock.recv_multipart()
+            kind, client_id, entries = wire.unpack(frame)
+            assert kind == wire.REQ_QUERY and wire.query_request_problem(wire.unpack(frame)) is None
+            self.frames.append((client_id, entries))
+            replies = []
+            for qid, proc, args, _isolation, _at in entries:
+                self.copies[(client_id, qid)] += 1
+                got = self.answer(proc, args, self.copies[(client_id, qid)])
+                if got is not None:
+                    replies.append((qid, got[0], wire.pack(got[1]), 7))
+            if replies:
+                self._sock.send_multipart([ident, wire.encode_query_reply(replies)])
+
+
+@pytest.fixture
+def partitions() -> Iterator[Callable[..., FakePartition]]:
+    made: list[FakePartition] = []
+
+    def make(
+        answer: Callable[[str, tuple, int], tuple[int, Any] | None] = lambda proc, args, copy: (
+            OK,
+            args[1],
+        ),
+    ) -> FakePartition:
+        made.append(FakePartition(answer))
+        return made[-1]
+
+    yield make
+    for p in made:
+        p.close()
+
+
+def mixed(n: int) -> Callable[[int], Call | None]:
+    """n calls: every third a call "c" (kind "call"), the others queries "q" (kind "q")
+    with args (i, i)."""
+    it = iter(range(n))
+
+    def source(_t: int) -> Call | None:
+        i = next(it, None)
+        if i is None:
+            return None
+        return Call("c", (0, i), "call") if i % 3 == 0 else Call("q", (i, i), "q")
+
+    return source
+
+
+def test_queries_go_where_their_route_says_batched_and_the_other_calls_to_the_sequencer(
+    serve: Callable[..., FakeServer], partitions: Callable[..., FakePartition]
+) -> None:
+    seq = serve(hold_s=0.002)
+    p0, p1 = partitions(), partitions()
+    targets = QueryTargets([[p0.addr, p1.addr]], kinds={"q"}, route=lambda proc, args: args[0] % 2)
+    load = ClosedLoop(terminals=4, in_flight_per_terminal=500)
+    with LoadGenerator(seq.addr, mixed(6000), load, connections=2, queries=targets) as gen:
+        w = gen.run()
+        assert gen.queries is not None and gen.queries.epoch_min == gen.queries.epoch_max == 7
+    assert w.kinds["q"].ok == 4000 and w.kinds["call"].ok == 2000 and w.errors == 0
+    assert len(seq.copies) == 2000  # the calls went to the sequencer, the queries not
+    assert {e[1] for e in p0.entries + p1.entries} == {"q"}
+    assert {e[2][0] % 2 for e in p0.entries} == {0} and {e[2][0] % 2 for e in p1.entries} == {1}
+    assert len(p0.entries) + len(p1.entries) == 4000
+    assert {(e[3], e[4]) for e in p0.entries + p1.entries} == {("snapshot", -1)}
+    sizes = [len(entries) for _cid, entries in p0.frames + p1.frames]
+    assert max(sizes) <= limits.loadgen_frame_calls_max and max(sizes) > 1  # batched
+    assert len({cid for cid, _e in p0.frames}) == 2  # one client identity per connection
+
+
+def test_queries_take_each_replica_in_turn_or_the_footprints_first_partition(
+    serve: Callable[..., FakeServer], partitions: Callable[..., FakePartition]
+) -> None:
+    import txn_library.builtin  # noqa: F401  (bank.balance: the default route's footprint)
+
+    seq = serve()
+    grid = [
+        [partitions(lambda proc, args, copy: (OK, args[0])) for _p in range(2)] for _r in range(2)
+    ]
+    targets = QueryTargets([[p.addr for p in row] for row in grid], isolation="read_committed")
+    accounts = iter(range(400))
+
+    def source(_t: int) -> Call | None:
+        a = next(accounts, None)
+        return None if a is None else Call("bank.balance", (a,), "balance")
+
+    with LoadGenerator(seq.addr, source, ClosedLoop(8), queries=targets) as gen:
+        w = gen.run()
+    assert w.kinds["balance"].ok == 400 and not seq.copies
+    per_replica = [sum(len(p.entries) for p in row) for row in grid]
+    assert per_replica == [200, 200]
+    for row in grid:
+        for p, part in enumerate(row):
+            assert all(placement.partition_of("account", (e[2][0],), 2) == p for e in part.entries)
+            assert {e[3] for e in part.entries} <= {"read_committed"}
+
+
+def test_a_lost_query_is_resent_with_the_same_id_and_errors_count_by_code(
+    serve: Callable[..., FakeServer], partitions: Callable[..., FakePartition]
+) -> None:
+    def answer(proc: str, args: tuple, copy: int) -> tuple[int, Any] | None:
+        if args[1] == 5:
+            return (ERROR, (ERR_NOT_READY, "recovering"))
+        return None if copy == 1 else (OK, args[1])  # every first copy is lost
+
+    seq = serve()
+    part = partitions(answer)
+    targets = QueryTargets([[part.addr]], at_epoch=3)
+    source = numbered(3, 5, kind="q")
+    with LoadGenerator(
+        seq.addr, source, ClosedLoop(3), retry_s=0.1, timeout_s=5, queries=targets
+    ) as gen:
+        w = gen.run()
+    assert w.kinds["q"].ok == 12 and w.error_codes == {f"p: {ERR_NOT_READY}": 3}
+    assert sorted(part.copies.values()) == [1] * 3 + [2] * 12  # resent once, same id
+    assert {e[4] for e in part.entries} == {3}  # the epoch named
+
+
+def test_query_targets_are_checked_when_the_generator_is_built() -> None:
+    with pytest.raises(ValueError, match="strict"):
+        QueryTargets([["inproc://x"]], isolation="strict").check()
+    with pytest.raises(ValueError, match="snapshot only"):
+        QueryTargets([["inproc://x"]], isolation="read_committed", at_epoch=1).check()
+    with pytest.raises(ValueError, match="same partitions"):
+        LoadGenerator(
+            "inproc://nowhere",
+            numbered(1, 1),
+            ClosedLoop(1),
+            queries=QueryTargets([["inproc://a", "inproc://b"], ["inproc://c"]]),
+        )
