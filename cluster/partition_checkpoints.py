@@ -116,7 +116,9 @@ class PartitionCheckpoints:
             return True
         t0 = time.monotonic()
         planned = self._chain.plan(epoch)
-        self.writer = self._chain.writer(self.checkpoint_dir, planned, **self._checkpoint_ids())
+        self.writer = self._chain.writer(
+            self.checkpoint_dir, planned, answers=part.answers(), **self._checkpoint_ids()
+        )
         part.checkpoint_writing = epoch
         self._writer_started = t0
         self._drain_s = drain_s

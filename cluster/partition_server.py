@@ -137,6 +137,10 @@ class PartitionServer:
         if restored is not None:
             info = restored[0]
             self.part.restore(info.epoch, info.next_txn_id, info.txns_applied)
+            try:  # the answers it carries: retries of calls run before it (format.py)
+                self.part.remember_answers(checkpoint.read_answers(info.path))
+            except checkpoint.CheckpointInvalid as e:  # loaded whole just now: unlikely
+                log.warning("the answers of %s are unreadable: %s", info.path.name, e)
         if config.query_versions:
             self.part.keep_versions()  # snapshot queries from here on (docs/QUERIES.md)
         self.checkpoints = PartitionCheckpoints(

@@ -846,7 +846,7 @@ def main() -> None:
     ap.add_argument("--tpcc-replicas", type=int, default=1)
     ap.add_argument("--tpcc-terminals", type=int, default=200)
     ap.add_argument("--out", default="results/queries/bench_queries.json")
-    ap.add_argument("--plot", default="results/queries/bench_queries.png")
+    ap.add_argument("--plot", default="results/queries/bench_queries.png", help='"": none')
     a = ap.parse_args()
     parts = {p.strip() for p in a.parts.split(",") if p.strip()}
     if not parts <= set(PARTS):
@@ -876,8 +876,9 @@ def main() -> None:
     print_tables(out)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=2))
-    plot(out, Path(a.plot))
-    print(f"\nwritten: {a.out}, {a.plot}")
+    if a.plot:  # "" for none
+        plot(out, Path(a.plot))
+    print(f"\nwritten: {a.out}" + (f", {a.plot}" if a.plot else ""))
     tpcc_runs = out.get("versions", {}).get("runs", []) + out.get("tpcc_read_only", {}).get(
         "runs", []
     )

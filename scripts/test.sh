@@ -14,17 +14,22 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache
 step "ruff, mypy and lint-imports"
-.venv/bin/python -m pytest "$@"
+# Two workers (pytest-xdist): most tests wait on processes, sockets or disks, so two
+# share this machine's cores well (--dist loadfile: a file's tests, which may share a
+# module fixture, run on one worker). ORDO_TEST_WORKERS=0: in this process, in turn.
+workers=(-n "${ORDO_TEST_WORKERS:-2}" --dist loadfile)
+if [ "${ORDO_TEST_WORKERS:-2}" = 0 ]; then workers=(-p no:xdist); fi
+.venv/bin/python -m pytest "${workers[@]}" "$@"
 step "the suite"
 # The hot modules run compiled above (txn_library/native.py); the unit tests of those
 # modules again on their pure-Python fallback (ORDO_PURE_PASS=0 skips this pass).
 if [ "${ORDO_PURE_PASS:-1}" != 0 ]; then
   echo "test: the hot modules' unit tests again with ORDO_PURE=1 (from source)"
   u=tests/unit
-  ORDO_PURE=1 .venv/bin/python -m pytest -q "$u/test_engine.py" "$u/test_poison_pill.py" \
+  ORDO_PURE=1 .venv/bin/python -m pytest -q "${workers[@]}" "$u/test_engine.py" "$u/test_poison_pill.py" \
     "$u/test_storage_apply.py" "$u/test_row_encoding.py" "$u/test_lock_manager.py" \
     "$u/test_ordered_index.py" "$u/test_placement.py" "$u/test_checkpoint.py" \
-    "$u/test_bench_procedures.py" "$u/test_native.py" \
+    "$u/test_bench_procedures.py" "$u/test_native.py" "$u/test_queries.py" \
     --deselect "$u/test_native.py::test_compiled_and_pure_engines_compute_the_same_histories"
   step "the pure pass"
 fi

@@ -262,6 +262,13 @@ nothing else. Past it the batch runs, and batches run ahead for 1 s."""
 
 checkpoint_frame_bytes_max = 4 << 20
 """Rows per checkpoint frame are cut at this size."""
+checkpoint_answers_max = 20_000
+"""Answers a checkpoint carries (a partition's most recent: executor/core/checkpoint/
+format.py), so that a retry of a call run before the checkpoint whose answer a crash
+lost is answered after a restart from it. Older ones get `result_unknown`."""
+checkpoint_answers_bytes_max = 16 << 20
+"""Bytes of packed answers a checkpoint carries (the most recent first, up to
+checkpoint_answers_max)."""
 checkpoint_chain_depth_max = 16
 """Deltas after a base: past it the next checkpoint is a base."""
 checkpoint_chain_load_excess_max = 0.25

@@ -337,11 +337,7 @@ class Storage:
                 old is not None or old_data is not None or row is not None
             ):
                 versions.note(
-                    t,
-                    key,
-                    old if old is not None else old_data,
-                    0 if data is None else len(data),
-                    row is None,
+                    t, key, old if old is not None else old_data, 0 if data is None else len(data)
                 )
             if changes is not None and (old is not None or row is not None or old_data is not None):
                 record = changes.get(t)

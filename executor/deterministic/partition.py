@@ -60,6 +60,7 @@ import heapq
 import os
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
+from itertools import islice
 from typing import Any
 
 from executor.core.context import TxnContext, cover_set
@@ -628,6 +629,24 @@ class Partition:
             else:
                 out = self.run_query(proc_name, args)
             self.query_out.append((query_id, tag) + out)
+
+    def answers(self) -> list[tuple[int, int, Any]]:
+        """The answers cached (``_result_cache``), oldest first, for a checkpoint to
+        carry (executor/core/checkpoint/format.py: it keeps the most recent)."""
+        cache = self._result_cache
+        n = min(len(cache), limits.checkpoint_answers_max)
+        newest = list(islice(reversed(cache.items()), n))
+        newest.reverse()
+        return [(txn_id, status, value) for txn_id, (status, value) in newest]
+
+    def remember_answers(self, answers: list[tuple[int, int, Any]]) -> None:
+        """Answers a checkpoint carried (``answers``), restored before the log replays:
+        a client's retry of a call run before the checkpoint is answered as it was."""
+        cache = self._result_cache
+        for txn_id, status, value in answers:
+            cache[txn_id] = (status, value)
+        while len(cache) > limits.result_cache_txns_max:
+            cache.popitem(last=False)
 
     def _lookup_result(self, args: Any) -> tuple[int, Any]:
         txn_id = args[0] if isinstance(args, tuple) and args else None

@@ -102,9 +102,7 @@ def run_counters(
         calls=len(records),
         answered=sum(1 for r in records if r.answers),
         snapshot_queries=sum(len(c.queries) for c in clients),
-        snapshot_answers=sum(
-            1 for c in clients for q in c.queries for a in q.answers if a[1] == 0
-        ),
+        snapshot_answers=sum(1 for c in clients for q in c.queries for a in q.answers if a[1] == 0),
         snapshot_not_ready=sum(
             1 for c in clients for q in c.queries for a in q.answers if a[1] != 0
         ),

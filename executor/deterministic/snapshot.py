@@ -101,7 +101,10 @@ class Snapshot:
         assert self.epoch is not None
         epoch, get = self.epoch, self.storage.get
         keys = [k for k, _ in self.storage.scan(table, prefix)]
-        keys += v.keys_gone(table, prefix)
+        written = v.keys_written(table, prefix, epoch)
+        if written:
+            written.difference_update(keys)
+            keys += written
         out = []
         for k in keys:
             row = v.row_at(table, k, epoch, get)

@@ -62,6 +62,7 @@ def test_standard_mix_on_two_replicas_keeps_tpcc_consistent(make_cluster, tmp_pa
         "replicas": 2,
         "fsync": True,
         "epoch_ms": 10,
+        "query_versions": True,
         "engine": "attached",
     }
     per_type = summary["per_type"]

@@ -30,9 +30,9 @@ def test_leader_kills_and_cutoffs_keep_every_guarantee() -> None:
 
 
 def test_tpcc_survives_failover() -> None:
-    results = [run_seed(seed, "tpcc", **{**HA, "calls": 300}) for seed in (1, 2)]
-    assert all(r.ok for r in results), [r.first_failure for r in results]
-    assert sum(r.counters["failovers"] for r in results) >= 2
+    r = run_seed(1, "tpcc", **{**HA, "calls": 150})  # TPC-C's genesis dominates: one seed
+    assert r.ok, r.first_failure
+    assert r.counters["failovers"] >= 2
 
 
 def test_a_replicated_seed_replays_exactly() -> None:

@@ -29,6 +29,7 @@ from executor.core.checkpoint import loader as ckpt_loader
 from executor.core.checkpoint import writer as ckpt_writer
 from executor.core.checkpoint.format import _rows_frame
 from executor.core.checkpoint.reader import _check_hash_only, _decode_rows, _keyed_frame
+from executor.core.checkpoint.writer import recent_answers
 from executor.core.context import TxnContext, cover_set
 from executor.core.execution import run_body
 from executor.core.storage import Storage
@@ -1105,3 +1106,40 @@ def test_version_2_files_without_keys_still_load(tmp_path: Path) -> None:
     assert checkpoint.read_info(paths[-1]).version == 2
     for path, state in zip(paths, states, strict=True):
         assert _state(checkpoint.load(path)[1]) == state
+
+
+def test_a_checkpoint_carries_the_partitions_recent_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition restarted from a checkpoint answers a retry of a call it ran before
+    the checkpoint (whose answer a crash lost) as it answered it then: the checkpoint
+    carries the most recent answers, bounded in count and bytes, in frames a load skips."""
+    monkeypatch.setattr(limits, "checkpoint_answers_max", 50)
+    monkeypatch.setattr(limits, "checkpoint_frame_bytes_max", 4096)  # several frames
+    r = LocalReplica(1)
+    batches = [
+        make_batch(e, (e - 1) * 20, 1000 + e, e, [("bank.open", (a, 1, 100)) for a in range(20)], 1)
+        for e in range(1, 4)
+    ]
+    for b in batches[:2]:
+        r.apply(b)
+    part = r.parts[0]
+    answers = part.answers()
+    assert len(answers) == 40 and [a[0] for a in answers] == list(range(40))
+    answers += [(40 + i, 0, ("x" * 300,)) for i in range(60)]  # bounded: the newest 50
+    path = checkpoint.write_checkpoint(
+        tmp_path, part.storage, replica=0, partition=0, partitions=1, epoch=2,
+        next_txn_id=part.next_txn_id, txns_applied=part.txns_applied, answers=answers,
+    )  # fmt: skip
+    info, storage = checkpoint.load(path)
+    assert info.version == checkpoint.VERSION and storage.state_hash == part.storage.state_hash
+    carried = checkpoint.read_answers(path)
+    assert carried == answers[-50:]
+    restored = LocalReplica(1, [storage]).parts[0]
+    restored.restore(info.epoch, info.next_txn_id, info.txns_applied)
+    restored.remember_answers(carried[:5])
+    restored.remember_answers(carried[5:])
+    assert restored._lookup_result((99,)) == (0, ("x" * 300,))
+    assert restored._lookup_result((3,))[1][0] == "result_unknown"  # older than carried
+    monkeypatch.setattr(limits, "checkpoint_answers_bytes_max", 1000)
+    assert recent_answers(answers) == answers[-3:]  # 3 x ~310 bytes fit in 1000, 4 do not

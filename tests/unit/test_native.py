@@ -76,8 +76,8 @@ import json
 from txn_library import native
 from executor.deterministic.simulator import run_seed
 out = {"engine": native.describe()}
-for workload, seed in (("bank", 11), ("tpcc", 3)):
-    r = run_seed(seed, workload)
+for workload, seed, calls in (("bank", 11, 150), ("tpcc", 3, 60)):
+    r = run_seed(seed, workload, calls=calls)
     out[f"{workload}/{seed}"] = [r.ok, r.trace_digest, sorted(r.counters.items())]
 print(json.dumps(out))
 """

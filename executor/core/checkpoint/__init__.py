@@ -59,7 +59,7 @@ from executor.core.checkpoint.plan import (
     PlannedCheckpoint,
     next_tip,
 )
-from executor.core.checkpoint.reader import read_info
+from executor.core.checkpoint.reader import read_answers, read_info
 from executor.core.checkpoint.retention import (
     HOLDS_DIR,
     CheckpointHold,
@@ -110,6 +110,7 @@ __all__ = [
     "mark_skipped",
     "next_tip",
     "prune",
+    "read_answers",
     "read_info",
     "reads_floor",
     "remove_temp_files",

@@ -14,9 +14,10 @@ tables cost one file per content.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-from executor.core.checkpoint.format import CheckpointInfo
+from executor.core.checkpoint.format import Answer, CheckpointInfo
 from executor.core.checkpoint.plan import ChainTip, PlannedCheckpoint, next_tip
 from executor.core.checkpoint.writer import BaseFrames, CheckpointWriter
 from executor.core.storage import Storage
@@ -84,8 +85,10 @@ class CheckpointChain:
         partitions: int,
         next_txn_id: int,
         txns_applied: int,
+        answers: Sequence[Answer] = (),
     ) -> CheckpointWriter:
-        """Start writing ``planned`` (call at its boundary: it captures the state now)."""
+        """Start writing ``planned`` (call at its boundary: it captures the state now),
+        with the partition's recent ``answers`` (format.py)."""
         self._writing = CheckpointWriter(
             directory,
             self.storage,
@@ -96,13 +99,23 @@ class CheckpointChain:
             next_txn_id=next_txn_id,
             txns_applied=txns_applied,
             copy_from=self.base if planned.parent is None else None,
+            answers=answers,
         )
         return self._writing
 
     def write(self, directory: Path, planned: PlannedCheckpoint, **ids: int) -> Path:
         """Write ``planned`` now, from the state at its boundary (the state now);
         ``ids`` as ``writer`` takes them."""
-        return self.writer(directory, planned, **ids).finish()
+        w = self.writer(
+            directory,
+            planned,
+            replica=ids["replica"],
+            partition=ids["partition"],
+            partitions=ids["partitions"],
+            next_txn_id=ids["next_txn_id"],
+            txns_applied=ids["txns_applied"],
+        )
+        return w.finish()
 
     def written(self, planned: PlannedCheckpoint) -> None:
         self.tip = planned.tip

@@ -41,6 +41,13 @@ Each file is a sequence of frames in the command log's frame encoding (``<II`` l
                        be), the static file's keys sorted; a delta's rows are the bytes
                        its transactions packed (Storage.track_changes), in the order
                        first written since its parent.
+  frames      answers b"A", then msgpack([[txn_id, status, value], ...]): the partition's
+              most recent answers to its callers (at most limits.checkpoint_answers_max,
+              each frame under limits.checkpoint_frame_bytes_max), oldest first, after
+              the rows frames (version 4). A partition restarted from this checkpoint
+              answers a client's retry of a transaction it ran before the boundary
+              whose answer the crash lost (the answer is the logged input's, not
+              state: the hash and the row count ignore these frames).
   last frame  footer  [END, rows, state_hash] (the static file: its static hash)
 
 Readers take every version in ``_VERSIONS``; writers write ``VERSION``.
@@ -63,13 +70,18 @@ from sequencer.log import encode_frame
 
 MAGIC = "ORDO-CKPT"
 END = "END"
-VERSION = 3
-_VERSIONS = (2, 3)  # read; version 2's rows frames carry no keys (its rows are decoded)
+VERSION = 4
+# read; version 2's rows frames carry no keys (its rows are decoded); versions 2 and 3
+# carry no answers frames
+_VERSIONS = (2, 3, 4)
 BASE, DELTA, STATIC = "base", "delta", "static"
 
 
 _HEADER_FIELDS = 20
 _ROWS_TAG = b"R"
+_ANSWERS_TAG = b"A"
+# An answer a checkpoint carries: (txn_id, status, value) as the partition reported it.
+Answer = tuple[int, int, Any]
 NAME_RE = re.compile(r"(\d{12})-p(\d+)\.ckpt")  # a checkpoint file: (epoch, partition)
 _STATIC_NAME = re.compile(r"static-p(\d+)-([0-9a-f]{16})\.ckpt")
 SKIP_NAME_RE = re.compile(r"(\d{12})-p(\d+)\.skipped")  # a skip marker: (epoch, partition)

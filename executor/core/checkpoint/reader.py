@@ -23,6 +23,7 @@ from typing import Any
 import msgpack
 
 from executor.core.checkpoint.format import (
+    _ANSWERS_TAG,
     _ARRAY_HEADER,
     _HEADER_FIELDS,
     _MASK64,
@@ -35,6 +36,7 @@ from executor.core.checkpoint.format import (
     NAME_RE,
     STATIC,
     VERSION,
+    Answer,
     CheckpointInfo,
     CheckpointInvalid,
     _digest,
@@ -216,6 +218,8 @@ def _frames(path: Path, expect: CheckpointInfo | None, what: str = _ROWS) -> Ite
                         count += len(decoded[0])
                         yield decoded
                     continue
+                if payload[:1] == _ANSWERS_TAG:
+                    continue  # read_answers reads them
                 _footer(payload, path, info, count)
                 if next(frames, None) is not None:
                     raise CheckpointInvalid(f"{path}: data after the footer", epoch)
@@ -225,6 +229,36 @@ def _frames(path: Path, expect: CheckpointInfo | None, what: str = _ROWS) -> Ite
     except OSError as e:
         raise CheckpointInvalid(f"{path}: {e}", epoch) from None
     raise CheckpointInvalid(f"{path}: no footer (torn write?)", epoch)
+
+
+def _answers(payload: bytes, path: Path, epoch: int | None) -> list[Answer]:
+    try:
+        answers = msgpack.unpackb(payload[1:], use_list=False, strict_map_key=False)
+        if type(answers) is tuple and all(
+            type(a) is tuple and len(a) == 3 and type(a[0]) is int and type(a[1]) is int
+            for a in answers
+        ):
+            return list(answers)
+    except Exception:
+        pass
+    raise CheckpointInvalid(f"{path}: malformed answers frame", epoch)
+
+
+def read_answers(path: Path) -> list[Answer]:
+    """The answers ``path`` carries (oldest first; none before version 4). Checks each
+    frame's CRC, not the rows (read it after loading the file: ``load``)."""
+    epoch = _epoch_of(path)
+    out: list[Answer] = []
+    try:
+        with open(path, "rb") as f:
+            for payload in iter_file_frames(f, path):
+                if payload[:1] == _ANSWERS_TAG:
+                    out += _answers(payload, path, epoch)
+    except LogCorruption as e:
+        raise CheckpointInvalid(f"{path}: {e}", epoch) from None
+    except OSError as e:
+        raise CheckpointInvalid(f"{path}: {e}", epoch) from None
+    return out
 
 
 def _footer(payload: bytes, path: Path, info: CheckpointInfo, count: int) -> None:

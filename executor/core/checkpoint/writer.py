@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -26,10 +26,13 @@ from typing import Any
 import msgpack
 
 from executor.core.checkpoint.format import (
+    _ANSWERS_TAG,
+    _ARRAY_HEADER,
     BASE,
     DELTA,
     END,
     STATIC,
+    Answer,
     CheckpointInvalid,
     _header_list,
     _rows_frame,
@@ -99,9 +102,11 @@ def _body_frames(
     tables: list[Captured],
     path: Path,
     copied: Callable[[str], Iterator[tuple[bytes, int]]] | None = None,
+    answers: Sequence[Answer] = (),
 ) -> Iterator[Frame | None]:
-    """The frames after the header: rows (one table per frame), then the footer. Yields
-    None once a table's rows are in order (a pause point for a sliced writer).
+    """The frames after the header: rows (one table per frame), the answers, then the
+    footer. Yields None once a table's rows are in order (a pause point for a sliced
+    writer).
 
     ``copied(table)``: whole frames (and their rows) of the table's first rows in dict
     order, written before (a base's frames of a table that only grew since:
@@ -144,8 +149,48 @@ def _body_frames(
                     _rows_frame(packer, name, some[start:end], gone, parts[start:end]),  # type: ignore[arg-type]
                 )
     invariant(count == header[16], f"{path}: packed {count} rows, header says {header[16]}")
+    yield from _answers_frames(packer, answers)
     footer = [END, count, header[9] if header[11] == STATIC else header[8]]
     yield None, 0, encode_frame(pack(footer))
+
+
+def _answers_frames(packer: msgpack.Packer, answers: Sequence[Answer]) -> Iterator[Frame]:
+    """``answers`` (oldest first) in frames of at most checkpoint_frame_bytes_max."""
+    frame_bytes_max = limits.checkpoint_frame_bytes_max
+    parts: list[bytes] = []
+    size = 0
+    for answer in answers:
+        part = packer.pack(answer)
+        if parts and size + len(part) + 16 > frame_bytes_max:
+            yield None, 0, _answers_frame(parts)
+            parts, size = [], 0
+        parts.append(part)
+        size += len(part)
+    if parts:
+        yield None, 0, _answers_frame(parts)
+
+
+def _answers_frame(parts: list[bytes]) -> bytes:
+    return encode_frame(_ANSWERS_TAG + _ARRAY_HEADER(len(parts)) + b"".join(parts))
+
+
+def recent_answers(answers: Sequence[Answer]) -> list[Answer]:
+    """The most recent of ``answers`` (oldest first) a checkpoint carries: at most
+    limits.checkpoint_answers_max of them and checkpoint_answers_bytes_max packed bytes;
+    an answer that does not pack is left out (it could not have been sent either)."""
+    pack = msgpack.Packer(autoreset=True).pack
+    kept: list[Answer] = []
+    size = 0
+    for answer in reversed(answers[-limits.checkpoint_answers_max :]):
+        try:
+            size += len(pack(answer))
+        except Exception:  # a value msgpack refuses: never answered either
+            continue
+        if size > limits.checkpoint_answers_bytes_max:
+            break
+        kept.append(answer)
+    kept.reverse()
+    return kept
 
 
 def _write_all(path: Path, header: list[Any], frames: Iterable[Frame | None]) -> None:
@@ -268,6 +313,7 @@ class CheckpointWriter:
         next_txn_id: int,
         txns_applied: int,
         copy_from: BaseFrames | None = None,
+        answers: Sequence[Answer] = (),
     ) -> None:
         self.planned = planned
         self.directory = directory
@@ -318,7 +364,9 @@ class CheckpointWriter:
         self._static_hash = storage.static_hash
         self._ids = (replica, partition, partitions)
         self._copier = _FrameCopier(planned.epoch, copy_from, copy)
-        self._frames = _body_frames(self.header, tables, self.path, self._copier.frames)
+        self._frames = _body_frames(
+            self.header, tables, self.path, self._copier.frames, recent_answers(answers)
+        )
         self._packed = False
         self._outcome: bool | BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -511,8 +559,10 @@ def write_checkpoint(
     parent: ChainTip | None = None,
     changes: Mapping[str, Iterable[tuple]] | None = None,
     previous_epoch: int | None = None,
+    answers: Sequence[Answer] = (),
 ) -> Path:
-    """Write one checkpoint atomically now (temp file + fsync + rename + fsync dir).
+    """Write one checkpoint atomically now (temp file + fsync + rename + fsync dir),
+    carrying the most recent of ``answers`` (format.py).
 
     Without ``parent`` a base (and the static tables file if it is missing); with it a
     delta holding the current rows of ``changes``' keys (the keys written since
@@ -542,5 +592,6 @@ def write_checkpoint(
         partitions=partitions,
         next_txn_id=next_txn_id,
         txns_applied=txns_applied,
+        answers=answers,
     )
     return writer.finish()
