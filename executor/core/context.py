@@ -44,6 +44,18 @@ def covered(cover: frozenset, table: Any, key: Any) -> bool:
     return (table, key) in cover or _covered_by_prefix(cover, table, key)
 
 
+def scan_of_reads(exact: dict, prefixes: dict, table: str, prefix: tuple) -> list:
+    """A prefix scan answered from reads another partition sent: its rows for that
+    prefix if it sent them, else the exact keys it sent under the prefix, in key order
+    (a multi-partition transaction's or a query's view of a peer's rows)."""
+    rows = prefixes.get((table, prefix))
+    if rows is not None:
+        return list(rows)
+    m = len(prefix)
+    found = [(k[1], v) for k, v in exact.items() if k[0] == table and k[1][:m] == prefix]
+    return sorted((key, row) for key, row in found if row is not None)
+
+
 def _covered_by_prefix(cover: frozenset, table: Any, key: Any) -> bool:
     """A proper prefix of ``key`` is in ``cover`` (longest first: TPC-C's covers are
     one part shorter than most keys they cover)."""

@@ -14,7 +14,8 @@ a small map that stays in cache, and retiring an epoch drops its whole map at on
 chain per key made every write probe, and every retirement edit, a map of every key
 written in the retention window: that cost New Order about a third of its
 throughput). Reads pay instead: a key read at E probes the maps of the epochs after E
-(a snapshot at a completed epoch is a few epochs old, so a few probes).
+(a snapshot at a completed epoch is a few epochs old, so a few probes); a query that
+reads many keys merges those maps once (``undo_after``) and probes the merge.
 
 Invariants:
 - One entry per key and epoch, the row before the epoch's first write of the key:
@@ -123,17 +124,28 @@ class Versions:
                 return before  # type: ignore[no-any-return]
         return current(table, key)  # type: ignore[no-any-return]
 
-    def keys_written(self, table: str, prefix: tuple, epoch: int) -> set[tuple]:
-        """Keys of ``table`` starting with ``prefix`` written after ``epoch`` (a
-        snapshot scan at ``epoch`` looks at them besides the keys present now: a key
-        deleted since is in no index)."""
-        n = len(prefix)
-        out: set[tuple] = set()
-        for undo in self.after(epoch):
-            for t, key in undo:
-                if t == table and key[:n] == prefix:
-                    out.add(key)
-        return out
+    def undo_after(self, epoch: int) -> dict[tuple, Any]:
+        """One map for many reads at ``epoch``: each key written after it, to the row it
+        held at the end of ``epoch`` (``row_in``). Costs the entries after ``epoch``
+        once; a read then costs one probe, however many epochs follow."""
+        merged: dict[tuple, Any] = {}
+        maps = self.after(epoch)
+        i = len(maps) - 1
+        while i >= 0:  # the newest first: older ones win (mypyc: no reversed() here)
+            merged.update(maps[i])
+            i -= 1
+        return merged
+
+    @staticmethod
+    def row_in(undo: dict[tuple, Any], table: str, key: tuple, current: Any) -> tuple | None:
+        """The row of ``key`` in ``undo`` (from ``undo_after``), else ``current()``'s."""
+        k = (table, key)
+        if k in undo:
+            before = undo[k]
+            if type(before) is bytes:
+                return _decoded(table, key, before)
+            return before  # type: ignore[no-any-return]
+        return current(table, key)  # type: ignore[no-any-return]
 
     def check(self) -> None:
         """The invariants (tests)."""

@@ -63,7 +63,7 @@ from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import Any
 
-from executor.core.context import TxnContext, cover_set
+from executor.core.context import TxnContext, cover_set, scan_of_reads
 from executor.core.execution import failure_text, run_body, run_txn
 from executor.core.storage import Storage
 from executor.core.versions import Versions
@@ -564,15 +564,7 @@ class Partition:
         def scan(t: str, prefix: tuple) -> list:
             if is_here(st, t, prefix):
                 return storage.scan(t, prefix)
-            rows = prefixes.get((t, prefix))
-            if rows is not None:
-                return list(rows)
-            m = len(prefix)
-            return sorted(
-                (k[1], v)
-                for k, v in exact.items()
-                if k[0] == t and k[1][:m] == prefix and v is not None
-            )
+            return scan_of_reads(exact, prefixes, t, prefix)
 
         return get, scan
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from executor.core.context import TxnContext, cover_set
+from executor.core.context import TxnContext, cover_set, scan_of_reads
 from executor.core.execution import run_body
 from executor.core.storage import Storage
 from txn_library import catalog, limits, placement
@@ -79,6 +79,9 @@ def epoch_problem(epoch: int, oldest: int, completed: int) -> tuple[str, str] | 
     return None
 
 
+PROBES_MAX = 8  # reads of a snapshot before it merges the later epochs' maps
+
+
 class Snapshot:
     """The local state at the end of ``epoch`` (None: now, read committed)."""
 
@@ -86,28 +89,42 @@ class Snapshot:
         self.storage = storage
         self.epoch = epoch
         self.versions = storage.versions if epoch is not None else None
+        # Past PROBES_MAX reads, one merged map of the epochs after ``epoch``
+        # (Versions.undo_after): a read probes each later epoch's map until then.
+        self._undo: dict[tuple, Any] | None = None
+        self._probes = 0
+
+    def _merged(self) -> dict[tuple, Any]:
+        undo = self._undo
+        if undo is None:
+            assert self.versions is not None and self.epoch is not None
+            undo = self._undo = self.versions.undo_after(self.epoch)
+        return undo
 
     def get(self, table: str, key: tuple) -> tuple | None:
         v = self.versions
         if v is None:
             return self.storage.get(table, key)
         assert self.epoch is not None
-        return v.row_at(table, key, self.epoch, self.storage.get)
+        if self._undo is None and self._probes < PROBES_MAX:
+            self._probes += 1
+            return v.row_at(table, key, self.epoch, self.storage.get)
+        return v.row_in(self._merged(), table, key, self.storage.get)
 
     def scan(self, table: str, prefix: tuple) -> list[tuple[tuple, tuple]]:
         v = self.versions
         if v is None:
             return self.storage.scan(table, prefix)
-        assert self.epoch is not None
-        epoch, get = self.epoch, self.storage.get
+        undo, get = self._merged(), self.storage.get
         keys = [k for k, _ in self.storage.scan(table, prefix)]
-        written = v.keys_written(table, prefix, epoch)
+        n = len(prefix)
+        written = {k for t, k in undo if t == table and k[:n] == prefix}
         if written:
             written.difference_update(keys)
             keys += written
         out = []
         for k in keys:
-            row = v.row_at(table, k, epoch, get)
+            row = v.row_in(undo, table, k, get)
             if row is not None:
                 out.append((k, row))
         out.sort()
@@ -165,15 +182,7 @@ def run_query(
     def scan(t: str, prefix: tuple) -> list:
         if not local_read and _here(t, prefix, me, partitions):
             return snap.scan(t, prefix)
-        rows = prefixes.get((t, prefix))
-        if rows is not None:
-            return list(rows)
-        m = len(prefix)
-        return sorted(
-            (k[1], v)
-            for k, v in exact.items()
-            if k[0] == t and k[1][:m] == prefix and v is not None
-        )
+        return scan_of_reads(exact, prefixes, t, prefix)
 
     fp = proc.footprint(*args)
     ctx = TxnContext(-1, 0, 0, cover_set(fp.reads), frozenset(), get, scan)

@@ -27,7 +27,6 @@ import pytest
 
 from executor.deterministic.sim_options import SimResult
 from executor.deterministic.simulator import PLANTS, REPLICATED_PLANTS, run_seed
-from executor.deterministic.workloads import forget_genesis_images
 
 REPO = Path(__file__).resolve().parents[2]
 BANK_SEEDS = range(0, 400)
@@ -85,10 +84,8 @@ def test_rare_recovery_paths_pass_every_check() -> None:
 
 
 def test_tpcc_seed_passes_every_check_under_faults() -> None:
-    try:
-        r = run_seed(100, "tpcc")
-    finally:  # the W=2 genesis image is large: do not keep it for the rest of the run
-        forget_genesis_images()
+    r = run_seed(100, "tpcc")  # the W=2 genesis image (~1 GB) stays for the worker's
+    # other TPC-C simulations: building it again cost ~20 s each
     assert r.ok, _explain([r])
     c = r.counters
     assert r.shape == "2x2" and c["sequencer_crashes"] >= 1 and c["txns"] >= 100
@@ -99,10 +96,7 @@ def test_tpcc_partitions_restart_from_checkpoint_chains() -> None:
     """TPC-C with file checkpoints as a live partition writes them (bases, deltas and
     the replicated tables' file): crashed partitions start again from chains, one
     checkpoint is corrupted, and every check holds."""
-    try:
-        r = run_seed(3, "tpcc", calls=300, checkpoint_store="file", keep_trace=True)
-    finally:
-        forget_genesis_images()
+    r = run_seed(3, "tpcc", calls=300, checkpoint_store="file", keep_trace=True)
     assert r.ok, _explain([r])
     c = r.counters
     assert c["checkpoint_deltas"] >= 10 and c["corrupted_checkpoints"] >= 1

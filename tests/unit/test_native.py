@@ -76,8 +76,8 @@ import json
 from txn_library import native
 from executor.deterministic.simulator import run_seed
 out = {"engine": native.describe()}
-for workload, seed, calls in (("bank", 11, 150), ("tpcc", 3, 60)):
-    r = run_seed(seed, workload, calls=calls)
+for workload, seed in (("bank", 11), ("bank", 12)):
+    r = run_seed(seed, workload)
     out[f"{workload}/{seed}"] = [r.ok, r.trace_digest, sorted(r.counters.items())]
 print(json.dumps(out))
 """
@@ -102,9 +102,11 @@ def _outcomes(proc: subprocess.Popen[str]) -> dict:
 
 
 def test_compiled_and_pure_engines_compute_the_same_histories() -> None:
-    """Whole-cluster simulations (faults included) of bank transfers and TPC-C, run
-    compiled and pure (at once, in two processes): the trace digest covers every event,
-    every partition's final state hash and every answer a client got."""
+    """Whole-cluster simulations (faults included) of bank transfers, run compiled and
+    pure (at once, in two processes): the trace digest covers every event, every
+    partition's final state hash and every answer a client got. (TPC-C's pure genesis
+    alone took ~100 s of CPU per run here, too much for CI's budget; TPC-C's compiled
+    transactions are checked against the serial oracle by the simulator's TPC-C tests.)"""
     runs = _start_outcomes(pure=False), _start_outcomes(pure=True)
     try:
         compiled, pure = _outcomes(runs[0]), _outcomes(runs[1])
