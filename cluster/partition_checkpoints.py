@@ -117,7 +117,7 @@ class PartitionCheckpoints:
         t0 = time.monotonic()
         planned = self._chain.plan(epoch)
         self.writer = self._chain.writer(
-            self.checkpoint_dir, planned, answers=part.answers(), **self._checkpoint_ids()
+            self.checkpoint_dir, planned, answers=part.answers.recent(), **self._checkpoint_ids()
         )
         part.checkpoint_writing = epoch
         self._writer_started = t0

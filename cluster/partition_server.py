@@ -138,7 +138,7 @@ class PartitionServer:
             info = restored[0]
             self.part.restore(info.epoch, info.next_txn_id, info.txns_applied)
             try:  # the answers it carries: retries of calls run before it (format.py)
-                self.part.remember_answers(checkpoint.read_answers(info.path))
+                self.part.answers.remember(checkpoint.read_answers(info.path))
             except checkpoint.CheckpointInvalid as e:  # loaded whole just now: unlikely
                 log.warning("the answers of %s are unreadable: %s", info.path.name, e)
         if config.query_versions:

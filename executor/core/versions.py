@@ -118,10 +118,7 @@ class Versions:
         k = (table, key)
         for undo in self.after(epoch):
             if k in undo:
-                before = undo[k]
-                if type(before) is bytes:
-                    return _decoded(table, key, before)
-                return before  # type: ignore[no-any-return]
+                return self.row_in(undo, table, key, current)
         return current(table, key)  # type: ignore[no-any-return]
 
     def undo_after(self, epoch: int) -> dict[tuple, Any]:

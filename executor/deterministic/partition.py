@@ -60,20 +60,18 @@ import heapq
 import os
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from itertools import islice
 from typing import Any
 
 from executor.core.context import TxnContext, cover_set, scan_of_reads
-from executor.core.execution import failure_text, run_body, run_txn
+from executor.core.execution import run_txn
 from executor.core.storage import Storage
 from executor.core.versions import Versions
+from executor.deterministic.answers import Answers
+from executor.deterministic.snapshot import run_current
 from scheduler.lock_manager import LockManager
 from txn_library import catalog, limits, placement
 from txn_library.errors import (
-    ERR_BAD_ARGUMENTS,
-    ERR_PROCEDURE_FAILED,
     ERROR,
-    BadRequest,
     invariant,
 )
 from txn_library.partition_wire import RESULT_LOOKUP, PartitionStatus
@@ -191,7 +189,7 @@ class Partition:
         self.checkpoint_writing = -1
         self.newest_checkpoint_epoch = 0
         self.boundary: tuple[int, int] = (0, 0)  # (epoch, state hash) at last flagged epoch
-        self._result_cache: OrderedDict[int, tuple[int, Any]] = OrderedDict()
+        self.answers = Answers()
         # Sent reads, for restarted peers: txn id -> (destinations, entry).
         self._sent: OrderedDict[int, tuple[tuple[int, ...], tuple]] = OrderedDict()
         self._sent_complete_from = 0  # every read of txns >= this is retained
@@ -523,10 +521,7 @@ class Partition:
                 self.derived_failure_last = f"txn {st.txn_id} {st.proc.name}: {value!r}"[:300]
         elif st.reporter:
             self.results_out.append((st.txn_id, status, value, data))
-            cache = self._result_cache
-            cache[st.txn_id] = (status, value)
-            if len(cache) > limits.result_cache_txns_max:
-                cache.popitem(last=False)
+            self.answers.add(st.txn_id, status, value)
         self._finish(st)
 
     def next_hold_due(self) -> float | None:
@@ -617,62 +612,14 @@ class Partition:
                 return  # not yet (nor any later one): an earlier txn here is pending
             _, _, query_id, tag, proc_name, args = heapq.heappop(queries)
             if proc_name == RESULT_LOOKUP:
-                out = self._lookup_result(args)
+                out = self.answers.lookup(args)
             else:
                 out = self.run_query(proc_name, args)
             self.query_out.append((query_id, tag) + out)
 
-    def answers(self) -> list[tuple[int, int, Any]]:
-        """The answers cached (``_result_cache``), oldest first, for a checkpoint to
-        carry (executor/core/checkpoint/format.py: it keeps the most recent)."""
-        cache = self._result_cache
-        n = min(len(cache), limits.checkpoint_answers_max)
-        newest = list(islice(reversed(cache.items()), n))
-        newest.reverse()
-        return [(txn_id, status, value) for txn_id, (status, value) in newest]
-
-    def remember_answers(self, answers: list[tuple[int, int, Any]]) -> None:
-        """Answers a checkpoint carried (``answers``), restored before the log replays:
-        a client's retry of a call run before the checkpoint is answered as it was."""
-        cache = self._result_cache
-        for txn_id, status, value in answers:
-            cache[txn_id] = (status, value)
-        while len(cache) > limits.result_cache_txns_max:
-            cache.popitem(last=False)
-
-    def _lookup_result(self, args: Any) -> tuple[int, Any]:
-        txn_id = args[0] if isinstance(args, tuple) and args else None
-        hit = self._result_cache.get(txn_id) if isinstance(txn_id, int) else None
-        if hit is None:
-            return ERROR, ("result_unknown", f"result of txn {txn_id} is no longer cached")
-        return hit
-
     def run_query(self, proc_name: Any, args: Any) -> tuple[int, Any]:
         """Run a read-only procedure against this partition's current state."""
-        try:
-            proc: Procedure = lookup(proc_name)
-            if not proc.read_only:
-                return ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name} is not read-only")
-            proc.validate(args)
-        except BadRequest as e:
-            return ERROR, (e.code, e.message)
-        n, me = self.partitions, self.partition
-        try:
-            fp = proc.footprint_of(args)
-            homes = [placement.partition_of(t, key, n) for t, key in fp.reads]
-        except BadRequest as e:
-            return ERROR, (e.code, e.message)
-        # The procedure's footprint function (and the placement of the keys it made)
-        # ran on unsequenced arguments: whatever it raises is the call's failure.
-        except Exception as e:
-            return ERROR, (ERR_BAD_ARGUMENTS, f"footprint of {proc.name}: {failure_text(e)}")
-        for (t, key), p in zip(fp.reads, homes, strict=True):
-            if p != me and p != REPLICATED:
-                return ERROR, (ERR_PROCEDURE_FAILED, f"{t}{key!r} is not on partition {me}")
-        storage = self.storage
-        ctx = TxnContext(-1, 0, 0, cover_set(fp.reads), frozenset(), storage.get, storage.scan)
-        status, value, _ = run_body(proc, tuple(args), ctx)
-        return status, value
+        return run_current(self.storage, self.partition, self.partitions, proc_name, args)
 
     # Introspection ------------------------------------------------------------
     def status(self, catching_up: bool = False) -> PartitionStatus:

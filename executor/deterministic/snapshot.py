@@ -28,13 +28,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from executor.core.context import TxnContext, cover_set, scan_of_reads
-from executor.core.execution import run_body
+from executor.core.execution import failure_text, run_body
 from executor.core.storage import Storage
 from txn_library import catalog, limits, placement
 from txn_library.catalog import REPLICATED
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_NOT_READY,
+    ERR_PROCEDURE_FAILED,
+    ERROR,
     BadRequest,
 )
 from txn_library.procedure import Procedure, lookup
@@ -187,3 +189,33 @@ def run_query(
     fp = proc.footprint(*args)
     ctx = TxnContext(-1, 0, 0, cover_set(fp.reads), frozenset(), get, scan)
     return run_body(proc, tuple(args), ctx)
+
+
+def run_current(
+    storage: Storage, me: int, partitions: int, proc_name: Any, args: Any
+) -> tuple[int, Any]:
+    """A read-only procedure whose footprint is all on partition ``me``, run against its
+    current state between transactions (the unsequenced single-partition read path
+    Partition.run_query serves): (status, value)."""
+    try:
+        proc: Procedure = lookup(proc_name)
+        if not proc.read_only:
+            return ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name} is not read-only")
+        proc.validate(args)
+    except BadRequest as e:
+        return ERROR, (e.code, e.message)
+    try:
+        fp = proc.footprint_of(args)
+        homes = [placement.partition_of(t, key, partitions) for t, key in fp.reads]
+    except BadRequest as e:
+        return ERROR, (e.code, e.message)
+    # The procedure's footprint function (and the placement of the keys it made) ran on
+    # unsequenced arguments: whatever it raises is the call's failure.
+    except Exception as e:
+        return ERROR, (ERR_BAD_ARGUMENTS, f"footprint of {proc.name}: {failure_text(e)}")
+    for (t, key), p in zip(fp.reads, homes, strict=True):
+        if p != me and p != REPLICATED:
+            return ERROR, (ERR_PROCEDURE_FAILED, f"{t}{key!r} is not on partition {me}")
+    ctx = TxnContext(-1, 0, 0, cover_set(fp.reads), frozenset(), storage.get, storage.scan)
+    status, value, _ = run_body(proc, tuple(args), ctx)
+    return status, value

@@ -1124,7 +1124,7 @@ def test_a_checkpoint_carries_the_partitions_recent_answers(
     for b in batches[:2]:
         r.apply(b)
     part = r.parts[0]
-    answers = part.answers()
+    answers = part.answers.recent()
     assert len(answers) == 40 and [a[0] for a in answers] == list(range(40))
     answers += [(40 + i, 0, ("x" * 300,)) for i in range(60)]  # bounded: the newest 50
     path = checkpoint.write_checkpoint(
@@ -1137,9 +1137,9 @@ def test_a_checkpoint_carries_the_partitions_recent_answers(
     assert carried == answers[-50:]
     restored = LocalReplica(1, [storage]).parts[0]
     restored.restore(info.epoch, info.next_txn_id, info.txns_applied)
-    restored.remember_answers(carried[:5])
-    restored.remember_answers(carried[5:])
-    assert restored._lookup_result((99,)) == (0, ("x" * 300,))
-    assert restored._lookup_result((3,))[1][0] == "result_unknown"  # older than carried
+    restored.answers.remember(carried[:5])
+    restored.answers.remember(carried[5:])
+    assert restored.answers.lookup((99,)) == (0, ("x" * 300,))
+    assert restored.answers.lookup((3,))[1][0] == "result_unknown"  # older than carried
     monkeypatch.setattr(limits, "checkpoint_answers_bytes_max", 1000)
     assert recent_answers(answers) == answers[-3:]  # 3 x ~310 bytes fit in 1000, 4 do not
