@@ -7,6 +7,7 @@ fails, so no test leaves processes behind.
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import socket
@@ -297,15 +298,36 @@ def _ports_below_ephemeral() -> int:
     return low
 
 
+PORT_WINDOW_ENV = "ORDO_PORT_WINDOW"
+
+
+def port_window() -> tuple[int, int]:
+    """Where ``free_base_port`` picks ports: [low, high), below the kernel's ephemeral
+    range; ``ORDO_PORT_WINDOW=LOW-HIGH`` narrows it. Processes that pick ranges at the
+    same time (the test suite's workers: tests/conftest.py gives each its own window)
+    can then never pick the same ports: a range is free when picked but is bound only
+    when the cluster's processes start, seconds later."""
+    low, high = PORTS_LOWEST, _ports_below_ephemeral()
+    spec = os.environ.get(PORT_WINDOW_ENV)
+    if spec:
+        try:
+            lo, hi = (int(x) for x in spec.split("-"))
+        except ValueError:
+            raise ValueError(f"{PORT_WINDOW_ENV}={spec!r}: expected LOW-HIGH") from None
+        low, high = max(low, lo), min(high, hi)
+    return low, high
+
+
 def free_base_port(span: int = 64) -> int:
-    """A base port such that [base, base+span) is currently free on 127.0.0.1, below the
-    kernel's ephemeral port range."""
+    """A base port such that [base, base+span) is currently free on 127.0.0.1, inside
+    ``port_window()`` (below the kernel's ephemeral port range)."""
     rng = random.Random()
-    top = _ports_below_ephemeral() - span
-    if top <= PORTS_LOWEST:
-        raise RuntimeError(f"no room for {span} ports below the ephemeral port range")
+    low, high = port_window()
+    top = high - span
+    if top <= low:
+        raise RuntimeError(f"no room for {span} ports in the port window [{low}, {high})")
     for _ in range(200):
-        base = rng.randrange(PORTS_LOWEST, top)
+        base = rng.randrange(low, top)
         socks = []
         try:
             for port in range(base, base + span):

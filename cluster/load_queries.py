@@ -175,7 +175,9 @@ class QuerySockets:
             return next(self._partition_turn) % self.partitions
 
     def flush(self) -> None:
-        """Send every outbox in frames within the bounds; empty them (in place)."""
+        """Send every outbox in frames within the bounds, without blocking; take what
+        was sent from them (in place), and keep what a socket with no connection could
+        not queue for the next flush."""
         step = limits.loadgen_frame_calls_max
         budget = self._entry_bytes_max
         for i, out in enumerate(self.outbox):
@@ -184,15 +186,20 @@ class QuerySockets:
             prefix = self._prefixes[i // self.per_connection]
             sock = self.sockets[i]
             batch: list[bytes] = []
-            size = 0
-            for data in out:
-                if batch and (len(batch) >= step or size + len(data) > budget):
-                    sock.send(_frame(prefix, batch))
-                    batch, size = [], 0
-                batch.append(data)
-                size += len(data)
-            sock.send(_frame(prefix, batch))
-            out.clear()
+            size = sent = 0
+            try:
+                for data in out:
+                    if batch and (len(batch) >= step or size + len(data) > budget):
+                        sock.send(_frame(prefix, batch), zmq.NOBLOCK)
+                        sent += len(batch)
+                        batch, size = [], 0
+                    batch.append(data)
+                    size += len(data)
+                sock.send(_frame(prefix, batch), zmq.NOBLOCK)
+                sent += len(batch)
+            except zmq.Again:  # no connection to queue on (a send would block): later
+                pass
+            del out[:sent]
 
     def answers(self, frame: bytes) -> list[Any] | None:
         """The generator's answers ``(query_id, status, value)`` in a reply frame, or None

@@ -17,8 +17,10 @@ sequencer.batch_order). CURVE keys, one per target address, are set on every DEA
 before it connects.
 
 Invariants: every frame sent holds at most ``limits.loadgen_frame_calls_max`` calls and
-fits the sequencer's intake byte bound (ClientProtocol.frames); ``flush`` empties every
-outbox in place (the generator holds the same lists); a slot's socket is registered with
+fits the sequencer's intake byte bound (ClientProtocol.frames); ``flush`` never blocks:
+it takes from each outbox, in place (the generator holds the same lists), what its socket
+queued, and a socket with no connection at all keeps the rest for the next flush (a
+blocked send would stop the generator's loop); a slot's socket is registered with
 the poller exactly while it is open.
 """
 
@@ -102,17 +104,22 @@ class LoadSockets:
 
     # Sending ------------------------------------------------------------------------
     def flush(self) -> None:
-        """Send every slot's outbox, in frames within the bounds."""
+        """Send every slot's outbox, in frames within the bounds, without blocking."""
         step = limits.loadgen_frame_calls_max
         for i, out in enumerate(self.outbox):
             if not out:
                 continue
             proto = self.protos[i // self.per_connection]
             sock = self.sockets[i]
-            for first in range(0, len(out), step):
-                for frame in proto.frames(out[first : first + step]):
-                    sock.send(frame)
-            out.clear()  # in place: the generator holds the same lists
+            sent = 0
+            try:
+                for first in range(0, len(out), step):
+                    for frame in proto.frames(out[first : first + step]):
+                        sock.send(frame, zmq.NOBLOCK)
+                    sent = min(len(out), first + step)
+            except zmq.Again:  # no connection to queue on (a send would block): later
+                pass
+            del out[:sent]  # in place: the generator holds the same lists
 
     # Failover -----------------------------------------------------------------------
     def dropped(self, monitor: zmq.Socket) -> None:

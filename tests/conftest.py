@@ -9,12 +9,24 @@ unit (in-process, fast), sim (seeded whole-cluster simulations in one process), 
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
+import time
+import traceback
 from collections.abc import Callable, Iterator
 
 import pytest
+import zmq
 
 from cluster.config import ClusterConfig
-from cluster.launcher import LocalCluster, free_base_port, wait_quiescent
+from cluster.launcher import (
+    PORT_WINDOW_ENV,
+    LocalCluster,
+    free_base_port,
+    port_window,
+    wait_quiescent,
+)
 from txn_library import native
 
 __all__ = ["wait_quiescent", "free_base_port"]
@@ -24,6 +36,60 @@ KINDS = ("unit", "sim", "cluster", "spark")
 
 def pytest_report_header() -> str:
     return f"ordo engine: {native.describe()}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each pytest-xdist worker picks cluster ports in a window of its own (the
+    processes it starts inherit it), so two workers never pick the same range."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count < 2:
+        return
+    low, high = port_window()
+    width = (high - low) // count
+    i = int(worker[2:])
+    os.environ[PORT_WINDOW_ENV] = f"{low + i * width}-{low + (i + 1) * width}"
+
+
+CLIENT_THREAD = "ordo-client"  # txn_library.client.Client's I/O thread
+LEAK_WAIT_S = 6.0  # Client.close waits up to 5 s for its thread
+
+
+def _client_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == CLIENT_THREAD and t.is_alive()}
+
+
+def _open_sockets() -> int:
+    ctx = zmq.Context._instance  # the shared context clients use, if made yet
+    return 0 if ctx is None else sum(not s.closed for s in list(ctx._sockets))
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_clients() -> Iterator[None]:
+    """A test leaves no client running and no socket open in the process's shared
+    ZeroMQ context. A worker runs hundreds of tests: what each leaks adds up to the
+    context's socket limit (1023), and from then on no client in that worker can reach
+    any cluster."""
+    threads, sockets = _client_threads(), _open_sockets()
+    yield
+    deadline = time.monotonic() + LEAK_WAIT_S
+    while time.monotonic() < deadline:
+        left = _client_threads() - threads
+        grown = _open_sockets() - sockets
+        if not left and grown <= 0:
+            return
+        time.sleep(0.05)
+    frames = sys._current_frames()
+    stacks = "".join(
+        f"\n{t.name} ({t.ident}):\n" + "".join(traceback.format_stack(frames[t.ident]))
+        for t in left
+        if t.ident in frames
+    )
+    pytest.fail(
+        f"the test left {len(left)} client(s) running and {grown} more socket(s) open in "
+        "zmq.Context.instance(): close every Client (a with block) and socket it makes"
+        + stacks
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

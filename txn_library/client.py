@@ -98,6 +98,18 @@ class _Control:
     request: wire.StatusRequest | wire.CheckpointRequest | wire.PruneRequest
 
 
+def _send(sock: zmq.Socket, frame: bytes) -> bool:
+    """Send ``frame`` without blocking; False if the socket has no connection to queue
+    it on. A DEALER blocks a send while it has no peer at all (a server that refused our
+    CURVE keys ends the connection), and an I/O thread blocked there serves no one and
+    never sees ``close``; a call left unsent is sent again when its retry is due."""
+    try:
+        sock.send(frame, zmq.NOBLOCK)
+    except zmq.Again:
+        return False
+    return True
+
+
 def _settle(fut: Future, outcome: Any) -> None:
     """Resolve ``fut`` unless its owner cancelled it meanwhile."""
     try:
@@ -165,6 +177,19 @@ class Client:
         self._wake_send_lock = threading.Lock()
         self._wake_send = self._ctx.socket(zmq.PUSH)
         self._wake_send.connect(self._wake_addr)
+        # Made here, not in the I/O thread: a socket that cannot be made (the process's
+        # ZeroMQ context is at its socket limit, ``zmq.MAX_SOCKETS``) is an error the
+        # caller gets now. Made there, it killed the thread before it served anything,
+        # and every later call timed out as if the cluster were silent. The thread start
+        # below is the memory barrier that hands the socket over.
+        try:
+            self._sock: zmq.Socket = self._connect(self.address)
+        except zmq.ZMQError:
+            self._wake_recv.close(linger=0)
+            self._wake_send.close(linger=0)
+            if self._queries is not None:
+                self._queries.close()
+            raise
         self._control_waiters: list[Future] = []  # I/O thread only
         self._closed = threading.Event()
         # Set by the I/O thread as it stops, *before* it fails what is queued.
@@ -458,7 +483,6 @@ class Client:
 
     def _io_loop(self) -> None:
         pending: dict[int, _Pending] = {}
-        self._sock: zmq.Socket = self._connect(self.address)
         try:
             self._serve(pending)
         except Exception as e:  # a bug: keep it (with its type) for every caller
@@ -549,7 +573,7 @@ class Client:
         for p in pending.values():
             p.resend_at = now + self.retry_s
         for frame in self.proto.frames([p.call for p in pending.values()]):
-            self._sock.send(frame)
+            _send(self._sock, frame)
 
     def _watch(self, poller: zmq.Poller) -> None:
         """Monitor the current connection (client_socket.watch)."""
@@ -571,13 +595,15 @@ class Client:
                 self._queries.send(item, poller, time.monotonic())
                 continue
             if isinstance(item, _Control):
-                self._control_waiters.append(item.future)
-                sock.send(wire.encode(item.request))
+                if _send(sock, wire.encode(item.request)):
+                    self._control_waiters.append(item.future)  # replies come in order
+                else:
+                    _settle(item.future, CallTimeout(f"no connection to {self.address}"))
                 continue
             pending[item.req_id] = item
             calls.append(item.call)
         for frame in self.proto.frames(calls):
-            sock.send(frame)
+            _send(sock, frame)  # not sent: its calls go again when their retry is due
 
     def _on_reply(self, frame: bytes, pending: dict[int, _Pending]) -> None:
         reply = self.proto.parse_reply(frame)
@@ -636,4 +662,4 @@ class Client:
                 p.resend_at = now + self.retry_s
                 resend.append(p.call)
         for frame in self.proto.frames(resend):
-            sock.send(frame)
+            _send(sock, frame)

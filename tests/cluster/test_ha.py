@@ -168,7 +168,8 @@ def test_a_client_without_admitted_keys_gets_no_service(ha_cluster: LocalCluster
     with cluster_client(cfg) as c:
         assert c.call("kv.put", "k", "admitted").ok
     public, secret = zmq.curve_keypair()
-    admitted = cluster_client(cfg).curves
+    with cluster_client(cfg) as admin:
+        admitted = admin.curves
     strangers = [ClientCurve(public, secret, admitted[a].server_public) for a in cfg.client_addrs]
     for kw in ({}, {"curve": strangers}):
         with Client(cfg.client_addrs, timeout_s=2, retry_s=0.5, **kw) as c:  # type: ignore[arg-type]

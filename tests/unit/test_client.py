@@ -4,6 +4,7 @@ I/O thread that no server reply can stop (and that fails loudly if it stops anyw
 
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -274,3 +275,25 @@ def test_failover_returns_at_once_to_a_slow_leader_the_followers_name() -> None:
     finally:
         for s in (a, b, c):
             s.close()
+
+
+def test_a_client_whose_socket_cannot_be_made_says_so_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The suite's flake (issue 45): a worker's every client later timed out ("no answer
+    from ... within 2s", "no sequencer leads yet") while the clusters were up. A client
+    whose connection socket cannot be made (its process's ZeroMQ context at its socket
+    limit, 1023 by default) made it in the I/O thread, which died before serving
+    anything, and each call then waited out its timeout as if the sequencer were silent.
+    Now the constructor raises the error, and holds no socket or thread after it."""
+    import txn_library.client as client_module
+
+    def no_more_sockets(*_a: object, **_k: object) -> zmq.Socket:
+        raise zmq.ZMQError(errno.EMFILE)
+
+    monkeypatch.setattr(client_module, "connect_dealer", no_more_sockets)
+    ctx = zmq.Context.instance()
+    open_before = sum(not s.closed for s in ctx._sockets)
+    with pytest.raises(zmq.ZMQError, match="Too many open files"):
+        Client("tcp://127.0.0.1:9", timeout_s=1)
+    assert sum(not s.closed for s in ctx._sockets) == open_before

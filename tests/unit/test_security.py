@@ -517,3 +517,36 @@ def test_ordo_keys_reports_bad_names_and_missing_config(tmp_path: Path) -> None:
     ClusterConfig(data_dir=str(tmp_path)).save()
     bad = runner.invoke(main, ["keys", "--data-dir", str(tmp_path), "--client", "../x"])
     assert bad.exit_code != 0 and "cannot name a key" in bad.output
+
+
+def test_a_client_refused_by_the_server_still_closes_at_once(
+    ctx: zmq.Context, data_dir: Path
+) -> None:
+    """A server that refuses the client's keys ends the connection, and a DEALER with no
+    connection at all blocks a send: the client's I/O thread sent its resends that way,
+    blocked for good, never saw ``close`` and held its sockets (the suite's leak
+    check found it). Now its calls time out, and it closes within its poll period."""
+    from cluster.launcher import free_base_port
+    from txn_library.client import Client
+    from txn_library.errors import CallTimeout
+
+    server = Server(ctx, data_dir)
+    try:
+        public, secret = zmq.curve_keypair()
+        stranger = ClientCurve(public, secret, load_role_public(data_dir, "sequencer-0"))
+        # Two sequencer addresses (the other one silent), as an HA client has: moving
+        # between them, the client meets the refusing server with no connection left.
+        silent = f"tcp://127.0.0.1:{free_base_port(1)}"
+        c = Client(
+            [server.addr, silent], timeout_s=2, retry_s=0.5, curve=[stranger, stranger]
+        )
+        with pytest.raises(CallTimeout):
+            c.call("kv.get", "k")
+        thread = c._thread
+        closing = time.monotonic()
+        c.close()
+        assert not thread.is_alive(), "the client's I/O thread is stuck"
+        assert time.monotonic() - closing < 2.0  # not close()'s 5 s join timeout
+        assert server.receives_nothing()
+    finally:
+        server.auth.stop()
