@@ -36,7 +36,7 @@ from cluster.loadgen import LoadGenerator
 from cluster.measure import latency_percentiles_ms
 from txn_library import limits
 from txn_library.client import Client
-from txn_library.errors import ABORTED, ERROR, OK, OrdoError
+from txn_library.errors import ABORTED, ERROR, OK, BatchesGone, OrdoError
 from txn_library.streams import PUSH
 
 QUANTILES = (0.5, 0.99)
@@ -170,16 +170,20 @@ def _more(b: int, first: int, batches: int | None, end: float) -> bool:
 def _follow(
     address: str, sink: str, first: int, run: Run, stop: threading.Event, poll_s: float
 ) -> None:
-    """Subscriber: note when each batch of ``sink`` appears (and keep its tuples)."""
-    expected = first
+    """Subscriber: note when each batch of ``sink`` appears (and keep its tuples), and
+    count the batches the sink dropped before it read them (it goes on past a gap)."""
+
+    def gap(g: BatchesGone) -> None:
+        run.sink_gaps += g.last_missing - g.first_missing + 1  # the flow's ids are dense
+
     try:
         with Client(address) as c:
-            batches = c.subscribe(sink, from_batch=first, poll_s=poll_s, stop=stop.is_set)
+            batches = c.subscribe(
+                sink, from_batch=first, poll_s=poll_s, stop=stop.is_set, on_gap=gap
+            )
             for b, tuples in batches:
                 run.done[b] = time.perf_counter()
                 run.outputs[b] = tuples
-                run.sink_gaps += max(0, b - expected)
-                expected = b + 1
     except OrdoError as e:
         run.errors[f"subscriber: {_error_name(e)}"] += 1
 

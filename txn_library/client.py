@@ -58,6 +58,7 @@ from txn_library.errors import (
     ERR_NOT_LEADER,
     ERROR,
     BadRequest,
+    BatchesGone,
     CallFailed,
     CallTimeout,
     InvariantViolation,
@@ -345,7 +346,9 @@ class Client:
         wait for it: the Result's value is ``[batch_id, tuples]``. A batch id pushed
         again with the same tuples gets the first push's answer (exactly once). Raises
         BadRequest if the stream refuses it (an id that does not increase, an id reused
-        with other tuples; nothing changed) or as ``call`` does."""
+        with other tuples; nothing changed) or as ``call`` does. A caller that keeps a
+        ledger of request ids uses ``submit_push_with_id``: it has the id before the
+        answer, which is when a ledger must write it down."""
         r = self.call(PUSH, stream, batch_id, list(tuples), timeout_s=timeout_s)
         if r.aborted:
             raise BadRequest(ERR_BAD_ARGUMENTS, str(r.value))
@@ -354,7 +357,14 @@ class Client:
     def submit_push(self, stream: str, batch_id: int, tuples: Sequence[Sequence[Any]]) -> Future:
         """``push`` without waiting: the future resolves to its Result (aborted if the
         stream refused it). A connection's pushes keep their order."""
-        return self.submit(PUSH, stream, batch_id, list(tuples))
+        return self.submit_push_with_id(stream, batch_id, tuples)[1]
+
+    def submit_push_with_id(
+        self, stream: str, batch_id: int, tuples: Sequence[Sequence[Any]]
+    ) -> tuple[int, Future]:
+        """``submit_push``, also returning the push's request id (as
+        ``submit_with_id``): with ``proto.client_id`` it names the push in the log."""
+        return self.submit_with_id(PUSH, stream, batch_id, list(tuples))
 
     def subscribe(
         self,
@@ -364,29 +374,40 @@ class Client:
         poll_s: float = 0.002,
         poll_max_s: float = 0.05,
         stop: Callable[[], bool] | None = None,
+        on_gap: Callable[[BatchesGone], None] | None = None,
     ) -> Iterator[tuple[int, list[tuple]]]:
         """Each batch of ``stream`` once, in batch-id order, from ``from_batch`` on
-        (None: the oldest the stream keeps): ``(batch_id, tuples)``. It polls
-        ``stream.read`` (quickly while batches come, backing off to ``poll_max_s``
-        when none do) until ``stop()`` is true; to resume after a disconnect or a
-        restart, subscribe again from the batch after the last one seen. Raises
-        BadRequest if batches from ``from_batch`` on are no longer kept."""
+        (None: the oldest the stream keeps when the first page is read):
+        ``(batch_id, tuples)``. It polls ``stream.read`` (quickly while batches come,
+        backing off to ``poll_max_s`` when none do) until ``stop()`` is true; to resume
+        after a disconnect or a restart, subscribe again from the batch after the last
+        one seen.
+
+        Never skips a batch silently: when the stream no longer keeps the next batch
+        this subscriber is due (named in ``from_batch``, or dropped by the stream's
+        retention while the subscriber fell behind), the iterator raises BatchesGone
+        (a BadRequest) naming the missing ids and the oldest kept. With ``on_gap``, it
+        calls ``on_gap(gap)`` instead, each time, and goes on from the oldest kept
+        (``on_gap`` may raise to stop)."""
         nxt = 0 if from_batch is None else from_batch
-        first = True
+        first_page = True
         wait = poll_s
         while stop is None or not stop():
             r = self.call("stream.read", stream, nxt, limits.stream_read_batches_max)
             if not r.ok:
                 raise BadRequest(ERR_BAD_ARGUMENTS, f"stream.read: {r.value}")
             page = r.value
+            # One page is one read: its ``dropped`` and its batches are of one instant.
             dropped = page.get("dropped")
-            if from_batch is not None and first and dropped is not None and nxt <= dropped:
-                raise BadRequest(
-                    ERR_BAD_ARGUMENTS,
-                    f"stream {stream} no longer keeps batches up to {dropped} "
-                    f"(asked from {nxt}; the oldest kept is {page.get('first')})",
-                )
-            first = False
+            if from_batch is None and first_page and dropped is not None:
+                nxt = max(nxt, dropped + 1)  # "the oldest kept": nothing is missing yet
+            first_page = False
+            if dropped is not None and nxt <= dropped:
+                gap = BatchesGone(stream, nxt, dropped, page.get("first"))
+                if on_gap is None:
+                    raise gap
+                on_gap(gap)
+                nxt = dropped + 1
             batches = page.get("batches") or []
             for batch_id, tuples in batches:
                 yield batch_id, [tuple(t) for t in tuples]

@@ -47,6 +47,35 @@ class BadRequest(OrdoError):
         self.message = message
 
 
+class BatchesGone(BadRequest):
+    """A stream no longer keeps batches a subscriber has not seen: no batch id in
+    ``first_missing..last_missing`` is kept (``last_missing`` at least was pushed, and
+    dropped by the stream's retention before this subscriber read it). ``oldest_kept``:
+    the oldest batch id the stream keeps (None if none). A subscriber that falls behind
+    gets this rather than a silent skip; one that would rather go on asks to be told
+    (``Client.subscribe(on_gap=...)``). A BadRequest, code ``bad_arguments``, as a
+    subscription from a batch no longer kept always was."""
+
+    def __init__(
+        self, stream: str, first_missing: int, last_missing: int, oldest_kept: int | None
+    ) -> None:
+        span = (
+            f"batch {first_missing}"
+            if first_missing == last_missing
+            else f"batches {first_missing}..{last_missing}"
+        )
+        kept = "none" if oldest_kept is None else str(oldest_kept)
+        super().__init__(
+            ERR_BAD_ARGUMENTS,
+            f"stream {stream} no longer keeps {span}, not yet delivered to this "
+            f"subscriber (the oldest batch kept is {kept})",
+        )
+        self.stream = stream
+        self.first_missing = first_missing
+        self.last_missing = last_missing
+        self.oldest_kept = oldest_kept
+
+
 class Overloaded(OrdoError):
     """The system is at a bound; retrying later may succeed."""
 

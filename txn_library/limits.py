@@ -307,11 +307,14 @@ stream_batch_tuples_max = 10_000
 `bad_arguments` and changes nothing; a step emitting more fails its transaction
 (`procedure_failed`) on every replica."""
 stream_batches_retained = 1_000
-"""Batches a stream keeps unless it declares `retain_batches`: when one more comes,
-the oldest batch's row and any tuples left of it go (tuples every consumer has taken
-go at once). A re-push of a batch id older than what is kept cannot be told from a
-step back: it is refused (aborted, nothing changes). A sink resumes from any batch
-still kept."""
+"""Batches a stream keeps at least, unless it declares `retain_batches` (R). It trims
+in chunks: a batch that comes when the stream holds R + max(1, R // 16) makes the
+oldest go (their rows and any tuples left) down to R, so a full stream holds R to
+R + max(1, R // 16) batches (1,000 to 1,062 here). Tuples every consumer has taken go
+at once. A re-push of a batch id older than what is kept cannot be told from a step
+back: it is refused (aborted, nothing changes). A sink resumes from any batch still
+kept; a subscriber whose next batch is gone gets `BatchesGone` naming the missing ids
+(docs/STREAMS.md, "Sinks")."""
 stream_batches_retained_max = 1_000_000
 """The most a stream may declare as `retain_batches` (a larger declaration fails at
 import)."""

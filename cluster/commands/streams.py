@@ -4,8 +4,12 @@
                                           with a progress bar; --batch-rows N rows a
                                           batch (or the file's batch_id column)
   ordo stream tail NAME                   print each batch of a stream once, in order,
-                                          as it comes (--from-batch B to resume)
+                                          as it comes (--from-batch B to resume); a
+                                          batch dropped before it was printed is an
+                                          error naming it (--skip-gaps: said on
+                                          stderr, and the tail goes on)
   ordo stream list                        the streams and dataflows of the cluster
+                                          (nested steps joined with "+")
 
 A push is the border transaction of the stream's dataflow: ids must increase per
 stream, and a batch id pushed again with the same tuples is answered from the first
@@ -187,17 +191,34 @@ def _settle(futures: list[tuple[int, Any]], pushed: int, tuples: int) -> tuple[i
     "--count", default=0, show_default=True, help="Stop after this many batches (0: never)."
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a batch.")
+@click.option(
+    "--skip-gaps",
+    is_flag=True,
+    help="When the stream dropped batches before they were printed, say which on stderr "
+    "and go on (default: stop with an error naming them).",
+)
 @data_dir_option
-def tail(name: str, from_batch: int | None, count: int, as_json: bool, data_dir: str) -> None:
-    """Print each batch of stream NAME once, in order, as it comes (Ctrl-C stops)."""
+def tail(
+    name: str, from_batch: int | None, count: int, as_json: bool, skip_gaps: bool, data_dir: str
+) -> None:
+    """Print each batch of stream NAME once, in order, as it comes (Ctrl-C stops).
+
+    A batch the stream no longer keeps before it is printed (a tail that fell behind
+    the stream's retention, or --from-batch older than it keeps) is never skipped
+    silently: an error names the missing batches, or with --skip-gaps a line on stderr
+    does and the tail goes on from the oldest kept."""
     from cluster.launcher import cluster_client
-    from txn_library.errors import OrdoError
+    from txn_library.errors import BatchesGone, OrdoError
+
+    def report(gap: BatchesGone) -> None:
+        click.echo(f"gap: {gap.message}; going on", err=True)
 
     cfg = load_config(data_dir)
     seen = 0
     try:
         with cluster_client(cfg, leader_address(cfg)) as c:
-            for batch_id, tuples in c.subscribe(name, from_batch):
+            batches = c.subscribe(name, from_batch, on_gap=report if skip_gaps else None)
+            for batch_id, tuples in batches:
                 if as_json:
                     click.echo(json.dumps({"batch_id": batch_id, "tuples": tuples}, default=str))
                 else:
@@ -208,6 +229,8 @@ def tail(name: str, from_batch: int | None, count: int, as_json: bool, data_dir:
                 seen += 1
                 if count and seen >= count:
                     return
+    except BatchesGone as e:
+        raise click.ClickException(f"{e.message} (--skip-gaps reports gaps and goes on)") from None
     except OrdoError as e:
         raise click.ClickException(str(e)) from None
     except KeyboardInterrupt:
@@ -217,13 +240,17 @@ def tail(name: str, from_batch: int | None, count: int, as_json: bool, data_dir:
 @stream.command("list")
 @data_dir_option
 def list_streams(data_dir: str) -> None:
-    """The cluster's streams (columns, home, retention) and dataflows (steps in order)."""
+    """The cluster's streams (columns, home, retention) and dataflows (border stream,
+    then the steps in the order they run; steps nested into one transaction are joined
+    with "+": in "a -> b+c", b and c run as one transaction)."""
     from txn_library.streams import dataflows, streams
 
     load_procedure_modules(load_config(data_dir))
     for s in sorted(streams().values(), key=lambda s: s.name):
         cols = ", ".join(f"{c}:{t}" for c, t in zip(s.columns, s.types, strict=True))
         click.echo(f"stream {s.name}({cols})  home {s.home}  keeps {s.retain_batches} batches")
+    if dataflows():
+        click.echo("dataflows: border -> steps in order (a+b: nested, one transaction)")
     for d in sorted(dataflows().values(), key=lambda d: d.name):
         units = " -> ".join("+".join(st.name for st in u.steps) for u in d.units)
         kind = "" if d.triggers else "  (no triggers: clients call the steps)"

@@ -9,7 +9,11 @@ table of it homed on one partition) fed batch by batch while processes die.
   cluster ends with the hashes of a strong cluster fed the same votes, with a smaller
   command log;
 - hostile pushes get clear errors and change nothing;
-- ``ordo stream push / tail / list`` and ``ordo status``.
+- ``ordo stream push / tail / list`` and ``ordo status``;
+- a sink that keeps 20 batches (tests/cluster/sink_flow.py) and a subscriber that falls
+  behind it: ``Client.subscribe`` and ``ordo stream tail`` name the batches gone, or,
+  asked to (``on_gap``, ``--skip-gaps``), report each gap and go on; what they gave
+  and what they reported cover every batch once, in order.
 
 Each fault scenario ends with ``check_stream``: every pushed batch processed exactly
 once and in order (``dataflow.status``; the progress rows count the distinct committed
@@ -31,10 +35,17 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import queue
 import random
+import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +78,7 @@ from txn_library.errors import (
     ERR_TOO_LARGE,
     ERROR,
     BadRequest,
+    BatchesGone,
     CallFailed,
     OrdoError,
 )
@@ -751,3 +763,230 @@ def test_ordo_stream_push_tail_list_and_status(make_cluster: MakeCluster, tmp_pa
         f"dataflow lb: {STREAM} -> lb.validate -> lb.record -> lb.board -> lb.trending"
         in out.output
     )
+    assert "dataflows: border -> steps in order (a+b: nested, one transaction)" in out.output
+
+
+# A sink that a subscriber falls behind (tests/cluster/sink_flow.py) -------------------
+SINK_MODULES = ("txn_library.builtin", "tests.cluster.sink_flow")
+# As tests/cluster/sink_flow.py declares them (not imported: this process's registry
+# holds the leaderboard's streams and dataflows only, which `ordo status` lists).
+SINK_IN, SINK_OUT, SINK_RETAIN = "sink_in", "sink_out", 20
+GAP_LINE = re.compile(rf"gap: stream {SINK_OUT} no longer keeps batch(?:es)? (\d+)(?:\.\.(\d+))?")
+
+
+def _sink_page(c: Client) -> dict:
+    """The sink's first page from its oldest kept batch: "first", "last", "dropped"."""
+    return c.call("stream.read", SINK_OUT, 0, 1).value  # type: ignore[no-any-return]
+
+
+def _push_sink(c: Client, first: int, last: int) -> dict[int, int]:
+    """Push batches first..last to the flow (batch b: the tuple (b,)), all in flight,
+    and wait until the sink holds the last; {request id: batch id}."""
+    sent = {b: c.submit_push_with_id(SINK_IN, b, [(b,)]) for b in range(first, last + 1)}
+    for b, (_req_id, fut) in sent.items():
+        assert list(fut.result(timeout=WAIT_S).value) == [b, 1]
+    wait_for(lambda: _sink_page(c)["last"] == last, f"sink batch {last}")
+    return {req_id: b for b, (req_id, _fut) in sent.items()}
+
+
+def _covers(first: int, last: int, given: list[int], gaps: list[tuple[int, int]]) -> None:
+    """What a subscriber was given and the gaps it was told of cover first..last, each
+    id once, in order, every gap right before a batch given."""
+    pieces = sorted([(b, b) for b in given] + gaps)
+    assert [i for lo, hi in pieces for i in range(lo, hi + 1)] == list(range(first, last + 1)), (
+        given,
+        gaps,
+    )
+    assert given == sorted(given)
+    assert all(hi + 1 in given for _lo, hi in gaps), (given, gaps)
+
+
+def _slowed(
+    sub: Iterator[tuple[int, list]], c: Client, last: int, pushes: dict[int, int]
+) -> Iterator[int]:
+    """Batch ids from ``sub``, a subscriber slowed while the sink moves on: after each
+    batch it takes, two more are pushed (up to ``last``) and reach the sink. A page it
+    reads is delivered whole (one read, one instant); by the page's end the sink has
+    dropped what came after it."""
+    for b, tuples in sub:
+        assert tuples == [(b,)]
+        yield b
+        if b >= last:
+            return
+        pushed = _sink_page(c)["last"]
+        if pushed < last:
+            pushes |= _push_sink(c, pushed + 1, min(last, pushed + 2))
+
+
+def test_a_subscriber_behind_a_sinks_retention_is_told_which_batches_are_gone(
+    make_cluster: MakeCluster,
+) -> None:
+    lc = make_cluster(replicas=1, partitions=PARTITIONS, procedure_modules=SINK_MODULES)
+    deadline = time.monotonic() + 10 * WAIT_S
+    until = lambda: time.monotonic() > deadline  # noqa: E731
+    pushes: dict[int, int] = {}
+    with Client(lc.config.client_addr) as c:
+        # Read batch 1, the sink moves on by 30: the same subscription names 2..dropped
+        # (it used to yield the oldest kept, silently).
+        pushes |= _push_sink(c, 1, 1)
+        sub = c.subscribe(SINK_OUT, from_batch=1, stop=until)
+        assert next(sub) == (1, [(1,)])
+        pushes |= _push_sink(c, 2, 31)
+        page = _sink_page(c)
+        assert page["dropped"] >= 2
+        with pytest.raises(BatchesGone) as err:
+            next(sub)
+        assert isinstance(err.value, BadRequest)
+        assert (err.value.first_missing, err.value.last_missing, err.value.oldest_kept) == (
+            2,
+            page["dropped"],
+            page["first"],
+        )
+        assert f"no longer keeps batches 2..{page['dropped']}" in str(err.value)
+
+        # With on_gap: told, and it goes on with the oldest kept.
+        gaps: list[BatchesGone] = []
+        sub = c.subscribe(SINK_OUT, from_batch=32, stop=until, on_gap=gaps.append)
+        pushes |= _push_sink(c, 32, 32)
+        given = [next(sub)[0]]
+        pushes |= _push_sink(c, 33, 62)
+        while given[-1] < 62:
+            given.append(next(sub)[0])
+        assert [(g.first_missing, g.last_missing) for g in gaps] == [(33, _sink_page(c)["dropped"])]
+        _covers(32, 62, given, [(g.first_missing, g.last_missing) for g in gaps])
+
+        # Slowed while the sink moves on: told of every gap (more than one), or stopped
+        # at the first one, having been given every batch before it.
+        for opt_in in (True, False):
+            first = _sink_page(c)["last"] + 1
+            last = first + 150
+            gaps = []
+            pushes |= _push_sink(c, first, first + SINK_RETAIN - 1)
+            sub = c.subscribe(SINK_OUT, first, stop=until, on_gap=gaps.append if opt_in else None)
+            given = []
+            slow = _slowed(sub, c, last, pushes)
+            if opt_in:
+                given += list(slow)
+                assert len(gaps) >= 2, [(g.first_missing, g.last_missing) for g in gaps]
+                _covers(first, last, given, [(g.first_missing, g.last_missing) for g in gaps])
+            else:
+                with pytest.raises(BatchesGone) as err:
+                    for b in slow:
+                        given.append(b)
+                assert given == list(range(first, err.value.first_missing))
+                assert err.value.oldest_kept == err.value.last_missing + 1
+
+        # The pushes' request ids name them in the log (submit_push_with_id).
+        logged = {
+            t.req_id: t.args[1]
+            for t in _client_txns(lc.config)
+            if t.proc == PUSH and t.client_id == c.proto.client_id
+        }
+        assert {r: logged[r] for r in pushes} == pushes
+
+
+class _Tail:
+    """``ordo stream tail SINK_OUT`` in a process of its own, its stdout read line by
+    line (a thread), its stderr at the end."""
+
+    def __init__(self, data_dir: str, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cluster.cli", "stream", "tail", SINK_OUT, *args]
+            + ["--data-dir", data_dir],
+            cwd=Path(__file__).resolve().parents[2],
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def batch(self) -> int | None:
+        """The id of the next batch printed (None: the tail ended)."""
+        line = self.lines.get(timeout=WAIT_S)
+        if line is None:
+            self.lines.put(None)
+            return None
+        b, values = line.split("\t")
+        assert json.loads(values) == [int(b)], line
+        return int(b)
+
+    @contextmanager
+    def stopped(self) -> Iterator[None]:
+        """The tail stopped (SIGSTOP) meanwhile: a subscriber slowed."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
+    def finish(self, interrupt: bool = False) -> tuple[int, list[int], str]:
+        """(exit code, the ids of what it printed after what was read, its stderr)."""
+        if interrupt:
+            os.kill(self.proc.pid, signal.SIGINT)  # Ctrl-C
+        rc = self.proc.wait(timeout=WAIT_S)
+        rest: list[int] = []
+        while (b := self.batch()) is not None:
+            rest.append(b)
+        assert self.proc.stderr is not None
+        return rc, rest, self.proc.stderr.read()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def test_ordo_stream_tail_stops_at_a_gap_or_with_skip_gaps_reports_it(
+    make_cluster: MakeCluster,
+) -> None:
+    lc = make_cluster(replicas=1, partitions=PARTITIONS, procedure_modules=SINK_MODULES)
+    data = lc.config.data_dir
+    with Client(lc.config.client_addr) as c:
+        _push_sink(c, 1, 1)
+        tail = _Tail(data, "--from-batch", "1")
+        try:
+            assert tail.batch() == 1
+            # A read the tail sent before it stopped may be answered while the first
+            # 30 go in (so it may print some of them), never after the next 30.
+            with tail.stopped():
+                _push_sink(c, 2, 31)
+                _push_sink(c, 32, 61)
+            rc, rest, err = tail.finish()
+        finally:
+            tail.kill()
+        dropped = _sink_page(c)["dropped"]
+        printed = [1, *rest]
+        assert rc == 1, err
+        assert printed == list(range(1, printed[-1] + 1)) and printed[-1] <= 31
+        assert f"no longer keeps batches {printed[-1] + 1}..{dropped}" in err, err
+        assert f"the oldest batch kept is {dropped + 1}" in err and "--skip-gaps" in err
+
+        first = _sink_page(c)["first"]
+        tail = _Tail(data, "--from-batch", str(first), "--skip-gaps")
+        try:
+            printed = [tail.batch() for _ in range(first, 62)]
+            assert printed == list(range(first, 62))
+            with tail.stopped():
+                _push_sink(c, 62, 91)
+                _push_sink(c, 92, 121)
+            while printed[-1] != 121:
+                b = tail.batch()
+                assert b is not None
+                printed.append(b)
+            rc, rest, err = tail.finish(interrupt=True)
+        finally:
+            tail.kill()
+        assert rc == 0 and rest == [], err
+        gaps = [(int(m[1]), int(m[2] or m[1])) for m in GAP_LINE.finditer(err)]
+        assert len(gaps) == 1 and len(err.splitlines()) == 1, err
+        assert err.rstrip().endswith("; going on"), err
+        _covers(first, 121, printed, gaps)  # type: ignore[arg-type]
