@@ -38,10 +38,13 @@ from typing import Any
 
 # The compiled modules: the partition's hot path under TPC-C (docs/BENCHMARKS.md).
 MODULES = (
+    "executor.core.changes",
     "executor.core.context",
     "executor.core.execution",
     "executor.core.ordered_index",
+    "executor.core.pending",
     "executor.core.rows",
+    "executor.core.state_hash",
     "executor.core.storage",
     "executor.core.versions",
     "executor.deterministic.partition",

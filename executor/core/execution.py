@@ -25,8 +25,14 @@ from typing import Any, cast
 import msgpack
 
 from executor.core.context import TxnContext
-from executor.core.rows import KEY_INT_MAX, KEY_INT_MIN, encode_failure, failure_text
-from executor.core.storage import PreparedWrite, Storage
+from executor.core.rows import (
+    KEY_INT_MAX,
+    KEY_INT_MIN,
+    PreparedWrite,
+    encode_failure,
+    failure_text,
+)
+from executor.core.storage import Storage
 from txn_library import limits
 from txn_library.errors import (
     ABORTED,
@@ -67,7 +73,7 @@ def run_body(proc: Procedure, args: tuple, ctx: TxnContext) -> tuple[int, Any, b
         return _outcome(ABORTED, f"footprint violation: {e}")
     except InvariantViolation:
         # Ordo's own state is wrong where the body read it (a loaded row under another
-        # key: Storage._fault): the process stops; it is never the call's result.
+        # key: executor.core.pending.fault): the process stops; it is never the call's result.
         raise
     except Exception as e:  # a bug in the procedure: deterministic, so identical everywhere
         return _outcome(ERROR, (ERR_PROCEDURE_FAILED, f"{proc.name} raised {failure_text(e)}"))

@@ -3,11 +3,15 @@ bytes (msgpack([table, key, row]): what the state hash digests, checkpoints hold
 replay compares) and their digest, the decoding of a loaded row's bytes, and refusals
 in words that are the same on every replica.
 
-Packing a row (``Storage.encode``) is most of a write's cost. msgspec's encoder writes
-the same bytes as msgpack's Packer for what rows are nearly always made of, and in a
-third to a half of the time: a key and row of plain scalars (exactly str, int, float,
-bool, None or bytes) go through it; anything else, and anything it refuses, goes
-through msgpack's Packer, whose bytes and errors define the encoding
+A transaction's whole write set is checked and packed here (``prepare_write_set``)
+before ``Storage.apply`` installs any of it, so a bad write is refused whole and never
+leaves half a transaction applied.
+
+Packing a row (``encode_row``, ``Storage.encode``) is most of a write's cost. msgspec's
+encoder writes the same bytes as msgpack's Packer for what rows are nearly always made
+of, and in a third to a half of the time: a key and row of plain scalars (exactly str,
+int, float, bool, None or bytes) go through it; anything else, and anything it refuses,
+goes through msgpack's Packer, whose bytes and errors define the encoding
 (tests/unit/test_row_encoding.py compares the two).
 
 Invariants: the fast encoder writes exactly msgpack's bytes and raises msgpack's errors
@@ -21,13 +25,14 @@ parts are of known types (``_quote``), and an error's text carries no object add
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
 import msgspec
 import xxhash
 
-from txn_library import catalog
+from txn_library import catalog, limits
 from txn_library.errors import invariant
 
 KEY_INT_MIN, KEY_INT_MAX = -(1 << 63), (1 << 64) - 1  # what msgpack can encode
@@ -38,6 +43,9 @@ _KEY_PART_TYPES = frozenset(catalog.KEY_PART_TYPES)
 _REPR_CHARS_MAX = 120  # of a key quoted in an error message
 FAILURE_CHARS_MAX = 500  # of an exception's text in an ERROR result
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+# (table, key, row or None = delete, msgpack([table, key, row]) or None for a delete)
+PreparedWrite = tuple[str, tuple, tuple | None, bytes | None]
 
 
 def _decoded(table: str, key: tuple, data: bytes) -> tuple:
@@ -96,6 +104,26 @@ def _plain(values: tuple) -> bool:
     return True
 
 
+def encode_row(pack: Callable[[Any], bytes], table: Any, key: Any, row: Any) -> bytes:
+    """msgpack([table, key, row]), msgpack's bytes (see the module docstring), or
+    msgpack's error for what it cannot pack (a row's own code may raise anything).
+    ``pack``: a msgpack Packer's (``Storage.encode``)."""
+    if type(table) is str and type(key) is tuple and type(row) is tuple and _plain(key):
+        return _encode_plain(pack, table, key, row)
+    return pack((table, key, row))
+
+
+def _encode_plain(pack: Callable[[Any], bytes], table: str, key: tuple, row: tuple) -> bytes:
+    """``encode_row`` of a key already known to be plain (``prepare_write_set`` checked each
+    part's type against its table's declared int, str or bytes)."""
+    if _plain(row):
+        try:
+            return _encode((table, key, row))
+        except Exception:
+            pass  # an int out of range, a lone surrogate: msgpack raises its error
+    return pack((table, key, row))
+
+
 def row_digest(table: str, key: tuple, row: tuple) -> int:
     return _digest(_packb((table, key, row)))
 
@@ -148,9 +176,72 @@ def key_parts_problem(key: Any) -> str | None:
     return None
 
 
+def prepare_write_set(
+    writes: Any, pack: Callable[[Any], bytes]
+) -> tuple[list[PreparedWrite], str | None]:
+    """Validate a transaction's whole write set; (prepared writes, None) or ([], why).
+
+    Checked per write, in the body's order (so the reason is the same everywhere):
+    the table is registered and partitioned, the key has the table's shape and part
+    types, the row is a tuple (or None to delete), encodes with msgpack (which also
+    bounds the key's ints), and is at most ``limits.row_bytes_max`` bytes with its
+    table and key. The footprint was enforced when the body wrote (TxnContext).
+    Depends on nothing a Storage holds (``pack``: its Packer's, msgpack.packb's bytes).
+    This runs for every write of every transaction: the common case costs a cached
+    look-up of the table's key types, one type check per key part and one packing.
+    ``writes`` is the body's ``ctx.writes``, which a body may have changed itself:
+    anything but a dict of (table, key) entries is rejected too (typed Any, so
+    that compiled and pure code reject the same things the same way).
+    """
+    if type(writes) is not dict:
+        return [], f"write rejected: the write set is {type(writes).__name__}, not a dict"
+    out: list[PreparedWrite] = []
+    append = out.append
+    writable = _writable_key_types
+    row_bytes_max = limits.row_bytes_max
+    entry: Any
+    row: Any
+    for entry, row in writes.items():
+        if type(entry) is not tuple or len(entry) != 2:
+            return [], f"write rejected: an entry is {type(entry).__name__}, not (table, key)"
+        t, key = entry
+        types = writable.get(t) if type(t) is str else None
+        if types is None and type(t) is str:
+            types = _writable(t)
+        ok = False  # the common case: a tuple row, each key part of its declared type
+        if types is not None and type(row) is tuple and type(key) is tuple:
+            n = len(types)
+            ok = len(key) == n
+            i = 0
+            while ok and i < n:
+                ok = type(key[i]) is types[i]
+                i += 1
+        if not ok:
+            problem = _write_problem(catalog.table_or_none(t), t, key, row)
+            if problem is not None:
+                return [], f"write rejected: {_quote(t, key)}: {problem}"
+            if row is None:
+                append((t, key, None, None))
+                continue
+        try:
+            # ok: the key's parts are of their declared (plain) types, checked above
+            data = _encode_plain(pack, t, key, row) if ok else encode_row(pack, t, key, row)
+        # The row is the procedure's value: packing it may run its code
+        # (subclasses), so anything it raises is the procedure's failure.
+        except Exception as e:
+            return [], f"write rejected: {_quote(t, key)}: {encode_failure(e)}"
+        if len(data) > row_bytes_max:
+            return [], (
+                f"write rejected: {_quote(t, key)}: row of {len(data)} bytes exceeds "
+                f"row_bytes_max ({row_bytes_max})"
+            )
+        append((t, key, row, data))
+    return out, None
+
+
 def _write_problem(spec: catalog.Table | None, table: Any, key: Any, row: Any) -> str | None:
     """Why a write cannot be applied, before packing it (None if it may be packed, or
-    if it is a valid delete). The slow path of ``Storage.prepare_writes``."""
+    if it is a valid delete). The slow path of ``prepare_write_set``."""
     if spec is None:
         return "unknown table"
     if spec.replicated:

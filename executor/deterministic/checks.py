@@ -34,7 +34,8 @@ from typing import Any
 
 from executor.core.context import TxnContext, cover_set
 from executor.core.execution import run_body
-from executor.core.storage import MASK64, Storage
+from executor.core.state_hash import MASK64
+from executor.core.storage import Storage
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.partition import Partition
 from executor.deterministic.sim_client import CallRecord, QueryRecord

@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
-from executor.core.storage import MASK64, Storage
+from executor.core.state_hash import MASK64
+from executor.core.storage import Storage
 from executor.deterministic.partition import Partition
 from txn_library.wire import Batch
 

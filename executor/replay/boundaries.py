@@ -26,7 +26,7 @@ from executor.core import checkpoint
 from executor.core.checkpoint import CheckpointInfo, CheckpointInvalid
 from executor.core.genesis import genesis_rows, genesis_storage
 from executor.core.heap import settle_heap
-from executor.core.storage import MASK64
+from executor.core.state_hash import MASK64
 from executor.deterministic.replica import LocalReplica
 from executor.replay.spec import ReplaySpec
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import greenlet
 
-from executor.core.storage import PreparedWrite
+from executor.core.rows import PreparedWrite
 from executor.traditional.messages import Aid, Prio
 from executor.traditional.options import HistoryEntry
 from txn_library.procedure import Procedure

@@ -45,8 +45,7 @@ import greenlet
 
 from executor.core.context import TxnContext, cover_set, covered
 from executor.core.execution import run_txn
-from executor.core.rows import key_parts_problem
-from executor.core.storage import PreparedWrite
+from executor.core.rows import PreparedWrite, key_parts_problem
 from executor.traditional.attempt import (
     HOLD,
     S_PREPARING,

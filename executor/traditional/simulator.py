@@ -21,7 +21,8 @@ from typing import Any
 
 import msgpack
 
-from executor.core.storage import MASK64, Storage
+from executor.core.state_hash import MASK64
+from executor.core.storage import Storage
 from executor.traditional.messages import decode_batch, encode_batch, pack_records
 from executor.traditional.options import HistoryEntry, PrepareFault, TraditionalOptions
 from executor.traditional.partition import TraditionalPartition

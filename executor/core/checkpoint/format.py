@@ -29,7 +29,7 @@ Each file is a sequence of frames in the command log's frame encoding (``<II`` l
                        one unpacking of the frame gives keys and each row's bytes
                        without decoding a row (rows stay pending in the Storage until
                        read). A key is checked against its row wherever the row is
-                       decoded (``Storage._fault``, a full check's ``_decode_rows``).
+                       decoded (``pending.fault``, a full check's ``_decode_rows``).
                        (Version 2 frames, still read: b"R", u32 n, n x u32 lengths, then
                        a msgpack array of the n rows; no keys: rows are decoded.)
                        At most ROWS_PER_FRAME rows of ONE table, cut once the frame

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import msgpack
 
+from executor.core.changes import Changes
 from executor.core.checkpoint.format import (
     _MASK64,
     BASE,
@@ -48,7 +49,7 @@ from executor.core.checkpoint.reader import (
     _frames,
     read_info,
 )
-from executor.core.storage import Changes, Storage
+from executor.core.storage import Storage
 from txn_library.heap import gc_paused
 
 log = logging.getLogger("ordo.checkpoint")
@@ -129,7 +130,7 @@ def _load_file(
     at its end, ``load``). Rows are not decoded: each key's bytes become a pending row
     of the Storage (the writer wrote ``msgpack([table, key, row])`` and the CRC
     vouches for the bytes, so they are what packing would give; the key it is loaded
-    under is checked when the row is decoded, ``Storage._fault``). Indexes are left to
+    under is checked when the row is decoded, ``pending.fault``). Indexes are left to
     the caller (``Storage.defer_indexes``)."""
     path = info.path
     epoch = info.epoch if charged_to is None else charged_to

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from executor.core.storage import Changes
+from executor.core.changes import Changes
 from txn_library import limits
 
 # A delta's row costs a load about this many base rows (it lands in a full table: a

@@ -112,7 +112,7 @@ Keyed = tuple[str, tuple, tuple]
 def _keyed_frame(payload: bytes, path: Path, epoch: int | None) -> tuple[Keyed, tuple]:
     """((table, keys, deleted positions), each row's bytes) of one version 3 rows frame,
     checked for shape, rows not decoded (that each key is its row's is checked where a
-    row is decoded: ``Storage._fault``, ``_decode_rows``)."""
+    row is decoded: ``pending.fault``, ``_decode_rows``)."""
     try:
         table, keys, deleted, rows = msgpack.unpackb(memoryview(payload)[1:], use_list=False)
         ok = (

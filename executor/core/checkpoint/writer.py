@@ -25,6 +25,7 @@ from typing import Any
 
 import msgpack
 
+from executor.core.changes import Changes
 from executor.core.checkpoint.format import (
     _ANSWERS_TAG,
     _ARRAY_HEADER,
@@ -42,7 +43,7 @@ from executor.core.checkpoint.format import (
 )
 from executor.core.checkpoint.plan import ChainTip, PlannedCheckpoint, next_tip
 from executor.core.checkpoint.reader import _check_hash_only
-from executor.core.storage import Changes, Storage
+from executor.core.storage import Storage
 from sequencer.log import encode_frame, frame_intact
 from txn_library import limits
 from txn_library.errors import detached, invariant
