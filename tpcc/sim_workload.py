@@ -92,3 +92,19 @@ class TpccWorkload:
                 for v in check_local(parts[p].whole_tables(), [w]):
                     out.append(f"tpcc replica {r}: {v}")
         return out
+
+
+@dataclass
+class TpccOneWarehouse(TpccWorkload):
+    """TPC-C at W=1 on one replica of one partition ("tpcc-w1"): a genesis a third the
+    size of W=2's, small enough to build from pure Python in CI, where the compiled and
+    pure engines are compared on the same seeds (tests/unit/test_native.py)."""
+
+    name: str = "tpcc-w1"
+    warehouses: int = 1
+    defaults: ClassVar[dict[str, Any]] = {
+        **TpccWorkload.defaults,
+        "replicas": 1,
+        "partitions": 1,
+        "calls": 80,
+    }

@@ -34,6 +34,7 @@ from txn_library.workload import Call, FinalState, Workload
 WORKLOADS: dict[str, str] = {
     "bank": "executor.deterministic.workloads:BankWorkload",
     "tpcc": "tpcc.sim_workload:TpccWorkload",
+    "tpcc-w1": "tpcc.sim_workload:TpccOneWarehouse",
     "stream": "txn_library.stream_workload:StreamWorkload",
 }
 
