@@ -5,6 +5,7 @@
   ordo sequencer    run a sequencer process of a cluster (--id N of a replicated one)
   ordo zookeeper    run ZooKeeper server --id N of a multi-host cluster on its host
   ordo replica      run one partition (or all partitions) of one replica
+  ordo reader       run one reader (follows the log, answers queries)
   ordo traditional-partition
                     run one partition process of a 2PL + 2PC cluster (`ordo up` starts it)
   ordo call         submit one stored-procedure call and print the result
@@ -45,6 +46,7 @@ def _add_engine_commands() -> None:
         run.sequencer,
         run.zookeeper,
         run.replica,
+        run.reader,
         run.traditional_partition,
         client.call,
         client.query,

@@ -12,6 +12,8 @@ are distinct even when several hosts are one machine:
   partition (r, p)    base + 16 + r * partitions + p
   ZooKeeper server n  base + 16 + replicas * partitions + 3(n - 1) + (0 client,
                       1 peer, 2 election)
+  query (r, p)        after the ZooKeeper servers' ports: + r * partitions + p
+  reader i            after the query ports: + i (its one socket: queries, status)
 
 Invariants: at most ``SEQUENCERS_MAX`` sequencers (their ports stay below base + 16);
 more than one sequencer needs a ZooKeeper ensemble (1 or 3 servers), which elects the
@@ -32,6 +34,7 @@ HOST = "127.0.0.1"
 LOCAL = "local"  # the host name of the embedded default: 127.0.0.1
 CONFIG_FILE = "cluster.json"
 SEQUENCERS_MAX = 4
+READERS_MAX = 64
 SEQUENCER_PORTS = 4
 ZOOKEEPER_PORTS = 3
 ZOOKEEPER_SERVER_COUNTS = (0, 1, 3)
@@ -83,11 +86,20 @@ class ClusterConfig:
     zookeeper_root: str = "/ordo"  # the ensemble's node holding this cluster's state
     # CURVE on every ZeroMQ socket (cluster.security); the loopback default runs without.
     curve: bool = False
+    # Readers (executor/reader/): processes that follow the log holding every partition
+    # and answer snapshot and read-committed queries. 0: the replicas' partitions do.
+    readers: int = 0
+    reader_hosts: tuple[str, ...] = ()  # host of reader i; () = all local
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or self.partitions < 1:
             raise ValueError("replicas and partitions must be >= 1")
-        top = 16 + 2 * self.replicas * self.partitions + ZOOKEEPER_PORTS * self.zookeeper_servers
+        top = (
+            16
+            + 2 * self.replicas * self.partitions
+            + ZOOKEEPER_PORTS * self.zookeeper_servers
+            + self.readers
+        )
         if not (1024 <= self.base_port <= 65535 - top):
             raise ValueError(f"base_port {self.base_port} out of range")
         if self.epoch_duration_ms < 1:
@@ -98,6 +110,8 @@ class ClusterConfig:
             raise ValueError("zookeeper_servers must be 0, 1 or 3")
         if self.dataflow_recovery not in ("strong", "weak"):
             raise ValueError("dataflow_recovery must be 'strong' or 'weak'")
+        if not 0 <= self.readers <= READERS_MAX:
+            raise ValueError(f"readers must be 0..{READERS_MAX}, not {self.readers}")
         if self.sequencers > 1 and not self.zookeeper_servers:
             raise ValueError("more than one sequencer needs a ZooKeeper ensemble")
         self._check_placement()
@@ -112,6 +126,7 @@ class ClusterConfig:
             ("sequencer_hosts", self.sequencer_hosts, self.sequencers),
             ("zookeeper_hosts", self.zookeeper_hosts, self.zookeeper_servers),
             ("partition_hosts", self.partition_hosts, self.replicas),
+            ("reader_hosts", self.reader_hosts, self.readers),
         )
         for what, placed, count in wanted:
             if placed and len(placed) != count:
@@ -123,6 +138,7 @@ class ClusterConfig:
             *self.sequencer_hosts,
             *self.zookeeper_hosts,
             *(h for row in self.partition_hosts for h in row),
+            *self.reader_hosts,
         ):
             if name != LOCAL and name not in self.hosts:
                 raise ValueError(f"host {name!r} is not in hosts")
@@ -143,6 +159,9 @@ class ClusterConfig:
         if not self.partition_hosts:
             return HOST
         return self.host_address(self.partition_hosts[replica][partition])
+
+    def reader_host(self, reader: int) -> str:
+        return self.host_address(self.reader_hosts[reader] if self.reader_hosts else LOCAL)
 
     def zookeeper_host(self, server: int) -> str:
         """Address of ZooKeeper server ``server`` (1-based, its myid)."""
@@ -230,6 +249,24 @@ class ClusterConfig:
             [self.query_addr(r, p) for p in range(self.partitions)] for r in range(self.replicas)
         ]
 
+    # Reader endpoints ----------------------------------------------------------
+    def reader_addr(self, reader: int) -> str:
+        """ROUTER socket of reader ``reader``: queries (as a partition's query socket
+        takes them) and its status (txn_library.reader_wire). After the query ports."""
+        if not 0 <= reader < self.readers:
+            raise ValueError(f"no reader {reader} (the cluster has {self.readers})")
+        port = (
+            self.zookeeper_base_port
+            + ZOOKEEPER_PORTS * self.zookeeper_servers
+            + self.replicas * self.partitions
+            + reader
+        )
+        return f"tcp://{self.reader_host(reader)}:{port}"
+
+    @property
+    def reader_addrs(self) -> list[str]:
+        return [self.reader_addr(i) for i in range(self.readers)]
+
     # Files ---------------------------------------------------------------------
     @property
     def log_dir(self) -> Path:
@@ -254,7 +291,7 @@ class ClusterConfig:
     @classmethod
     def from_json(cls, text: str) -> ClusterConfig:
         d = json.loads(text)
-        for name in ("procedure_modules", "sequencer_hosts", "zookeeper_hosts"):
+        for name in ("procedure_modules", "sequencer_hosts", "zookeeper_hosts", "reader_hosts"):
             d[name] = tuple(d.get(name, ()))
         d["partition_hosts"] = tuple(tuple(row) for row in d.get("partition_hosts", ()))
         return cls(**d)

@@ -116,6 +116,8 @@ class LocalCluster(ProcessGroup):
         for r in started:
             for p in range(self.config.partitions):
                 self.start_partition(r, p)
+        for i in range(self.config.readers):
+            self.start_reader(i)
         self.wait_ready(wait_s, want=len(started) * self.config.partitions)
         return self
 
@@ -154,6 +156,9 @@ class LocalCluster(ProcessGroup):
     def _restart(self, name: str) -> None:
         if name.startswith("zookeeper-"):
             self.ensemble.start_server(int(name.split("-")[1]))
+        elif name.startswith("reader-"):
+            self.procs.pop(name)
+            self.start_reader(int(name.split("-")[1]))
         elif name.startswith("sequencer"):
             self.procs.pop(name)
             self.start_sequencer(int(name.split("-")[1]) if "-" in name else 0)
@@ -201,6 +206,17 @@ class LocalCluster(ProcessGroup):
             f"replica-{r}-partition-{p}.log",
         )
 
+    def start_reader(self, i: int, from_genesis: bool = False) -> None:
+        """Reader ``i`` (executor/reader/): it loads the newest checkpoint of a replica
+        here (else, or ``from_genesis``, the genesis), replays the log from there, then
+        follows it and answers queries."""
+        flags = ["--from-genesis"] if from_genesis else []
+        self.spawn(
+            f"reader-{i}",
+            ["reader", str(i), "--data-dir", self.config.data_dir, *flags],
+            f"reader-{i}.log",
+        )
+
     def wait_ready(self, wait_s: float = 60.0, want: int | None = None) -> dict:
         """Wait until ``want`` partitions (default all) report to the (leading)
         sequencer; returns its status."""
@@ -228,29 +244,33 @@ def cluster_client(
     config: ClusterConfig, address: str | list[str] | None = None, **kw: Any
 ) -> Client:
     """A Client of ``config``'s cluster: every sequencer's address by default (it fails
-    over between them) and every partition's query address (``Client.query``), with
-    the ``admin`` client's CURVE keys when the cluster runs CURVE (``ordo keys`` makes
-    them)."""
+    over between them), every partition's query address and every reader's
+    (``Client.query``: snapshot and read-committed queries go to the readers when the
+    cluster has some), with the ``admin`` client's CURVE keys when the cluster runs
+    CURVE (``ordo keys`` makes them)."""
     addresses = config.client_addrs if address is None else address
     kw.setdefault("query_addresses", config.query_addrs())
+    kw.setdefault("reader_addresses", config.reader_addrs)
     if config.curve:
-        from cluster.security import ADMIN_CLIENT, client_curves, partition_role
+        from cluster.security import ADMIN_CLIENT, client_curves, partition_role, reader_role
         from cluster.security.keys import load_role_public
 
         curves = dict(zip(config.client_addrs, client_curves(config, ADMIN_CLIENT), strict=True))
         wanted = [addresses] if isinstance(addresses, str) else addresses
         kw["curve"] = [curves[a] for a in wanted]
         one = next(iter(curves.values()))
-        kw.setdefault(
-            "query_curves",
-            {
-                config.query_addr(r, p): one.to_server(
-                    load_role_public(config.data_dir, partition_role(r, p))
-                )
-                for r in range(config.replicas)
-                for p in range(config.partitions)
-            },
-        )
+        query_curves = {
+            config.query_addr(r, p): one.to_server(
+                load_role_public(config.data_dir, partition_role(r, p))
+            )
+            for r in range(config.replicas)
+            for p in range(config.partitions)
+        }
+        for i in range(config.readers):
+            query_curves[config.reader_addr(i)] = one.to_server(
+                load_role_public(config.data_dir, reader_role(i))
+            )
+        kw.setdefault("query_curves", query_curves)
     return Client(addresses, **kw)
 
 
@@ -278,6 +298,41 @@ def leader_status(config: ClusterConfig, timeout_s: float = 2.0) -> dict | None:
         if st is not None and st.get("role") == "leader"
     ]
     return max(leaders, key=lambda st: st["term"]) if leaders else None
+
+
+def reader_report(
+    config: ClusterConfig, reader: int, epochs: tuple = (), timeout_s: float = 2.0
+) -> dict | None:
+    """Reader ``reader``'s status (txn_library.reader_wire; ``hashes`` of ``epochs``),
+    asked on its socket directly; None if it does not answer within ``timeout_s``."""
+    import zmq
+
+    from txn_library import reader_wire
+    from txn_library.client_socket import connect_dealer
+    from txn_library.wire import unpack
+
+    curve = None
+    if config.curve:
+        from cluster.security import ADMIN_CLIENT, reader_role
+        from cluster.security.sockets import client_curve
+
+        curve = client_curve(config.data_dir, ADMIN_CLIENT, reader_role(reader))
+    sock = connect_dealer(zmq.Context.instance(), config.reader_addr(reader), curve)
+    try:
+        sock.send(reader_wire.encode(reader_wire.ReaderStatusRequest(tuple(epochs))))
+        if not sock.poll(int(timeout_s * 1000)):
+            return None
+        msg = unpack(sock.recv())
+        if isinstance(msg, tuple) and len(msg) == 2 and msg[0] == reader_wire.REP_READER_STATUS:
+            return dict(msg[1])
+        return None
+    finally:
+        sock.close(linger=0)
+
+
+def reader_reports(config: ClusterConfig, timeout_s: float = 2.0) -> list[dict | None]:
+    """Every reader's status (None: no answer)."""
+    return [reader_report(config, i, timeout_s=timeout_s) for i in range(config.readers)]
 
 
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")

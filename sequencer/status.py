@@ -46,6 +46,7 @@ def status_report(
                 # none): a boundary passed while nothing is written and newer than the
                 # newest durable one was skipped or its writer failed
                 "boundary_epoch": st.boundary_epoch,
+                "boundary_hash": f"{st.boundary_hash:016x}",  # compared by readers
                 "checkpoint_writing": st.checkpoint_writing,
                 "catching_up": bool(st.catching_up),
                 "replica": r,

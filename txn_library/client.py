@@ -142,6 +142,7 @@ class Client:
         curve: ClientCurve | Sequence[ClientCurve] | None = None,
         query_addresses: Sequence[Sequence[str]] | None = None,
         query_curves: dict[str, ClientCurve] | None = None,
+        reader_addresses: Sequence[str] = (),
     ) -> None:
         """``address``: the sequencer's client address, or every sequencer's (from
         cluster.json) to fail over between. ``curve``: the CURVE keys for each address
@@ -150,7 +151,9 @@ class Client:
         ``query_addresses``: every partition's query address, [replica][partition]
         (``ClusterConfig.query_addrs``; ``cluster.launcher.cluster_client`` passes them),
         for ``query`` at snapshot or read-committed isolation; ``query_curves`` their
-        CURVE keys by address."""
+        CURVE keys by address (the readers' too). ``reader_addresses``: the cluster's
+        readers (``ClusterConfig.reader_addrs``): such queries go to them first (with
+        readers alone, to them only)."""
         self.addresses = [address] if isinstance(address, str) else list(address)
         if not self.addresses:
             raise ValueError("a client needs at least one sequencer address")
@@ -167,9 +170,14 @@ class Client:
         self._ctx: zmq.Context = zmq.Context.instance()
         self._submit_q: queue.SimpleQueue[_Pending | _Control | QueryItem] = queue.SimpleQueue()
         self._queries: QueryChannel | None = None
-        if query_addresses:
+        if query_addresses or reader_addresses:
             self._queries = QueryChannel(
-                self._ctx, query_addresses, self.proto.client_id, retry_s, query_curves or {}
+                self._ctx,
+                query_addresses or [],
+                self.proto.client_id,
+                retry_s,
+                query_curves or {},
+                reader_addresses,
             )
         self._next_query_id = 0
         self._wake_addr = f"inproc://ordo-client-{os.urandom(8).hex()}"
@@ -259,20 +267,23 @@ class Client:
         at_epoch: int | None = None,
         replica: int | None = None,
         timeout_s: float | None = None,
+        reader: int | None = None,
     ) -> QueryAnswer:
         """Call a read-only procedure as a query: ``snapshot`` (the default: a
         consistent serial prefix, every partition at one completed epoch, maybe a few
         epochs old), ``read_committed`` (each partition's committed state now, not one
         instant) or ``strict`` (through the sequencer, ordered with the transactions).
         ``at_epoch``: a past completed epoch within retention (snapshot only).
-        ``replica``: which replica answers (default: each in turn). The answer has
+        ``replica``: which replica answers (default: the readers, each in turn, if the
+        cluster has some, else each replica in turn); ``reader``: which reader
+        answers (its refusal is the answer). The answer has
         ``.value`` and ``.epoch`` (the epoch it reflects; None for strict). Raises
         BadRequest, CallFailed (the query's error: ``not_ready``, a retention the epoch
         is past, ...) or CallTimeout."""
         t = (timeout_s or self.timeout_s) + 1.0
         try:
             return self.submit_query(
-                proc, *args, isolation=isolation, at_epoch=at_epoch, replica=replica
+                proc, *args, isolation=isolation, at_epoch=at_epoch, replica=replica, reader=reader
             ).result(timeout=t)
         except TimeoutError:
             raise CallTimeout(f"{proc}: no answer within {t:.1f}s") from None
@@ -284,6 +295,7 @@ class Client:
         isolation: str = "snapshot",
         at_epoch: int | None = None,
         replica: int | None = None,
+        reader: int | None = None,
     ) -> Future:
         """``query`` without waiting: a future of its QueryAnswer."""
         if isolation not in ISOLATIONS:
@@ -308,12 +320,21 @@ class Client:
         if self._queries is None:
             raise BadRequest(
                 ERR_BAD_ARGUMENTS,
-                "this client has no partition addresses: build it with query_addresses "
-                "(cluster.launcher.cluster_client does), or query with isolation='strict'",
+                "this client has no partition addresses: build it with query_addresses or "
+                "reader_addresses (cluster.launcher.cluster_client does), or query with "
+                "isolation='strict'",
             )
         if replica is not None and not 0 <= replica < self._queries.replicas:
             raise BadRequest(
                 ERR_BAD_ARGUMENTS, f"replica {replica}: 0..{self._queries.replicas - 1}"
+            )
+        readers = len(self._queries.readers)
+        if reader is not None and (replica is not None or not 0 <= reader < readers):
+            raise BadRequest(
+                ERR_BAD_ARGUMENTS,
+                f"reader {reader}: 0..{readers - 1}, and not with a replica"
+                if readers
+                else "this client knows no reader (the cluster has none)",
             )
         self._check_usable()
         self._next_query_id += 1
@@ -329,6 +350,7 @@ class Client:
             replica,
             now,
             now + self.timeout_s,
+            reader=reader,
         )
         self._queries.encode(item)  # raises BadRequest here, on the caller's thread
         self._enqueue(item)

@@ -1,8 +1,12 @@
-"""The client's query channel: snapshot and read-committed queries straight to a
-replica's partitions, without the sequencer (docs/QUERIES.md).
+"""The client's query channel: snapshot and read-committed queries straight to the
+cluster's readers, or a replica's partitions, without the sequencer (docs/QUERIES.md).
 
-Owned by the Client's I/O thread (sockets are not thread-safe). A query goes to one
-replica: the one the caller names, else the next in turn. Within it, to the first
+Owned by the Client's I/O thread (sockets are not thread-safe). With readers
+(executor/reader/: every partition in one process), a query the caller did not pin to
+a replica goes to one reader, the next in turn (the one it names, if it names one);
+one a reader refuses ``not_ready`` or leaves silent moves to the next reader, and
+past the last to the replicas, as without readers. Without readers, a query goes to
+one replica: the one the caller names, else the next in turn. Within it, to the first
 partition its footprint touches when this process knows the procedure (its module is
 imported), else to the next partition in turn: that partition coordinates. A query
 with no answer within ``retry_s`` is sent again (queries change nothing, so a repeat
@@ -72,9 +76,14 @@ class QueryItem:
     started: float
     deadline: float
     resend_at: float = 0.0
-    target: tuple[int, int] = (0, 0)
+    target: tuple[int, int] = (0, 0)  # (replica, partition), or (READER, reader)
     first: int = -1  # the replica asked first (not named by the caller: each in turn)
-    tried: int = 0  # replicas moved on from (not ready, or silent)
+    tried: int = 0  # readers, then replicas, moved on from (not ready, or silent)
+    reader: int | None = None  # named by the caller
+    first_reader: int = -1  # the reader asked first (each in turn)
+
+
+READER = -1  # a target's first element: a reader, not a replica
 
 
 def _settle(fut: Future, outcome: Any) -> None:
@@ -95,9 +104,11 @@ class QueryChannel:
         client_id: bytes,
         retry_s: float,
         curves: dict[str, ClientCurve],
+        readers: Sequence[str] = (),
     ) -> None:
         self.addresses = [list(r) for r in addresses]
         self.replicas = len(self.addresses)
+        self.readers = list(readers)
         self.ctx = ctx
         self.client_id = client_id
         self.retry_s = retry_s
@@ -123,14 +134,30 @@ class QueryChannel:
             raise BadRequest(ERR_TOO_LARGE, f"query of {len(frame)} bytes")
         return frame
 
+    def choices(self, item: QueryItem) -> int:
+        """How many places an unanswered query may move through: the readers, then
+        the replicas (one, if the caller named it); a named reader only."""
+        if item.reader is not None:
+            return 1
+        if item.replica is not None:
+            return 1
+        return len(self.readers) + self.replicas
+
     def _route(self, item: QueryItem) -> tuple[int, int]:
         self._turn += 1
+        if item.reader is not None:
+            return READER, item.reader
+        n = len(self.readers)
+        if item.replica is None and item.tried < n:
+            if item.first_reader < 0:
+                item.first_reader = self._turn % n
+            return READER, (item.first_reader + item.tried) % n
         if item.replica is not None:
             r = item.replica
         else:
             if item.first < 0:
                 item.first = self._turn % self.replicas
-            r = (item.first + item.tried) % self.replicas
+            r = (item.first + item.tried - n) % self.replicas
         parts = len(self.addresses[r])
         p = self._turn % parts
         try:
@@ -146,7 +173,10 @@ class QueryChannel:
     def socket(self, target: tuple[int, int], poller: zmq.Poller) -> zmq.Socket:
         sock = self.sockets.get(target)
         if sock is None:
-            address = self.addresses[target[0]][target[1]]
+            if target[0] == READER:
+                address = self.readers[target[1]]
+            else:
+                address = self.addresses[target[0]][target[1]]
             sock = connect_dealer(self.ctx, address, self.curves.get(address))
             poller.register(sock, zmq.POLLIN)
             self.sockets[target] = sock
@@ -166,7 +196,12 @@ class QueryChannel:
         except zmq.Again:
             pass
 
-    def on_frame(self, frame: bytes, poller: zmq.Poller) -> None:
+    def on_frame(
+        self, frame: bytes, poller: zmq.Poller, source: tuple[int, int] | None = None
+    ) -> None:
+        """A reply frame; ``source``: the target whose socket it came on. A refusal
+        from a target the query has moved on from (it was silent, then answered late)
+        is ignored: the query's current target answers it."""
         try:
             msg = msgpack.unpackb(frame, use_list=False)
         except Exception:  # noqa: BLE001 - a reply we cannot read: dropped, counted
@@ -188,13 +223,12 @@ class QueryChannel:
                 code, message = (
                     value if isinstance(value, tuple) and len(value) == 2 else ("?", value)
                 )
-                if (
-                    code in (ERR_NOT_READY, ERR_UNAVAILABLE)
-                    and item.replica is None
-                    and item.tried + 1 < self.replicas
-                ):
-                    item.tried += 1  # that replica is recovering, behind or short of a
-                    self.send(item, poller, now)  # partition: the next one
+                not_here = code in (ERR_NOT_READY, ERR_UNAVAILABLE)
+                if not_here and source is not None and source != item.target:
+                    continue  # a late refusal from where it was asked before
+                if not_here and item.tried + 1 < self.choices(item):
+                    item.tried += 1  # that reader or replica is recovering, behind or
+                    self.send(item, poller, now)  # short of a partition: the next one
                     continue
                 del self.pending[qid]
                 _settle(item.future, CallFailed(str(code), str(message)))
@@ -208,17 +242,17 @@ class QueryChannel:
                 del self.pending[qid]
                 _settle(item.future, CallTimeout(f"{item.proc}: no answer within the timeout"))
             elif now >= item.resend_at:
-                if item.replica is None and self.replicas > 1:
-                    item.tried += 1  # silent: ask the next replica
+                if self.choices(item) > 1:
+                    item.tried = (item.tried + 1) % self.choices(item)  # silent: the next
                     item.target = self._route(item)
                 item.resend_at = now + self.retry_s
                 self._put(item, poller)
 
     def poll_ready(self, events: dict, poller: zmq.Poller) -> None:
-        for sock in list(self.sockets.values()):
+        for target, sock in list(self.sockets.items()):
             if sock in events:
                 while sock.poll(0):
-                    self.on_frame(sock.recv(), poller)
+                    self.on_frame(sock.recv(), poller, target)
 
     def fail_all(self, error: BaseException) -> None:
         for item in self.pending.values():

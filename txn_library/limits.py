@@ -356,6 +356,21 @@ _check(query_reads_bytes_max <= peer_message_bytes_max, "a query's reads fit a p
 _check(stream_batch_tuples_max <= calls_per_frame_max, "a batch fits the calls of a frame")
 _check(window_batches_max <= window_tuples_max, "windows are bounded alike")
 
+# Readers: replicas that follow the log in one process and answer queries (executor/reader/)
+
+reader_versions_epochs_max = 500
+"""Epochs of row versions a reader keeps before its applied epoch (5 s at 10 ms
+epochs), per partition and within `versions_bytes_max` bytes. A query naming an older
+epoch gets `bad_arguments` naming the retention."""
+reader_hashes_epochs_max = 10_000
+"""Epochs whose per-partition state hashes a reader keeps, to compare with the
+replicas' (a status naming an older epoch is not compared)."""
+reader_held_batches_max = 20_000
+"""Published batches a reader holds ahead of a gap while it catches up from the log.
+Past it newer ones are dropped: the log service gives them again."""
+
+_check(reader_versions_epochs_max >= versions_epochs_max, "a reader keeps at least a partition's")
+
 # ZooKeeper ensemble (cluster/zookeeper.py): what one local server may hold
 
 zk_server_heap_mb_max = 256

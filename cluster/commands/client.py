@@ -278,8 +278,9 @@ def status(as_json: bool, data_dir: str) -> None:
             }
         ]
     flows = _dataflow_rows(cfg) if "epoch" in st else []
+    readers = _reader_rows(cfg, st.get("epoch"))
     if as_json:
-        st = {**st, "dataflows": flows}
+        st = {**st, "dataflows": flows, "readers": readers}
         if ha:
             st = {**st, "sequencers": ha["sequencers"], "zookeeper": ha["zookeeper"]}
             for s_ in st["sequencers"]:
@@ -311,6 +312,24 @@ def status(as_json: bool, data_dir: str) -> None:
             f"{p.get('lock_waits', 0):>10} {p['newest_checkpoint_epoch']:>10}  "
             f"{p['state_hash']:<16}  {state}"
         )
+    if readers:
+        click.echo(
+            f"{'reader':>7} {'applied_epoch':>13} {'lag':>6} {'txns_applied':>12} "
+            f"{'violations':>10} {'queries':>9}  state"
+        )
+        for r in readers:
+            if r.get("down"):
+                dash = "-"
+                click.echo(
+                    f"{r['reader']:>7} {dash:>13} {dash:>6} {dash:>12} {dash:>10} {dash:>9}  DOWN"
+                )
+                continue
+            state = "live" if r["live"] else "catching up"
+            click.echo(
+                f"{r['reader']:>7} {r['applied_epoch']:>13} {r['lag_epochs']:>6} "
+                f"{r['txns_applied']:>12} {r['determinism_violations']:>10} "
+                f"{r['queries_served']:>9}  {state}"
+            )
     if flows:
         click.echo(f"{'dataflow':<16} {'last_pushed':>11} {'last_processed':>14} {'backlog':>7}")
         for f in flows:
@@ -321,6 +340,23 @@ def status(as_json: bool, data_dir: str) -> None:
                 f"{f['dataflow']:<16} {_shown(f['last_pushed']):>11} "
                 f"{_shown(f['last_processed']):>14} {f['backlog']:>7}"
             )
+
+
+def _reader_rows(cfg: ClusterConfig, epoch: int | None) -> list[dict]:
+    """Per reader: its own report (applied epoch, hashes, counters) and its lag behind
+    the sequencer's epoch (``epoch``; else behind the newest epoch it knows of)."""
+    from cluster.launcher import reader_reports
+
+    rows = []
+    for i, rep in enumerate(reader_reports(cfg, timeout_s=1.0)):
+        if rep is None:
+            rows.append({"reader": i, "down": True})
+            continue
+        rep.pop("hashes", None)
+        if epoch is not None:
+            rep["lag_epochs"] = max(0, epoch - rep["applied_epoch"])
+        rows.append({**rep, "down": False})
+    return rows
 
 
 def _shown(v: Any) -> str:

@@ -5,6 +5,8 @@
   ordo sequencer    run a sequencer process of a cluster (--id N of a replicated one)
   ordo zookeeper    run ZooKeeper server --id N of a multi-host cluster on its host
   ordo replica      run one partition (or all partitions) of one replica
+  ordo reader       run one reader (follows the log holding every partition, answers
+                    queries; `ordo up --readers N` starts N)
   ordo traditional-partition
                     run one partition process of a 2PL + 2PC cluster (`ordo up` starts it)
 
@@ -68,6 +70,13 @@ from cluster.config import CONFIG_FILE, DEFAULT_BASE_PORT, ClusterConfig
     "(one leads, elected through ZooKeeper), hosts on loopback addresses 127.0.0.1-3, "
     "CURVE on every socket.",
 )
+@click.option(
+    "--readers",
+    default=0,
+    show_default=True,
+    help="Readers: processes that follow the log holding every partition and answer "
+    "snapshot and read-committed queries (docs/QUERIES.md).",
+)
 @data_dir_option
 def up(
     replicas: int,
@@ -82,6 +91,7 @@ def up(
     mode: str,
     no_update_locks: bool,
     ha: bool,
+    readers: int,
     data_dir: str,
 ) -> None:
     """Start a local cluster and stay in the foreground until Ctrl-C.
@@ -104,6 +114,7 @@ def up(
             modules,
             checkpoint_every,
             dataflow_recovery,
+            readers,
         )
         if ha:
             if mode == "traditional":
@@ -119,6 +130,10 @@ def up(
                 f"{'add' if held.startswith('a repl') else 'drop'} --ha"
             )
         cluster: ProcessGroup
+        if mode == "traditional" and readers:
+            raise click.ClickException(
+                "readers follow Ordo's command log; the traditional mode has none"
+            )
         if mode == "traditional":
             from cluster.traditional_server import TraditionalCluster
             from executor.traditional.options import TraditionalOptions
@@ -130,7 +145,9 @@ def up(
             banner = f"traditional (2PL + 2PC) mode, {partitions} partitions"
         else:
             cluster = LocalCluster(cfg)
-            shape = f"{replicas} replicas x {partitions} partitions"
+            shape = f"{replicas} replicas x {partitions} partitions" + (
+                f", {readers} reader(s) at {', '.join(cfg.reader_addrs)}" if readers else ""
+            )
             banner = f"sequencer at {cfg.client_addr}, {shape}"
             if cfg.replicated:
                 banner = (
@@ -191,6 +208,7 @@ def ha_layout(cfg: ClusterConfig) -> ClusterConfig:
         partition_hosts=tuple(
             (names[r % len(names)],) * cfg.partitions for r in range(cfg.replicas)
         ),
+        reader_hosts=tuple(names[i % len(names)] for i in range(cfg.readers)),
     )
 
 
@@ -217,6 +235,7 @@ _SET_BY_UP_FLAGS = (
     "fsync",
     "checkpoint_every_epochs",
     "dataflow_recovery",
+    "readers",
 )
 # --ha's layout (ha_layout; a switch between single and replicated is refused)
 _SET_BY_HA = (
@@ -228,6 +247,7 @@ _SET_BY_HA = (
     "partition_hosts",
     "zookeeper_root",
     "curve",
+    "reader_hosts",
 )
 # tests' fault injection: never carried into a cluster a person starts
 _NOT_KEPT_BY_UP = ("fault_drop_every_nth_batch",)
@@ -243,6 +263,7 @@ def _config_for_up(
     modules: tuple[str, ...],
     checkpoint_every: int,
     dataflow_recovery: str = "strong",
+    readers: int = 0,
 ) -> ClusterConfig:
     """The config ``ordo up`` runs with: its flags, over what the data directory's
     cluster.json holds if there is one. The database's own settings are the directory's,
@@ -273,6 +294,7 @@ def _config_for_up(
         procedure_modules=mods,
         checkpoint_every_epochs=checkpoint_every,
         dataflow_recovery=dataflow_recovery,
+        readers=readers,
         **kept,
     )
 
@@ -398,6 +420,30 @@ def replica(
             time.sleep(0.5)
     finally:
         lc.stop()
+
+
+@click.command()
+@click.argument("reader_id", metavar="R", type=int)
+@click.option(
+    "--from-genesis",
+    is_flag=True,
+    help="Replay the whole log from the genesis (verifying all of it), not from the "
+    "newest checkpoint a replica on this host has.",
+)
+@cluster_file_option
+@data_dir_option
+def reader(reader_id: int, from_genesis: bool, cluster_file: str | None, data_dir: str) -> None:
+    """Run reader R of the cluster in DATA_DIR (on its host, as cluster.json says): it
+    starts from the newest checkpoint of a replica on this host (else the genesis),
+    replays the log from there, then follows it and answers queries."""
+    from cluster.reader_server import main as run
+
+    cfg = role_config(cluster_file, data_dir)
+    if not 0 <= reader_id < cfg.readers:
+        raise click.ClickException(
+            f"no reader {reader_id}: the cluster has {cfg.readers} (ordo up --readers N)"
+        )
+    run(cfg, reader_id, from_genesis)
 
 
 @click.command("traditional-partition")

@@ -17,6 +17,7 @@ from cluster.security.keys import (
     create_keys,
     keys_dir,
     partition_role,
+    reader_role,
     role_names,
     sequencer_role,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "create_keys",
     "keys_dir",
     "partition_role",
+    "reader_role",
     "role_names",
     "sequencer_role",
 ]

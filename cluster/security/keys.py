@@ -65,14 +65,20 @@ def partition_role(replica: int, partition: int) -> str:
     return f"r{replica}p{partition}"
 
 
+def reader_role(reader: int) -> str:
+    return f"reader-{reader}"
+
+
 def role_names(config: ClusterConfig) -> list[str]:
     """Every identity of the cluster that holds a key pair: each sequencer, then each
-    partition of each replica."""
+    partition of each replica, then each reader."""
     seq: Any = getattr(config, "sequencers", 1)
     count = seq if isinstance(seq, int) else len(seq)
-    return [sequencer_role(i) for i in range(count)] + [
-        partition_role(r, p) for r in range(config.replicas) for p in range(config.partitions)
-    ]
+    return (
+        [sequencer_role(i) for i in range(count)]
+        + [partition_role(r, p) for r in range(config.replicas) for p in range(config.partitions)]
+        + [reader_role(i) for i in range(getattr(config, "readers", 0))]
+    )
 
 
 def check_name(name: str) -> str:
