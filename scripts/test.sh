@@ -19,7 +19,7 @@ step "ruff, mypy and lint-imports"
 # module fixture, run on one worker). ORDO_TEST_WORKERS=0: in this process, in turn.
 workers=(-n "${ORDO_TEST_WORKERS:-2}" --dist loadfile)
 if [ "${ORDO_TEST_WORKERS:-2}" = 0 ]; then workers=(-p no:xdist); fi
-.venv/bin/python -m pytest "${workers[@]}" "$@"
+.venv/bin/python -m pytest "${workers[@]}" --durations=25 "$@"
 step "the suite"
 # The hot modules run compiled above (txn_library/native.py); the unit tests of those
 # modules again on their pure-Python fallback (ORDO_PURE_PASS=0 skips this pass).
