@@ -41,8 +41,9 @@ the partition.
 Recovery: at start the partition loads its newest valid checkpoint (corrupt ones are
 skipped with a warning), or the genesis state, then fetches every later epoch from
 the log service and replays it through the normal path, reporting progress, before
-it counts as live. Its boundary hashes let the sequencer verify it against the other
-replicas.
+it counts as live (BatchFeed.caught_up: every epoch known applied, every transaction
+of those it replayed finished; live traffic may be in flight). Its boundary hashes let
+the sequencer verify it against the other replicas.
 """
 
 from __future__ import annotations
@@ -443,7 +444,7 @@ class PartitionServer:
         if self._live:
             return
         part = self.part
-        if self.feed.heard and self.feed.behind() <= 0 and part.idle():
+        if self.feed.caught_up():
             elapsed = now - self._started
             log.info(
                 "live: caught up from epoch %d to %d in %.1fs (%d txns applied)",

@@ -100,7 +100,11 @@ class LocalShare:
     ``placed``: each non-replicated footprint entry (table, key or prefix) -> its
     partition, each placed once (an entry both read and written, as in ``bank.open``,
     is placed once): the executor's reads and the filter of its writes look a key up
-    here before placing it."""
+    here before placing it.
+
+    ``local`` (``Footprint.local``): read entries locked like the others but never
+    sent to another participant, nor awaited from one (each is written at its own
+    partition, which reads it there)."""
 
     __slots__ = (
         "shared", "exclusive", "local_reads", "executor", "reporter", "send_to", "need",
@@ -109,9 +113,10 @@ class LocalShare:
 
     def __init__(
         self, reads: FootprintEntries, writes: FootprintEntries, participants_: tuple,
-        me: int, partitions: int,
+        me: int, partitions: int, local: FootprintEntries = (),
     ) -> None:  # fmt: skip
         table = catalog.table
+        unshipped = frozenset(local)
         shared: list[tuple] = []
         exclusive: list[tuple] = []
         local_reads: list[tuple[str, tuple]] = []
@@ -124,6 +129,10 @@ class LocalShare:
             if spec.replicated:
                 continue
             p = placed[entry] = spec.placement(key[: spec.place_prefix], partitions)
+            if unshipped and entry in unshipped:
+                if p == me:
+                    shared.append((t, key[: spec.lock_prefix]))
+                continue
             reads_at.add(p)
             if p == me:
                 local_reads.append(entry)

@@ -38,7 +38,10 @@ class Context(Protocol):
     """What a body sees of the database while it runs (the executor's TxnContext).
 
     Reads and writes are checked against the declared footprint; time and randomness
-    come only from the batch.
+    come only from the batch. ``holds(table, key)``: whether this executor holds that
+    key's rows (always, but at a participant of a multi-partition transaction other
+    than the key's partition): a body asks it before reading under a ``local``
+    footprint entry (``Footprint.local``).
     """
 
     txn_id: int
@@ -57,6 +60,8 @@ class Context(Protocol):
 
     def hold_locks(self, ms: int) -> None: ...
 
+    def holds(self, table: str, key: tuple) -> bool: ...
+
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 ARG_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -72,10 +77,21 @@ ARG_TYPES: dict[str, type | tuple[type, ...]] = {
 
 @dataclass(frozen=True)
 class Footprint:
-    """Keys (or key prefixes) a transaction reads and writes."""
+    """Keys (or key prefixes) a transaction reads and writes.
+
+    ``local``: entries of both ``reads`` and ``writes`` that the body reads only where
+    they are held (``Context.holds``), so a multi-partition transaction's read exchange
+    never ships them. Their partition is an executor (they are written there), runs
+    the body on its own rows and applies what it writes under them; a participant
+    that does not hold them must compute nothing from them but writes under them
+    (which it drops: they are not its own), or participants would diverge. A read
+    under a local entry away from its home sees only what was shipped for the other
+    entries. What streams trim (txn_library.streams.context) is the one use: a step's
+    cost then does not grow with what its streams retain."""
 
     reads: tuple[FootprintEntry, ...] = ()
     writes: tuple[FootprintEntry, ...] = ()
+    local: tuple[FootprintEntry, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -206,7 +222,7 @@ class Procedure:
         """Raise BadRequest unless every entry of ``fp`` fits its table (and, given
         ``entries_max``, there are at most that many: ERR_TOO_LARGE); the partitions of
         its non-replicated entries (none are computed for one partition)."""
-        reads, writes = fp.reads, fp.writes
+        reads, writes, local = fp.reads, fp.writes, fp.local
         if type(reads) not in _ENTRIES or type(writes) not in _ENTRIES:
             # Every executor walks them more than once (cover sets, then lock names): a
             # generator would give them entries once, the locks none.
@@ -222,6 +238,8 @@ class Procedure:
             raise BadRequest(
                 ERR_BAD_ARGUMENTS, f"{self.name}: footprint keys must be hashable ({e})"
             ) from None
+        if local:
+            self._check_local(reads, writes, local)
         if entries_max is not None and len(reads) + len(writes) > entries_max:
             raise BadRequest(
                 ERR_TOO_LARGE,
@@ -266,6 +284,28 @@ class Procedure:
                             raise self._unplaceable(t, key)
                         place(p)
         return places
+
+    def _check_local(self, reads: Any, writes: Any, local: Any) -> None:
+        """Every ``local`` entry is read and written too (``Footprint.local``); its
+        shape is then checked with the reads and writes."""
+        if type(local) not in _ENTRIES:
+            raise BadRequest(
+                ERR_BAD_ARGUMENTS,
+                f"{self.name}: footprint local must be a tuple or list, not {type(local).__name__}",
+            )
+        try:
+            both = set(reads) & set(writes)
+            missing = [e for e in local if e not in both]
+        except TypeError as e:
+            raise BadRequest(
+                ERR_BAD_ARGUMENTS, f"{self.name}: footprint keys must be hashable ({e})"
+            ) from None
+        if missing:
+            raise BadRequest(
+                ERR_BAD_ARGUMENTS,
+                f"{self.name}: footprint local entry {brief(missing[0])} is not both read and "
+                f"written (a local entry is read where it is written)",
+            )
 
     def _unplaceable(self, t: str, key: Any) -> BadRequest:
         """A footprint entry whose key places it on no partition: under

@@ -5,15 +5,19 @@ Client k (of up to ``STREAMS``) pushes batches of small ints to its own stream
 ``sim_in_<k>`` with increasing, gapped batch ids; now and then it pushes an earlier
 batch again with the same tuples (a retry across sessions: answered from the first
 push) or with other tuples (refused). Clients beyond ``STREAMS`` send OLTP calls on
-the same home (kv adds), interleaving with the chains. The dataflow ``sim_<k>`` has two
-steps: ``count`` folds each batch into a running chain (count, sum, a hash of the batch
-ids in the order processed) and emits the batch's sum to ``sim_mid_<k>``; ``total``
-folds those sums again (the order within a batch: count before total).
+the same home (kv adds), interleaving with the chains. The dataflow ``sim_<k>`` has
+two steps: ``count`` folds each batch into a running chain (count, sum, a hash of the
+batch ids in the order processed) and emits the batch's sum to ``sim_mid_<k>``;
+``total`` folds those sums again (the order within a batch: count before total) and
+emits the running total to the sink ``sim_out_<k>``, which keeps ``retained(k)``
+batches.
 
 Checker, from the logged history and the oracle's final state: for every stream the
 batches whose push committed (first push of an id, in log order) are exactly the
 batches each step processed, once each, in that order: the chain's count, sum and hash
-equal what those pushes give, and ``total`` equals ``count``'s sum.
+equal what those pushes give, and ``total`` equals ``count``'s sum; the sink keeps the
+last of those batches (``retained(k)`` to its trim bound), each with the running total
+after it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import xxhash
 import txn_library.builtin  # noqa: F401  (kv: the OLTP side)
 from txn_library.errors import OK
 from txn_library.streams import Dataflow, StreamContext, stream, stream_procedure
+from txn_library.streams.spec import STREAM_BATCHES
 from txn_library.workload import Call, FinalState
 
 STREAMS = 6
@@ -40,9 +45,19 @@ def _chain_hash(h: int, batch_id: int) -> int:
     return xxhash.xxh3_64_intdigest(msgpack.packb((h, batch_id)))
 
 
+def retained(k: int) -> int:
+    """How many batches stream k's sink keeps: a few, so that retention trims it often,
+    in a step that is multi-partition where its kv row is not at HOME (only HOME trims;
+    every engine must agree). (A border keeps the default: a step takes its batch from
+    the border after every push of the epoch, so a border must keep what one epoch
+    pushes.)"""
+    return 3 + k
+
+
 def _declare(k: int) -> None:
     s_in = stream(f"sim_in_{k}", [("x", "int")], home=HOME)
     s_mid = stream(f"sim_mid_{k}", [("sum", "int")], home=HOME)
+    s_out = stream(f"sim_out_{k}", [("total", "int")], home=HOME, retain_batches=retained(k))
     key_count, key_total = (f"{CHAIN}_count_{k}",), (f"{CHAIN}_total_{k}",)
 
     @stream_procedure(
@@ -55,10 +70,14 @@ def _declare(k: int) -> None:
         ctx.put("kv", key_count, ((n + 1, total + s, _chain_hash(h, batch_id)),))
         return [(s,)]
 
-    @stream_procedure(f"sim.total_{k}", input=s_mid.name, writes=[("kv", key_total)])
-    def total(ctx: StreamContext, batch_id: int, tuples: list[tuple]) -> None:
+    @stream_procedure(
+        f"sim.total_{k}", input=s_mid.name, output=s_out.name, writes=[("kv", key_total)]
+    )
+    def total(ctx: StreamContext, batch_id: int, tuples: list[tuple]) -> list[tuple]:
         row = ctx.get("kv", key_total)
-        ctx.put("kv", key_total, ((row[0] if row else 0) + sum(s for (s,) in tuples),))
+        t = (row[0] if row else 0) + sum(s for (s,) in tuples)
+        ctx.put("kv", key_total, (t,))
+        return [(t,)]
 
     Dataflow(f"sim_{k}", [count >> total])
 
@@ -142,4 +161,27 @@ class StreamWorkload:
             trow = kv.get((f"{CHAIN}_total_{k}",))
             if (trow[0] if trow else 0) != total:
                 out.append(f"{name}: the second step saw {trow}, the first {total}")
+            out += _check_sink(k, batches, final.oracle.whole_tables())
         return out
+
+
+def _check_sink(k: int, batches: list[tuple[int, list]], tables: dict[str, dict]) -> list[str]:
+    """The sink of stream k keeps the last committed batches, between ``retained(k)``
+    and the trim bound (all of them while fewer), each with the running total."""
+    sink, keep = f"sim_out_{k}", retained(k)
+    kept = sorted(key[2] for key in tables.get(STREAM_BATCHES, {}) if key[:2] == (HOME, sink))
+    ids = [b for b, _ in batches]
+    most = keep + max(1, keep // 16)
+    if kept != ids[len(ids) - len(kept) :] or not min(keep, len(ids)) <= len(kept) <= most:
+        return [f"{sink}: keeps batches {kept[:10]}, the last {keep}..{most} of {ids[-12:]}"]
+    totals, t = {}, 0
+    for b, tuples in batches:
+        t += sum(x for (x,) in tuples)
+        totals[b] = t
+    rows = tables.get(sink, {})
+    got = {b: rows.get((HOME, b, 0)) for b in kept}
+    wrong = [b for b in kept if got[b] != (totals[b],)]
+    if wrong:
+        b = wrong[0]
+        return [f"{sink}: batch {b} holds {got[b]}, the running total then was {totals[b]}"]
+    return []

@@ -15,6 +15,10 @@ Invariants:
   same way compiled and pure.
 - ``hold_locks`` (a benchmark hook) only asks the live engine to keep the
   transaction's locks longer; it changes no value, so outcomes stay deterministic.
+- ``holds(table, key)`` says whether this executor holds that key's rows: always,
+  unless its owner says otherwise (a participant of a multi-partition transaction:
+  the keys of its own partition and replicated tables). A body asks it before reading
+  under a ``local`` footprint entry (txn_library.procedure.Footprint).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from txn_library.errors import FootprintViolation
 
 Getter = Callable[[str, tuple], "tuple | None"]
 Scanner = Callable[[str, tuple], list]
+Holder = Callable[[str, tuple], bool]
 
 
 def txn_seed(batch_seed: int, txn_id: int) -> int:
@@ -79,6 +84,7 @@ class TxnContext:
         "hold_ms",
         "_on_write",
         "_written",
+        "_holds",
     )
 
     def __init__(
@@ -91,6 +97,7 @@ class TxnContext:
         get: Getter,
         scan: Scanner,
         on_write: Callable[[str, tuple], None] | None = None,
+        holds: Holder | None = None,
     ) -> None:
         self.txn_id = txn_id
         self.timestamp_ms = timestamp_ms
@@ -104,6 +111,7 @@ class TxnContext:
         self.hold_ms = 0
         self._on_write = on_write
         self._written: set[Any] = set()  # tables put or deleted in: a scan merges only those
+        self._holds = holds
 
     @property
     def rng(self) -> random.Random:
@@ -154,6 +162,13 @@ class TxnContext:
         self._written.add(table)
         if self._on_write is not None:
             self._on_write(table, key)
+
+    def holds(self, table: Any, key: Any) -> bool:
+        """Whether this executor holds the rows of ``key`` of ``table`` (a key or a
+        prefix at least as long as the table's placement prefix): always, but at a
+        participant of a multi-partition transaction other than the key's partition."""
+        h = self._holds
+        return True if h is None else h(table, key)
 
     def hold_locks(self, ms: Any) -> None:
         """BENCHMARK HOOK: ask the engine to keep this transaction's locks (and its

@@ -24,7 +24,13 @@ Invariants:
   participant holds only batches after one with an unfinished earlier txn), so its
   reads are sent and it finishes. A peer that is down would hold it for good, so
   ``pace`` lets one batch wait at most ``peer_hold_max``, then runs ahead for
-  ``peer_hold_retry`` (live: ``limits.peer_hold_s_max``, ``PEER_HOLD_RETRY_S``).
+  ``peer_hold_retry`` (live: ``limits.peer_hold_s_max``, ``PEER_HOLD_RETRY_S``). Nor
+  does it hold while more than ``BACKLOG_HOLD_MAX`` batches wait: a partition behind
+  (catching up after a restart) would pay a round trip to its peers per batch.
+- ``caught_up`` (the partition is live) once the log's end was heard, every epoch
+  known is applied and every transaction of the epochs applied when that first held
+  has finished; it does not wait for an idle moment, which continuous load never
+  gives.
 - ``known_last_epoch`` only grows: the highest epoch seen in a batch, a heartbeat or
   a log-service reply.
 - ``term`` only grows: the newest leader term seen in a published batch or a
@@ -47,6 +53,10 @@ REPAIR_RETRY_S = 0.5  # an unanswered log fetch is asked again after this long
 # After one batch waited limits.peer_hold_s_max for peers, batches run ahead (as on idle
 # cores) this long before holding again: a peer that is down costs a tenth of the time.
 PEER_HOLD_RETRY_S = 1.0
+# Batches known and not applied past which a partition runs ahead whatever its cores
+# (pace): one catching up (after a restart, or behind a slow peer) would otherwise
+# wait a round trip to its peers for every batch of its backlog.
+BACKLOG_HOLD_MAX = 2
 
 
 class BatchFeed:
@@ -79,6 +89,7 @@ class BatchFeed:
         self.leader = 0
         self.stale_dropped = 0  # published batches and heartbeats of an older term
         self._repair_sent_at: float | None = None
+        self._head: int | None = None  # last_epoch when first nothing known was left
 
     def offer(self, data: bytes, published: bool = False, publisher: int | None = None) -> None:
         """A batch's bytes, from PUB/SUB (``published``; ``publisher``: the sequencer
@@ -114,7 +125,12 @@ class BatchFeed:
         """The owner's turn: hold batches for peers while ``contended`` (the owner's
         judgement of its cores), one batch at most ``peer_hold_max``; True when a hold
         just ran out (batches then run ahead for ``peer_hold_retry``)."""
-        hold = contended and self.peer_hold_max > 0 and now >= self._hold_again_at
+        hold = (
+            contended
+            and self.peer_hold_max > 0
+            and now >= self._hold_again_at
+            and self.behind() <= BACKLOG_HOLD_MAX
+        )
         expired = False
         if hold and self.held_for_peers():
             epoch = self.part.last_epoch + 1
@@ -184,6 +200,19 @@ class BatchFeed:
                 return None
         self._repair_sent_at = now
         return want, last
+
+    def caught_up(self) -> bool:
+        """Whether the partition is live: it has heard where the log ends, applied every
+        epoch known, and finished every transaction of the epochs it had applied when it
+        first got there (the history it replayed, with the reads its peers resent).
+        Not idle: under load a partition always has transactions of the newest epochs
+        in flight, and one that waited for an idle moment could wait as long as the
+        load lasts."""
+        if not self.heard or self.behind() > 0:
+            return False
+        if self._head is None:
+            self._head = self.part.last_epoch
+        return self.part.completed_epoch() >= self._head
 
     def behind(self) -> int:
         """Epochs known to exist that are not applied yet."""

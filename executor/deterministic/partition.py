@@ -21,6 +21,11 @@ Invariants:
   same). Each executor applies only its local writes. No votes, no two-phase commit:
   every executor reaches the same outcome because it runs the same deterministic body
   on the same reads.
+- What a participant sends is what it holds under the footprint's read entries: the
+  row of each exact key, every row under each prefix, except under ``local`` entries
+  (txn_library.procedure.Footprint), which are never sent: only their own partition
+  reads them (the body asks ``ctx.holds``), so a stream step sends what its batch
+  touches, however many batches its streams keep.
 - Exactly one partition per replica reports a transaction's result: the lowest
   executor.
 - A partition keeps the reads it sent until every peer has said it will never ask for
@@ -423,7 +428,7 @@ class Partition:
             st.single = False
             self._multi_active += 1
             share = placement.LocalShare(
-                fp.reads, fp.writes, participants, self.partition, self.partitions
+                fp.reads, fp.writes, participants, self.partition, self.partitions, fp.local
             )
             shared, exclusive = share.shared, share.exclusive
             st.executor, st.reporter = share.executor, share.reporter
@@ -490,9 +495,10 @@ class Partition:
         storage = self.storage
         if st.single:
             get, scan = storage.get, storage.scan
+            ctx = TxnContext(st.txn_id, st.ts, st.seed, st.reads, st.writes, get, scan)
         else:
-            get, scan = self._remote_view(st)
-        ctx = TxnContext(st.txn_id, st.ts, st.seed, st.reads, st.writes, get, scan)
+            get, scan, holds = self._remote_view(st)
+            ctx = TxnContext(st.txn_id, st.ts, st.seed, st.reads, st.writes, get, scan, None, holds)
         # The whole write set (remote writes too) is validated before any is applied:
         # every executor reaches the same outcome, or partitions would diverge.
         status, value, data, writes = run_txn(st.proc, st.args, ctx, storage)
@@ -561,7 +567,10 @@ class Partition:
                 return storage.scan(t, prefix)
             return scan_of_reads(exact, prefixes, t, prefix)
 
-        return get, scan
+        def holds(t: str, key: tuple) -> bool:
+            return is_here(st, t, key)
+
+        return get, scan, holds
 
     def _finish(self, st: _Txn) -> None:
         self.txns_applied += 1

@@ -482,7 +482,7 @@ class PartitionNode:
     def _report_progress(self) -> None:
         part = self.part
         assert part is not None
-        if not self.live and self._feed().heard and self._feed().behind() <= 0 and part.idle():
+        if not self.live and self._feed().caught_up():
             self.live = True
             self.sim.trace.note(self.sim.loop.now_us, f"live {self.node.name} {part.last_epoch}")
 

@@ -7,8 +7,9 @@ Everything here goes through the transaction's ``Context`` (``get``/``put``/``sc
 are transactional, replicated, checkpointed and replayed like any table.
 
 Invariants:
-- A stream's batch rows form one list in push order; a stream holds at most
-  ``retain_batches`` batches (the oldest row and its tuples go when one more comes).
+- A stream's batch rows form one list in push order; a listed stream holds at most
+  ``retain_batches + max(1, retain_batches // 16)`` batches (past that, the oldest
+  go, rows and tuples, down to ``retain_batches``: ``append_batch``).
 - A window shows exactly the rows ``visible_from <= seq < visible_to``; a tuple
   inserted since the last slide is staged and invisible. A tuple-based window slides
   when ``slide`` tuples are staged; a batch-based one when ``slide`` batches (each
@@ -21,6 +22,26 @@ Invariants:
   into its target through this module (a stream's tuples, a window's tuples, a table's
   rows inserted with ``StreamContext.insert``), ``on_slide`` after each slide of its
   window. A trigger may insert again (depth bounded by ``limits.trigger_depth_max``).
+
+Retention is trimmed at the stream's home only. A step's footprint names what it
+touches of batch b (txn_library.streams.dataflow: the input batch's row and tuples,
+the output batch's, the output stream's row, its progress row), so what a
+multi-partition step ships its peers does not grow with what the streams keep. What a
+trim drops is data (the oldest ids, read at run time), so it is covered by prefix
+entries marked ``local`` (txn_library.procedure.Footprint): locked, never shipped, read
+only where held. Every participant of a multi-partition step runs the whole body;
+``_drop_oldest`` does nothing where ``ctx.holds`` says the stream is not held. That
+is safe because a trim decides nothing but writes under the stream's home: the result,
+an abort and every other write come from shipped rows (the stream's row, the batch's),
+the same at every participant; the trim's writes (deletes of stored keys, the stream's
+row of ints) always pass validation, so the whole write set's verdict is the same with
+or without them; and a participant that skipped them would drop them anyway (not its
+keys). A step or trigger that declares reads of the trimmed tables itself gets them
+shipped as before (``dataflow._unshared``). Not chosen: naming the dropped ids in the
+footprint (known only from the stream's row at run time); trimming in a transaction of
+its own at the home (one more transaction per batch, or per N batches, which sparse
+ids cannot say); shipping the prefixes (a step's bytes grew with ``retain_batches``:
+at 200,000 its pushes/s fell by two thirds within 40 s, issue 44).
 """
 
 from __future__ import annotations
@@ -247,9 +268,10 @@ class StreamContext:
         """Append batch ``batch_id`` (not in ``s`` yet, after its last) with its tuples,
         firing the stream's insert triggers. ``listed`` (a stream clients push to, or a
         sink): the stream's row counts it, and once the stream holds
-        ``retain_batches / 16`` (at least one) more than it keeps, the oldest batches go;
-        else (a stream between two steps, whose last consumer deletes each batch as it
-        takes it) only the batch's row is written."""
+        ``retain_batches / 16`` (at least one) more than it keeps, the oldest batches go
+        (at the stream's home: ``_drop_oldest``); else (a stream between two steps,
+        whose last consumer deletes each batch as it takes it) only the batch's row is
+        written."""
         ctx, h, name = self.ctx, s.home, s.name
         put = ctx.put
         if listed:  # before the batch's row: each stream's rows stay in key order
@@ -270,20 +292,41 @@ class StreamContext:
             self._drop_oldest(s, count + 1 - s.retain_batches)
 
     def _drop_oldest(self, s: Stream, n: int) -> None:
-        """Delete the ``n`` oldest batches of a listed stream (rows and tuples left)."""
+        """Delete the ``n`` oldest batches of a listed stream (rows and tuples left) and
+        note the new first batch and the newest dropped in its row. Where the stream's
+        rows are not held, nothing (see the module doc: its home does it).
+
+        Batch ids are usually dense: they are walked by key from the stream's first
+        batch, n + 1 reads (the first kept too). At a gap before that, one scan of the
+        stream's batch rows instead (a gap costs that trim O(retain_batches); spread
+        over the ~retain_batches / 16 batches between two trims, a few rows a batch)."""
         ctx, h, name = self.ctx, s.home, s.name
-        ids = [key[2] for key, _ in ctx.scan(STREAM_BATCHES, (h, name))]
-        for b in ids[:n]:
-            self.drop_tuples(s, b)
-            ctx.delete(STREAM_BATCHES, (h, name, b))
-        meta = ctx.get(STREAMS, (h, name))
+        if not ctx.holds(STREAM_BATCHES, (h, name)):
+            return
+        get = ctx.get
+        meta = get(STREAMS, (h, name))
         assert meta is not None
-        put_first = ids[n] if n < len(ids) else None
-        ctx.put(
-            STREAMS,
-            (h, name),
-            (put_first, meta[1], meta[2] - min(n, len(ids)), ids[min(n, len(ids)) - 1]),
-        )
+        oldest: list[tuple[int, int]] = []  # (batch id, its tuples)
+        b = meta[0]
+        while len(oldest) <= n:
+            row = get(STREAM_BATCHES, (h, name, b))
+            if row is None:
+                break
+            oldest.append((b, row[0]))
+            b += 1
+        if len(oldest) <= n:
+            rows = ctx.scan(STREAM_BATCHES, (h, name))
+            oldest = [(key[2], row[0]) for key, row in rows[: n + 1]]
+        gone = oldest[:n]
+        if not gone:
+            return
+        for b, n_tuples in gone:
+            for i in range(n_tuples):  # by key: a scan would merge this txn's writes
+                if get(name, (h, b, i)) is not None:
+                    ctx.delete(name, (h, b, i))
+            ctx.delete(STREAM_BATCHES, (h, name, b))
+        kept_first = oldest[n][0] if n < len(oldest) else None
+        ctx.put(STREAMS, (h, name), (kept_first, meta[1], meta[2] - len(gone), gone[-1][0]))
 
     def batch_tuples(self, s: Stream, batch_id: int, n: int) -> list[tuple]:
         """The ``n`` tuples of a batch (its batch row says how many), by key: no scan."""
@@ -410,13 +453,3 @@ class WindowView:
         """How many tuples wait for the next slide."""
         st = self._state()
         return st[0] - st[2]
-
-
-def footprint_union(parts: Iterable[Footprint]) -> Footprint:
-    """One footprint of several, each entry once, in first-seen order."""
-    reads: dict[FootprintEntry, None] = {}
-    writes: dict[FootprintEntry, None] = {}
-    for f in parts:
-        reads.update(dict.fromkeys(f.reads))
-        writes.update(dict.fromkeys(f.writes))
-    return Footprint(tuple(reads), tuple(writes))

@@ -38,7 +38,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -46,11 +46,10 @@ import msgpack
 
 from txn_library import limits
 from txn_library.errors import InvariantViolation
-from txn_library.procedure import Abort, Arg, Footprint, Procedure, register
+from txn_library.procedure import Abort, Arg, Footprint, FootprintEntry, Procedure, register
 from txn_library.streams.context import (
     StreamContext,
     batch_digest,
-    footprint_union,
     generation,
     trigger_footprint,
 )
@@ -272,21 +271,112 @@ def _stream_entries(s: Stream) -> list[tuple[str, tuple]]:
     ]
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """A step's (or a push's) footprint without its batch id: the ``per_batch``
+    entries' keys end with it (``at`` appends it). ``local`` entries are read and
+    written, only at their home (``Footprint.local``: never shipped); none of them is
+    among ``reads`` or ``writes`` (``_unshared``)."""
+
+    reads: tuple[FootprintEntry, ...]
+    writes: tuple[FootprintEntry, ...]
+    reads_per_batch: tuple[FootprintEntry, ...]
+    writes_per_batch: tuple[FootprintEntry, ...]
+    local: tuple[FootprintEntry, ...]
+
+    def at(self, batch_id: int) -> Footprint:
+        """The footprint for batch ``batch_id`` (this runs for every step and push at
+        every participant: no more than appending the id)."""
+        b = (batch_id,)
+        local = self.local
+        return Footprint(
+            self.reads + local + tuple([(t, k + b) for t, k in self.reads_per_batch]),
+            self.writes + local + tuple([(t, k + b) for t, k in self.writes_per_batch]),
+            local,
+        )
+
+
+def _shape_union(shapes: Iterable[_Shape]) -> _Shape:
+    parts = list(shapes)
+
+    def union(name: str) -> tuple[FootprintEntry, ...]:
+        return tuple(dict.fromkeys(e for p in parts for e in getattr(p, name)))
+
+    return _Shape(
+        union("reads"),
+        union("writes"),
+        union("reads_per_batch"),
+        union("writes_per_batch"),
+        union("local"),
+    )
+
+
+def _appended(s: Stream, is_listed: bool) -> _Shape:
+    """What appending a batch to ``s`` touches (``StreamContext.append_batch``): its
+    row in ``ordo_stream``, the batch's row and tuples; and, for a listed stream, the
+    batches retention drops, read only at the stream's home (``local``)."""
+    h, name = s.home, s.name
+    local: tuple[FootprintEntry, ...] = ()
+    if is_listed:
+        local = ((STREAM_BATCHES, (h, name)), (name, (h,)))
+    meta = ((STREAMS, (h, name)),)
+    return _Shape(meta, meta, (), ((STREAM_BATCHES, (h, name)), (name, (h,))), local)
+
+
+def _taken(s: Stream) -> _Shape:
+    """What taking batch b of ``s`` touches (``run_step``): its row and tuples (read;
+    deleted by its last consumer)."""
+    batch = ((STREAM_BATCHES, (s.home, s.name)), (s.name, (s.home,)))
+    return _Shape((), (), batch, batch, ())
+
+
+def _fixed(reads: Iterable[FootprintEntry], writes: Iterable[FootprintEntry]) -> _Shape:
+    return _Shape(tuple(reads), tuple(writes), (), (), ())
+
+
+def _unshared(shape: _Shape, declared: Iterable[FootprintEntry]) -> _Shape:
+    """``shape`` whose ``local`` entries are only those no step or trigger declares
+    anything under (or over): a body that reads a trimmed stream itself needs its
+    rows shipped, as any read (each participant must read the same rows); such an
+    entry becomes an ordinary read and write."""
+    found = list(declared)
+
+    def overlaps(e: FootprintEntry) -> bool:
+        t, k = e
+        return any(u == t and (v[: len(k)] == k or k[: len(v)] == v) for u, v in found)
+
+    shipped = tuple(e for e in shape.local if overlaps(e))
+    if not shipped:
+        return shape
+    return replace(
+        shape,
+        reads=tuple(dict.fromkeys(shape.reads + shipped)),
+        writes=tuple(dict.fromkeys(shape.writes + shipped)),
+        local=tuple(e for e in shape.local if e not in shipped),
+    )
+
+
 @lru_cache(maxsize=4096)
-def _step_footprint(proc_name: str, gen: int) -> Footprint:
-    """A step's (or nested group's) footprint: its streams, progress, windows, state and
-    the triggers on what it writes. The same for every batch (cached)."""
+def _step_shape(proc_name: str, gen: int) -> _Shape:
+    """A step's (or nested group's) footprint: of its input, batch b's row and tuples;
+    of its output, batch b's row and tuples and the stream's row (and, for a sink,
+    what retention drops: ``local``); its progress row, windows, state and the
+    triggers on what it writes. Cached per procedure; the batch id is the only
+    argument (``_Shape.at``)."""
     del gen  # part of the cache key: a registration after the first use rebuilds it
     steps = _UNIT_STEPS[proc_name]
     parts = []
+    declared: list[FootprintEntry] = []  # by the steps and their triggers
     for s in steps:
         assert s.dataflow is not None
         src = stream_named(s.input)
-        entries = _stream_entries(src) + [(PROGRESS, (src.home, s.dataflow.name))]
+        progress = [(PROGRESS, (src.home, s.dataflow.name, s.name))]
+        parts += [_taken(src), _fixed(progress, progress)]
         written = [s.input]
         if s.output is not None:
-            entries += _stream_entries(stream_named(s.output))
+            parts.append(_appended(stream_named(s.output), listed(s.output)))
             written.append(s.output)
+        entries: list[FootprintEntry] = []
         for w in s.windows:
             win = window_named(w)
             entries.append((w, (win.home,)))
@@ -295,9 +385,10 @@ def _step_footprint(proc_name: str, gen: int) -> Footprint:
         written += [t for t, _ in s.writes]
         trig = trigger_footprint(written)
         # what a step writes it may read too (its declared ``writes`` imply reads)
-        parts.append(Footprint(tuple(entries) + s.reads + s.writes, tuple(entries) + s.writes))
-        parts.append(Footprint(trig.reads + trig.writes, trig.writes))
-    return footprint_union(parts)
+        parts.append(_fixed(tuple(entries) + s.reads + s.writes, tuple(entries) + s.writes))
+        parts.append(_fixed(trig.reads + trig.writes, trig.writes))
+        declared += [*s.reads, *s.writes, *trig.reads, *trig.writes]
+    return _unshared(_shape_union(parts), declared)
 
 
 _UNIT_STEPS: dict[str, tuple[Step, ...]] = {}
@@ -307,7 +398,7 @@ def _step_procedure(df: Dataflow, steps: tuple[Step, ...], name: str) -> Procedu
     _UNIT_STEPS[name] = steps
 
     def footprint(batch_id: int) -> Footprint:
-        return _step_footprint(name, generation[0])
+        return _step_shape(name, generation[0]).at(batch_id)
 
     def body(ctx: Any, batch_id: int) -> Any:
         out: list[Any] = []
@@ -362,17 +453,23 @@ def run_step(df: Dataflow, s: Step, ctx: Any, batch_id: int) -> Any:
 
 
 @lru_cache(maxsize=4096)
-def _push_footprint_of(stream: str, gen: int) -> Footprint:
+def _push_shape(stream: str, gen: int) -> _Shape:
     del gen
     s = stream_named(stream)
-    entries = tuple(_stream_entries(s))
     trig = trigger_footprint([s.name])
-    return Footprint(entries + trig.reads + trig.writes, entries + trig.writes)
+    shape = _shape_union(
+        [
+            _appended(s, True),  # a push appends as to a listed stream (``_push``)
+            _Shape((), (), ((STREAM_BATCHES, (s.home, s.name)),), (), ()),  # a retry's row
+            _fixed(trig.reads + trig.writes, trig.writes),
+        ]
+    )
+    return _unshared(shape, trig.reads + trig.writes)
 
 
 def _push_footprint(stream: Any, batch_id: int, tuples: Any) -> Footprint:
     stream_named(stream)  # an unknown stream: BadRequest
-    return _push_footprint_of(stream, generation[0])
+    return _push_shape(stream, generation[0]).at(batch_id)
 
 
 def _push_check(stream: Any, batch_id: int, tuples: Any) -> None:
