@@ -222,3 +222,39 @@ def _local_proc(fp: Footprint) -> Procedure:
 def test_a_local_entry_must_be_read_and_written(fp: Footprint) -> None:
     with pytest.raises(BadRequest, match="not both read and written"):
         _local_proc(fp).participants_of((1,), PARTITIONS)
+
+
+# A border stream keeping fewer batches than one epoch pushes: its steps run after every
+# push of the epoch, so retention must keep what they have not processed yet.
+stream("few_in", [("x", "int")], home=rb.STREAM_HOME, retain_batches=3)
+stream("few_out", [("x", "int")], home=rb.STATE_HOME, retain_batches=1_000)
+
+
+@stream_procedure("few.copy", input="few_in", output="few_out")
+def _few_copy(ctx: StreamContext, batch_id: int, tuples: list[tuple]) -> list[tuple]:
+    return tuples
+
+
+Dataflow("few", [_few_copy])
+
+
+def test_a_border_keeping_fewer_batches_than_an_epoch_pushes_skips_none() -> None:
+    """Ten pushes in one epoch to a border that keeps 3: every one reaches the sink
+    (before, the pushes trimmed batches 1-6 before the step ran, and it skipped them
+    without a word); the stream keeps what its step has not processed, and once it has,
+    retention applies again. Partitions and the oracle agree."""
+    log = Log()
+    epochs = [
+        log.batch([("few_in", b, [(b,)]) for b in range(1, 11)]),
+        log.batch([("few_in", b, [(b,)]) for b in range(11, 16)]),
+    ]
+    replica, oracle = LocalReplica(PARTITIONS, shuffle_seed=3), SerialExecutor()
+    for batch in epochs:
+        replica.apply(batch)
+        oracle.apply(batch)
+    assert replica.state_hash == oracle.state_hash
+    sink = oracle.storage
+    got = [key[2] for key, _ in sink.scan(STREAM_BATCHES, (rb.STATE_HOME, "few_out"))]
+    assert got == list(range(1, 16))
+    border = sink.get(STREAMS, (rb.STREAM_HOME, "few_in"))
+    assert border is not None and border[2] <= 3 + 1 + 5  # trimmed again after the step ran

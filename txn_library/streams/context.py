@@ -264,14 +264,16 @@ class StreamContext:
         digest: int,
         result: Any,
         listed: bool = True,
+        drop_below: int | None = None,
     ) -> None:
         """Append batch ``batch_id`` (not in ``s`` yet, after its last) with its tuples,
         firing the stream's insert triggers. ``listed`` (a stream clients push to, or a
         sink): the stream's row counts it, and once the stream holds
         ``retain_batches / 16`` (at least one) more than it keeps, the oldest batches go
-        (at the stream's home: ``_drop_oldest``); else (a stream between two steps,
-        whose last consumer deletes each batch as it takes it) only the batch's row is
-        written."""
+        (at the stream's home: ``_drop_oldest``), but only those with ids below
+        ``drop_below`` when it is given (a border stream keeps what its steps have not
+        processed yet); else (a stream between two steps, whose last consumer deletes
+        each batch as it takes it) only the batch's row is written."""
         ctx, h, name = self.ctx, s.home, s.name
         put = ctx.put
         if listed:  # before the batch's row: each stream's rows stay in key order
@@ -289,9 +291,9 @@ class StreamContext:
             if ts:
                 self.fire_insert(name, (batch_id, i), t)
         if listed and count + 1 > s.retain_batches + max(1, s.retain_batches // 16):
-            self._drop_oldest(s, count + 1 - s.retain_batches)
+            self._drop_oldest(s, count + 1 - s.retain_batches, drop_below)
 
-    def _drop_oldest(self, s: Stream, n: int) -> None:
+    def _drop_oldest(self, s: Stream, n: int, drop_below: int | None = None) -> None:
         """Delete the ``n`` oldest batches of a listed stream (rows and tuples left) and
         note the new first batch and the newest dropped in its row. Where the stream's
         rows are not held, nothing (see the module doc: its home does it).
@@ -317,6 +319,8 @@ class StreamContext:
         if len(oldest) <= n:
             rows = ctx.scan(STREAM_BATCHES, (h, name))
             oldest = [(key[2], row[0]) for key, row in rows[: n + 1]]
+        if drop_below is not None:  # not past what a step has yet to process
+            n = sum(1 for b, _ in oldest[:n] if b < drop_below)
         gone = oldest[:n]
         if not gone:
             return

@@ -459,6 +459,7 @@ def _push_shape(stream: str, gen: int) -> _Shape:
     trig = trigger_footprint([s.name])
     shape = _shape_union(
         [
+            _fixed(_consumers_progress(s), ()),  # what its steps processed (``_push``)
             _appended(s, True),  # a push appends as to a listed stream (``_push``)
             _Shape((), (), ((STREAM_BATCHES, (s.home, s.name)),), (), ()),  # a retry's row
             _fixed(trig.reads + trig.writes, trig.writes),
@@ -498,8 +499,36 @@ def _push(ctx: Any, stream: str, batch_id: int, tuples: Any) -> Any:
             + (f" (batches up to {meta[3]} are no longer kept)" if dropped else "")
         )
     result = [batch_id, len(values)]
-    StreamContext(ctx, batch_id, None).append_batch(s, batch_id, values, digest, result)
+    drop_below = _unprocessed_from(ctx, s)
+    StreamContext(ctx, batch_id, None).append_batch(
+        s, batch_id, values, digest, result, drop_below=drop_below
+    )
     return result
+
+
+def _consumers_progress(s: Stream) -> tuple[FootprintEntry, ...]:
+    """The progress rows of the steps that take ``s`` as the border of a dataflow with
+    PE triggers (they run for every batch pushed, in the push's epoch)."""
+    df = _BORDERS.get(s.name)
+    if df is None or not df.triggers:
+        return ()
+    return tuple((PROGRESS, (s.home, df.name, st.name)) for st in df.order if st.input == s.name)
+
+
+def _unprocessed_from(ctx: Any, s: Stream) -> int | None:
+    """The oldest batch id of border stream ``s`` some step has not processed yet
+    (-1 if one never ran): retention must not drop it. Steps run after every push of
+    their epoch, so a stream that keeps fewer batches than one epoch pushes would drop
+    batches before their steps saw them (and they would skip them). None: no PE steps."""
+    keys = _consumers_progress(s)
+    if not keys:
+        return None
+    lowest: int | None = None
+    for t, key in keys:
+        prog = ctx.get(t, key)
+        nxt = -1 if prog is None else prog[0] + 1
+        lowest = nxt if lowest is None else min(lowest, nxt)
+    return lowest
 
 
 register(
