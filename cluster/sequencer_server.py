@@ -1,7 +1,7 @@
 """The sequencer process: sockets and the single-threaded poll loop around Sequencer.
 
 Sockets (bound at this sequencer's host address, ports from cluster.config):
-  ROUTER client_addr     client calls and status requests
+  ROUTER client_addr     client calls, status and cluster.info requests
   PUB    publish_addr    batches and heartbeats to every partition of every replica
   ROUTER log_service_addr  epoch ranges from the command log (gap repair, catch-up)
   PULL   results_addr    results and status from partitions
@@ -47,6 +47,7 @@ from typing import Any
 
 import zmq
 
+from cluster.cluster_info import cluster_info
 from cluster.config import ClusterConfig
 from cluster.ownership import start_role
 from cluster.security import SocketSecurity, partition_role, sequencer_role
@@ -123,6 +124,8 @@ class SequencerServer:
         authenticates the server it reaches."""
         config, c, m = self.config, self.ctx, self.member
         sec = SocketSecurity.for_role(config, sequencer_role(m))
+        # Where queries go, for REQ_CLUSTER_INFO: leader and followers answer it alike.
+        self.cluster_info = cluster_info(config, sec.servers)
         self._auth = sec.start(c)  # the ZAP handler, before any bind
         self.client = c.socket(zmq.ROUTER)
         self.client.setsockopt(zmq.MAXMSGSIZE, limits.frame_bytes_hard_max)
@@ -194,6 +197,7 @@ class SequencerServer:
         self.term, self.leader, self.role = term, self.member, LEADER
         self._announce = True  # a heartbeat naming this leader goes out at once
         self.seq.status_extra = self._role_report
+        self.seq.cluster_info = self.cluster_info
         log.info(
             "sequencer %d leads: term %d, epoch %d, next txn %d, client %s",
             self.member,
@@ -372,7 +376,8 @@ class SequencerServer:
         return self.config.client_addr_of(self.leader)
 
     def _answer_not_leader(self, identity: bytes, frames: list[bytes]) -> None:
-        """A follower's answer: status requests get its status, calls ERR_NOT_LEADER."""
+        """A follower's answer: status and cluster.info requests get their answer, calls
+        ERR_NOT_LEADER."""
         msg = None
         if len(frames) == 2 and len(frames[1]) <= limits.request_bytes_max:
             try:
@@ -384,6 +389,8 @@ class SequencerServer:
         body: Any
         if kind == wire.REQ_STATUS:
             body = wire.StatusReply(self.status_report())
+        elif kind == wire.REQ_CLUSTER_INFO:
+            body = wire.ClusterInfoReply(self.cluster_info)
         elif kind in wire.CALLS_KINDS and isinstance(msg, tuple) and len(msg) == 3:
             calls = msg[2] if isinstance(msg[2], tuple) else ()
             req_ids = [c[0] for c in calls if isinstance(c, tuple) and c and is_req_id(c[0])]

@@ -6,7 +6,7 @@ validates queued calls, a bounded amount per turn. An accepted call is encoded o
 as the txn the log will hold and waits in the pending calls for a batch (epochs.py);
 a dependent call first sends its reconnaissance query and a single-partition
 read-only call is answered by a query alone (queries.py; results.py takes the
-answers). Control requests (status, checkpoint, prune) go to the facade.
+answers). Control requests (status, cluster info, checkpoint, prune) go to the facade.
 
 Owner of the queued frame slices, the pending calls (epochs.py takes each batch from
 them; results.py re-admits restarted calls through ``enqueue``) and the retry cache
@@ -70,7 +70,7 @@ from txn_library.streams.dataflow import encoded_derived
 from txn_library.wire import CallsRequest, Txn, decode_batch, unpack
 
 _TXN_HEADER = msgpack.packb([None] * 5)[:1]  # fixarray of the txn's 5 fields
-_CONTROL_KINDS = (wire.REQ_STATUS, wire.REQ_CHECKPOINT, wire.REQ_PRUNE)
+_CONTROL_KINDS = (wire.REQ_STATUS, wire.REQ_CHECKPOINT, wire.REQ_PRUNE, wire.REQ_CLUSTER_INFO)
 
 
 class Intake:

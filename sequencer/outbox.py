@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from txn_library.wire import ErrorReply, OkReply, StatusReply
+from txn_library.wire import ControlReply
 
 
 class Outbox:
@@ -20,7 +20,7 @@ class Outbox:
     def __init__(self) -> None:
         # client identity -> [(req_id, status, value)]
         self.client_out: dict[bytes, list] = {}
-        self.control_out: list[tuple[bytes, OkReply | ErrorReply | StatusReply]] = []
+        self.control_out: list[tuple[bytes, ControlReply]] = []
         # (replica, partition) -> [(query id, replica, proc name, args, min txn id)]
         self.query_out: dict[tuple[int, int], list] = {}
 
@@ -31,7 +31,7 @@ class Outbox:
         out, self.client_out = self.client_out, {}
         return out
 
-    def take_control_out(self) -> list[tuple[bytes, OkReply | ErrorReply | StatusReply]]:
+    def take_control_out(self) -> list[tuple[bytes, ControlReply]]:
         out, self.control_out = self.control_out, []
         return out
 

@@ -58,7 +58,14 @@ from sequencer.retry_cache import RetryCache
 from sequencer.status import SequencerStats, status_report
 from txn_library import wire
 from txn_library.errors import ERR_UNAVAILABLE, BadRequest
-from txn_library.wire import ErrorReply, OkReply, PruneRequest, StatusReply
+from txn_library.wire import (
+    ClusterInfoReply,
+    ControlReply,
+    ErrorReply,
+    OkReply,
+    PruneRequest,
+    StatusReply,
+)
 
 HEARTBEAT_MS = 100  # an idle sequencer publishes its last epoch this often
 
@@ -100,6 +107,8 @@ class Sequencer:
         self.stats = SequencerStats()
         # The process adds who it is to every status report (role, member, pid, ...).
         self.status_extra: Callable[[], dict] | None = None
+        # The process gives where queries go (cluster.cluster_info), for REQ_CLUSTER_INFO.
+        self.cluster_info: dict | None = None
 
         # The shared containers (their owners: the module docstring).
         self.outbox = outbox = Outbox()
@@ -216,7 +225,7 @@ class Sequencer:
         return self.outbox.client_out
 
     @property
-    def control_out(self) -> list[tuple[bytes, OkReply | ErrorReply | StatusReply]]:
+    def control_out(self) -> list[tuple[bytes, ControlReply]]:
         return self.outbox.control_out
 
     @property
@@ -225,11 +234,17 @@ class Sequencer:
 
     # Control requests ------------------------------------------------------------
     def _on_control(self, identity: bytes, msg: tuple) -> None:
-        """REQ_STATUS, REQ_CHECKPOINT or REQ_PRUNE (intake.py checked the kind)."""
+        """REQ_STATUS, REQ_CLUSTER_INFO, REQ_CHECKPOINT or REQ_PRUNE (intake.py checked
+        the kind)."""
         kind = msg[0]
-        reply: OkReply | ErrorReply | StatusReply
+        reply: ControlReply
         if kind == wire.REQ_STATUS:
             reply = StatusReply(self.status_report())
+        elif kind == wire.REQ_CLUSTER_INFO:
+            if self.cluster_info is None:
+                reply = ClusterInfoReply({})  # the client says it names no address
+            else:
+                reply = ClusterInfoReply(self.cluster_info)
         elif kind == wire.REQ_CHECKPOINT:
             reply = OkReply(self.request_checkpoint())
         else:

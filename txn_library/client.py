@@ -29,6 +29,14 @@ txn_library/client_failover.py (a follower's "not leader" hint, silence, a dropp
 connection: txn_library/client_socket.py watches it), resending every unanswered call
 with the same ids. ERR_NOT_LEADER never reaches the caller.
 
+Query addresses: a Client given none (``query_addresses``, ``reader_addresses``) asks
+the sequencer it talks to (``cluster.info``, txn_library.wire) the first time a
+snapshot or read-committed query needs them; queries wait for the answer, bounded by
+their own deadline. It asks again after a move to another sequencer and when a query
+found no answer at any target it knows. A reply it cannot use (malformed, hostile, a
+CURVE cluster and no key pair here) fails the waiting queries with CallFailed naming
+why; the next query asks again.
+
 The encoding and reply reading are txn_library/client_protocol.py (``ClientProtocol``,
 ``Result``, ``to_outcome``, importable from here too: they are the client's public API).
 """
@@ -36,6 +44,7 @@ The encoding and reply reading are txn_library/client_protocol.py (``ClientProto
 from __future__ import annotations
 
 import logging
+import math
 import os
 import queue
 import threading
@@ -153,7 +162,9 @@ class Client:
         for ``query`` at snapshot or read-committed isolation; ``query_curves`` their
         CURVE keys by address (the readers' too). ``reader_addresses``: the cluster's
         readers (``ClusterConfig.reader_addrs``): such queries go to them first (with
-        readers alone, to them only)."""
+        readers alone, to them only). Given neither, the client asks the sequencer for
+        both (``cluster.info``) when a query first needs them; on a CURVE cluster it
+        talks to them with ``curve``'s key pair."""
         self.addresses = [address] if isinstance(address, str) else list(address)
         if not self.addresses:
             raise ValueError("a client needs at least one sequencer address")
@@ -169,16 +180,20 @@ class Client:
         self.malformed_replies = 0  # reply frames or entries dropped as unreadable
         self._ctx: zmq.Context = zmq.Context.instance()
         self._submit_q: queue.SimpleQueue[_Pending | _Control | QueryItem] = queue.SimpleQueue()
-        self._queries: QueryChannel | None = None
-        if query_addresses or reader_addresses:
-            self._queries = QueryChannel(
-                self._ctx,
-                query_addresses or [],
-                self.proto.client_id,
-                retry_s,
-                query_curves or {},
-                reader_addresses,
-            )
+        # Without query addresses given, they come from the sequencer (cluster.info).
+        self._query_fetch = not (query_addresses or reader_addresses)
+        self._queries = QueryChannel(
+            self._ctx,
+            query_addresses or [],
+            self.proto.client_id,
+            retry_s,
+            query_curves or {},
+            reader_addresses,
+        )
+        self._info_waiting: list[QueryItem] = []  # I/O thread: queries awaiting cluster.info
+        self._info_asked_at: float | None = None  # I/O thread: an ask out since then
+        self._info_refresh = False  # I/O thread: ask again though targets are known
+        self._info_answered_at = -math.inf  # I/O thread: the last answer (refreshes wait)
         self._next_query_id = 0
         self._wake_addr = f"inproc://ordo-client-{os.urandom(8).hex()}"
         self._wake_recv = self._ctx.socket(zmq.PULL)
@@ -196,8 +211,7 @@ class Client:
         except zmq.ZMQError:
             self._wake_recv.close(linger=0)
             self._wake_send.close(linger=0)
-            if self._queries is not None:
-                self._queries.close()
+            self._queries.close()
             raise
         self._control_waiters: list[Future] = []  # I/O thread only
         self._closed = threading.Event()
@@ -317,25 +331,9 @@ class Client:
 
             inner.add_done_callback(done)
             return out
-        if self._queries is None:
-            raise BadRequest(
-                ERR_BAD_ARGUMENTS,
-                "this client has no partition addresses: build it with query_addresses or "
-                "reader_addresses (cluster.launcher.cluster_client does), or query with "
-                "isolation='strict'",
-            )
-        if replica is not None and not 0 <= replica < self._queries.replicas:
-            raise BadRequest(
-                ERR_BAD_ARGUMENTS, f"replica {replica}: 0..{self._queries.replicas - 1}"
-            )
-        readers = len(self._queries.readers)
-        if reader is not None and (replica is not None or not 0 <= reader < readers):
-            raise BadRequest(
-                ERR_BAD_ARGUMENTS,
-                f"reader {reader}: 0..{readers - 1}, and not with a replica"
-                if readers
-                else "this client knows no reader (the cluster has none)",
-            )
+        for name, place in (("replica", replica), ("reader", reader)):
+            if place is not None and (type(place) is not int or place < 0):
+                raise BadRequest(ERR_BAD_ARGUMENTS, f"{name}: an int >= 0")
         self._check_usable()
         self._next_query_id += 1
         now = time.monotonic()
@@ -352,6 +350,10 @@ class Client:
             now + self.timeout_s,
             reader=reader,
         )
+        if not self._query_fetch:  # targets known now (fetched ones: the I/O thread checks)
+            problem = self._queries.target_problem(item)
+            if problem is not None:
+                raise BadRequest(ERR_BAD_ARGUMENTS, problem)
         self._queries.encode(item)  # raises BadRequest here, on the caller's thread
         self._enqueue(item)
         return fut
@@ -537,9 +539,10 @@ class Client:
                 _settle(p.future, self._stopped_error())
             for fut in self._control_waiters:
                 _settle(fut, self._stopped_error())
-            if self._queries is not None:
-                self._queries.fail_all(self._stopped_error())
-                self._queries.close()
+            for item in self._info_waiting:
+                _settle(item.future, self._stopped_error())
+            self._queries.fail_all(self._stopped_error())
+            self._queries.close()
             self._fail_queued()
             mon = getattr(self, "_mon", None)
             if mon is not None:
@@ -548,7 +551,7 @@ class Client:
             self._wake_recv.close(linger=0)
 
     def _serve(self, pending: dict[int, _Pending]) -> None:
-        poller = zmq.Poller()
+        self._poller = poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
         poller.register(self._wake_recv, zmq.POLLIN)
         next_check = time.monotonic() + 0.1
@@ -570,6 +573,7 @@ class Client:
                     # connection's calls keep their order across the restart.
                     self._reconnect(poller, self.address)
                     self._resend_all(pending, time.monotonic())
+                    self._info_moved()
                 else:
                     failover.connection_dropped()
             sock = self._sock
@@ -577,15 +581,14 @@ class Client:
             while sock.poll(0):
                 failover.heard(time.monotonic())
                 self._on_reply(sock.recv(), pending)
-            if self._queries is not None:
-                self._queries.poll_ready(events, poller)
+            self._queries.poll_ready(events, poller)
             now = time.monotonic()
             if len(self.addresses) > 1:
                 self._maybe_fail_over(poller, pending, now)
             if now >= next_check:
                 self._expire(self._sock, pending, now)
-                if self._queries is not None:
-                    self._queries.expire(poller, now)
+                self._queries.expire(poller, now)
+                self._info_tick(now)
                 next_check = now + 0.1
 
     def _maybe_fail_over(
@@ -601,6 +604,7 @@ class Client:
         if target != current:
             self._reconnect(poller, target)
             log.info("ordo client: moved to %s", target)
+            self._info_moved()
         self._resend_all(pending, now)
 
     def _reconnect(self, poller: zmq.Poller, address: str) -> None:
@@ -634,8 +638,7 @@ class Client:
             except queue.Empty:
                 break
             if isinstance(item, QueryItem):
-                assert self._queries is not None
-                self._queries.send(item, poller, time.monotonic())
+                self._dispatch_query(item, time.monotonic())
                 continue
             if isinstance(item, _Control):
                 if _send(sock, wire.encode(item.request)):
@@ -654,6 +657,9 @@ class Client:
             self._malformed(f"undecodable reply frame of {len(frame)} bytes")
             return
         kind, body = reply
+        if kind == wire.REP_CLUSTER_INFO:  # not a control waiter's: asked by this thread
+            self._on_cluster_info(body)
+            return
         if kind in (wire.REP_STATUS, wire.REP_OK, wire.REP_ERROR):
             if self._control_waiters:  # control replies come back in request order
                 _settle(self._control_waiters.pop(0), (kind, body))
@@ -706,3 +712,97 @@ class Client:
                 resend.append(p.call)
         for frame in self.proto.frames(resend):
             _send(sock, frame)
+
+    # Query addresses from the sequencer (cluster.info) -------------------------
+    def _dispatch_query(self, item: QueryItem, now: float) -> None:
+        """Send a query to its target, or hold it until cluster.info names targets."""
+        q = self._queries
+        if not q.has_targets:
+            self._info_waiting.append(item)
+            self._ask_info(now)
+            return
+        problem = q.target_problem(item)
+        if problem is not None:
+            _settle(item.future, BadRequest(ERR_BAD_ARGUMENTS, problem))
+            return
+        q.send(item, self._poller, now)
+
+    def _ask_info(self, now: float) -> None:
+        """Send REQ_CLUSTER_INFO, unless an ask is out and not yet due again."""
+        if self._info_asked_at is not None and now < self._info_asked_at + self.retry_s:
+            return
+        self._info_asked_at = now
+        _send(self._sock, wire.encode(wire.ClusterInfoRequest()))  # unsent: asked again
+
+    def _info_moved(self) -> None:
+        """Another sequencer (or the same one restarted): ask it where queries go."""
+        self._info_asked_at = None  # an ask to the one before is not answered here
+        if self._query_fetch and self._queries.has_targets:
+            self._info_refresh = True
+
+    def _info_tick(self, now: float) -> None:
+        """Expire queries that waited too long for cluster.info; ask (again) if due."""
+        q = self._queries
+        if q.exhausted and now >= self._info_answered_at + self.retry_s:
+            q.exhausted = False  # at most one refresh a retry_s: a target may just be slow
+            if self._query_fetch:
+                self._info_refresh = True  # every target it knows failed a query
+        if self._info_waiting:
+            keep = []
+            for item in self._info_waiting:
+                if now < item.deadline:
+                    keep.append(item)
+                else:
+                    _settle(
+                        item.future,
+                        CallTimeout(f"{item.proc}: no cluster.info answer from {self.address}"),
+                    )
+            self._info_waiting = keep
+        if self._info_waiting or self._info_refresh:
+            self._ask_info(now)
+
+    def _on_cluster_info(self, body: Any) -> None:
+        """A REP_CLUSTER_INFO reply: new targets, or the waiting queries fail saying why."""
+        if self._info_asked_at is None or not self._query_fetch:
+            self._malformed("a cluster.info reply nobody asked for")
+            return
+        self._info_asked_at = None
+        self._info_refresh = False
+        self._info_answered_at = time.monotonic()
+        info = wire.cluster_info(body)
+        curves = self._info_curves(info) if isinstance(info, wire.ClusterInfo) else info
+        if isinstance(curves, str):
+            self._malformed(f"a cluster.info reply ({curves})")
+            self._fail_info_waiting(
+                CallFailed("cluster_info", f"{self.address} answered cluster.info: {curves}")
+            )
+            return
+        assert isinstance(info, wire.ClusterInfo)
+        self._queries.update(info.partitions, info.readers, curves, self._poller)
+        waiting, self._info_waiting = self._info_waiting, []
+        now = time.monotonic()
+        for item in waiting:
+            self._dispatch_query(item, now)
+
+    def _info_curves(self, info: wire.ClusterInfo) -> dict[str, ClientCurve] | str:
+        """This client's key pair toward each query target, or why it has none."""
+        if info.partition_keys is None or info.reader_keys is None:
+            return {}
+        own = self.curves.get(self.address)
+        if own is None:
+            return (
+                "the cluster runs CURVE: build the Client with this client's admitted "
+                "key pair (curve=ClientCurve(...))"
+            )
+        pairs = [
+            (a, k)
+            for addrs, keys in zip(info.partitions, info.partition_keys, strict=True)
+            for a, k in zip(addrs, keys, strict=True)
+        ]
+        pairs += list(zip(info.readers, info.reader_keys, strict=True))
+        return {a: own.to_server(k) for a, k in pairs}
+
+    def _fail_info_waiting(self, error: BaseException) -> None:
+        waiting, self._info_waiting = self._info_waiting, []
+        for item in waiting:
+            _settle(item.future, error)

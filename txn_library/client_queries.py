@@ -17,6 +17,10 @@ replica the caller did not name to the next replica. Sends never block the I/O t
 a socket that cannot take a frame (its peer refused our keys, or is gone) leaves the
 query pending until its next resend.
 
+A client given no query addresses learns them from a sequencer (``cluster.info``,
+txn_library.client) and hands them to ``update``; ``exhausted`` tells it when a query
+found no answer at any target it knows (every one silent or refusing), so it asks again.
+
 Invariants: every frame sent is at most ``limits.request_bytes_max`` bytes; a reply
 this channel cannot read is dropped and counted, never raised into the I/O thread.
 """
@@ -36,6 +40,7 @@ from txn_library import limits, wire
 from txn_library.client_socket import connect_dealer
 from txn_library.curve import ClientCurve
 from txn_library.errors import (
+    ERR_BAD_ARGUMENTS,
     ERR_NOT_READY,
     ERR_TOO_LARGE,
     ERR_UNAVAILABLE,
@@ -116,7 +121,53 @@ class QueryChannel:
         self.sockets: dict[tuple[int, int], zmq.Socket] = {}
         self.pending: dict[int, QueryItem] = {}
         self.malformed = 0
+        self.exhausted = False  # a query went through every target without an answer
         self._turn = 0
+
+    @property
+    def has_targets(self) -> bool:
+        return bool(self.readers or self.replicas)
+
+    def target_problem(self, item: QueryItem) -> str | None:
+        """Why the replica or reader ``item`` names is not one of this cluster's, or None."""
+        if item.replica is not None and not 0 <= item.replica < self.replicas:
+            return f"replica {item.replica}: 0..{self.replicas - 1}"
+        readers = len(self.readers)
+        if item.reader is not None and (item.replica is not None or not 0 <= item.reader < readers):
+            if not readers:
+                return "this client knows no reader (the cluster has none)"
+            return f"reader {item.reader}: 0..{readers - 1}, and not with a replica"
+        return None
+
+    def update(
+        self,
+        addresses: Sequence[Sequence[str]],
+        readers: Sequence[str],
+        curves: dict[str, ClientCurve],
+        poller: zmq.Poller,
+    ) -> None:
+        """New targets (a ``cluster.info`` answer): sockets to targets that changed are
+        closed, and every pending query starts over among the new ones (a query naming
+        a replica or reader the cluster no longer has fails with BadRequest)."""
+        new_addresses = [list(r) for r in addresses]
+        new_readers = list(readers)
+        if (new_addresses, new_readers, curves) == (self.addresses, self.readers, self.curves):
+            return
+        for sock in self.sockets.values():
+            poller.unregister(sock)
+            sock.close(linger=0)
+        self.sockets.clear()
+        self.addresses, self.replicas = new_addresses, len(new_addresses)
+        self.readers, self.curves = new_readers, dict(curves)
+        now = time.monotonic()
+        for qid, item in list(self.pending.items()):
+            problem = self.target_problem(item)
+            if problem is not None:
+                del self.pending[qid]
+                _settle(item.future, BadRequest(ERR_BAD_ARGUMENTS, problem))
+                continue
+            item.tried, item.first, item.first_reader = 0, -1, -1
+            self.send(item, poller, now)
 
     def encode(self, item: QueryItem) -> bytes:
         """The query's frame (raises BadRequest if it cannot be sent)."""
@@ -192,7 +243,13 @@ class QueryChannel:
         """Send without blocking: a socket that cannot take it now (its peer refused us,
         or is gone) leaves the query pending, sent again at its next resend."""
         try:
-            self.socket(item.target, poller).send(self.encode(item), zmq.NOBLOCK)
+            sock = self.socket(item.target, poller)
+        except zmq.ZMQError as e:  # an address zmq refuses, or no socket left to make
+            self.pending.pop(item.qid, None)
+            _settle(item.future, CallFailed(ERR_UNAVAILABLE, f"cannot connect: {e}"))
+            return
+        try:
+            sock.send(self.encode(item), zmq.NOBLOCK)
         except zmq.Again:
             pass
 
@@ -230,6 +287,8 @@ class QueryChannel:
                     item.tried += 1  # that reader or replica is recovering, behind or
                     self.send(item, poller, now)  # short of a partition: the next one
                     continue
+                if not_here:
+                    self.exhausted = True  # every target refused it
                 del self.pending[qid]
                 _settle(item.future, CallFailed(str(code), str(message)))
                 continue
@@ -245,6 +304,8 @@ class QueryChannel:
                 if self.choices(item) > 1:
                     item.tried = (item.tried + 1) % self.choices(item)  # silent: the next
                     item.target = self._route(item)
+                if item.tried == 0:
+                    self.exhausted = True  # silent everywhere it could go
                 item.resend_at = now + self.retry_s
                 self._put(item, poller)
 

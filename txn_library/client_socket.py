@@ -34,7 +34,11 @@ def connect_dealer(ctx: zmq.Context, address: str, curve: ClientCurve | None) ->
         sock.setsockopt(zmq.CURVE_PUBLICKEY, curve.client_public)
         sock.setsockopt(zmq.CURVE_SECRETKEY, curve.client_secret)
         sock.setsockopt(zmq.CURVE_SERVERKEY, curve.server_public)
-    sock.connect(address)
+    try:
+        sock.connect(address)
+    except zmq.ZMQError:
+        sock.close(linger=0)
+        raise
     return sock
 
 

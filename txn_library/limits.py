@@ -166,6 +166,9 @@ client_timeout_s_default = 30.0
 the call may still commit."""
 client_in_flight_max = 50_000
 """Calls in flight in one `Client`. Past it `submit` blocks until some finish."""
+cluster_info_addresses_max = 4_096
+"""Query addresses (every replica's partitions plus the readers) one `cluster.info`
+reply may name. A client refuses a larger reply with a clear error."""
 
 # Load generator (cluster/loadgen.py): a client driving many terminals from one thread
 

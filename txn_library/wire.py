@@ -19,9 +19,16 @@ Client -> sequencer (DEALER -> ROUTER):
       connection, as a load generator's terminals): within an epoch the sequencer
       may run them in any order (sequencer.batch_order).
   [REQ_STATUS]
+  [REQ_CLUSTER_INFO]   where queries go (any sequencer answers, followers too)
 Sequencer -> client:
   [REP_RESULTS, [[req_id, status, value], ...]]       (req_id None: frame-level error)
   [REP_STATUS, {...}]                                  (human-facing, a map)
+  [REP_CLUSTER_INFO, {"partitions": [[addr, ...], ...], "readers": [addr, ...],
+                      "partition_keys": [[key, ...], ...] | None,
+                      "reader_keys": [key, ...] | None}]
+      every partition's query address [replica][partition], every reader's, and on a
+      CURVE cluster their public keys (Z85; never a secret). A client reads it with
+      ``cluster_info`` and refuses anything else.
 
   [REQ_CHECKPOINT]     flag the next batch (sent even if empty): every partition
                        checkpoints after it; reply [REP_OK, epoch]
@@ -66,12 +73,15 @@ Log service (DEALER -> ROUTER):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import msgpack
 import xxhash
 
+from txn_library import limits
+from txn_library.curve import is_z85_key
 from txn_library.messages import Family
 
 REQ_CALLS = 1
@@ -80,12 +90,14 @@ REQ_CHECKPOINT = 3
 REQ_PRUNE = 4
 REQ_CALLS_UNORDERED = 5
 REQ_QUERY = 6  # to a partition's query socket (docs/QUERIES.md)
+REQ_CLUSTER_INFO = 7
 CALLS_KINDS = (REQ_CALLS, REQ_CALLS_UNORDERED)  # request kinds that carry calls
 REP_RESULTS = 11
 REP_STATUS = 12
 REP_OK = 13
 REP_ERROR = 14
 REP_QUERY = 15
+REP_CLUSTER_INFO = 16
 
 FLAG_CHECKPOINT = 1
 FLAG_CHECKPOINT_REQUESTED = 2  # always with FLAG_CHECKPOINT: written, never skipped
@@ -220,6 +232,67 @@ class StatusRequest(NamedTuple):
     """[REQ_STATUS]"""
 
 
+class ClusterInfoRequest(NamedTuple):
+    """[REQ_CLUSTER_INFO]"""
+
+
+class ClusterInfo(NamedTuple):
+    """Where a cluster's queries go, as a ``cluster.info`` reply names it (keys: None
+    on a cluster without CURVE)."""
+
+    partitions: tuple[tuple[str, ...], ...]  # [replica][partition] query addresses
+    readers: tuple[str, ...]
+    partition_keys: tuple[tuple[bytes, ...], ...] | None
+    reader_keys: tuple[bytes, ...] | None
+
+
+_ADDRESS_CHARS_MAX = 256
+# What cluster.config writes: tcp://HOST:PORT (a name, IPv4 or bracketed IPv6).
+_TCP_ADDRESS = re.compile(r"tcp://(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):([0-9]{1,5})")
+_INFO_FIELDS = ("partitions", "readers", "partition_keys", "reader_keys")
+
+
+def cluster_info(body: Any) -> ClusterInfo | str:
+    """A ``REP_CLUSTER_INFO`` body read by name, or why it is not one (the reply comes
+    from the network: every field's shape and bound is checked)."""
+    if body == {}:
+        return "the sequencer knows no query address"
+    if not isinstance(body, dict) or set(body) != set(_INFO_FIELDS):
+        return f"not a map of {', '.join(_INFO_FIELDS)}"
+    parts, readers = body["partitions"], body["readers"]
+    if not isinstance(parts, tuple) or not all(isinstance(r, tuple) and r for r in parts):
+        return "partitions: an array of replicas, each a non-empty array of addresses"
+    if len({len(r) for r in parts}) > 1:
+        return "partitions: every replica has as many partitions"
+    if not isinstance(readers, tuple):
+        return "readers: an array of addresses"
+    addresses = [a for r in parts for a in r] + list(readers)
+    if not addresses:
+        return "no query address at all"
+    if len(addresses) > limits.cluster_info_addresses_max:
+        return f"{len(addresses)} addresses (at most {limits.cluster_info_addresses_max})"
+    if not all(type(a) is str and 0 < len(a) <= _ADDRESS_CHARS_MAX for a in addresses):
+        return f"an address is not a string of 1..{_ADDRESS_CHARS_MAX} characters"
+    for a in addresses:
+        m = _TCP_ADDRESS.fullmatch(a)
+        if m is None or not 0 < int(m.group(1)) < 65536:
+            return f"{a!r:.80} is not a tcp://HOST:PORT address"
+    pkeys, rkeys = body["partition_keys"], body["reader_keys"]
+    if (pkeys is None) != (rkeys is None):
+        return "partition_keys and reader_keys: both keys or both None"
+    if pkeys is not None:
+        if not (
+            isinstance(pkeys, tuple)
+            and isinstance(rkeys, tuple)
+            and [len(r) if isinstance(r, tuple) else -1 for r in pkeys] == [len(r) for r in parts]
+            and len(rkeys) == len(readers)
+        ):
+            return "keys: one per address, shaped as the addresses"
+        if not all(is_z85_key(k) for k in [k for r in pkeys for k in r] + list(rkeys)):
+            return "a key is not a Z85-encoded CURVE public key"
+    return ClusterInfo(parts, readers, pkeys, rkeys)
+
+
 class CheckpointRequest(NamedTuple):
     """[REQ_CHECKPOINT]"""
 
@@ -276,6 +349,12 @@ class StatusReply(NamedTuple):
     report: dict
 
 
+class ClusterInfoReply(NamedTuple):
+    """[REP_CLUSTER_INFO, {...}] (``cluster_info`` reads the map)"""
+
+    info: dict
+
+
 class OkReply(NamedTuple):
     """[REP_OK, value]"""
 
@@ -286,6 +365,9 @@ class ErrorReply(NamedTuple):
     """[REP_ERROR, message]"""
 
     message: str
+
+
+ControlReply = OkReply | ErrorReply | StatusReply | ClusterInfoReply  # a control request's
 
 
 # Publication and log service
@@ -328,10 +410,12 @@ MESSAGES = Family(
         CallsRequest: REQ_CALLS,
         UnorderedCallsRequest: REQ_CALLS_UNORDERED,
         StatusRequest: REQ_STATUS,
+        ClusterInfoRequest: REQ_CLUSTER_INFO,
         CheckpointRequest: REQ_CHECKPOINT,
         PruneRequest: REQ_PRUNE,
         ResultsReply: REP_RESULTS,
         StatusReply: REP_STATUS,
+        ClusterInfoReply: REP_CLUSTER_INFO,
         OkReply: REP_OK,
         ErrorReply: REP_ERROR,
         LogFetch: LOG_FETCH,

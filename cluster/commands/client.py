@@ -132,6 +132,20 @@ def call(procedure: str, args: tuple[str, ...], timeout: float, data_dir: str) -
 @click.option("--at-epoch", type=int, default=None, help="A past completed epoch (snapshot).")
 @click.option("--replica", type=int, default=None, help="Which replica answers.")
 @click.option("--timeout", default=10.0, show_default=True)
+@click.option(
+    "--host",
+    default=None,
+    metavar="HOST:PORT",
+    help="A sequencer's client address: query without the cluster directory (the "
+    "sequencer names the readers and partitions). A cluster without CURVE only; with "
+    "CURVE, use --data-dir (it holds the admin key pair).",
+)
+@click.option(
+    "--module",
+    "modules",
+    multiple=True,
+    help="With --host: a procedure module to import (repeatable; default the built-ins).",
+)
 @data_dir_option
 def query(
     procedure: str,
@@ -140,20 +154,35 @@ def query(
     at_epoch: int | None,
     replica: int | None,
     timeout: float,
+    host: str | None,
+    modules: tuple[str, ...],
     data_dir: str,
 ) -> None:
     """Call the read-only PROCEDURE with its ARGS as a query (no log, no locks unless
     --isolation strict) and print its value and the epoch it reflects (docs/QUERIES.md)."""
-    from cluster.launcher import cluster_client
     from txn_library.errors import BadRequest, OrdoError
 
-    cfg = load_config(data_dir)
-    load_procedure_modules(cfg)
+    if host is None:
+        from cluster.launcher import cluster_client
+
+        cfg = load_config(data_dir)
+        load_procedure_modules(cfg)
+    else:
+        from txn_library.procedure import load_modules
+
+        try:
+            load_modules(modules or ClusterConfig.procedure_modules)
+        except ImportError as e:
+            raise click.ClickException(f"cannot import a procedure module: {e}") from None
     try:
         values = parse_call_args(procedure, args)
     except BadRequest as e:
         raise click.ClickException(e.message) from None
-    with cluster_client(cfg, cfg.client_addrs, timeout_s=timeout) as c:
+    with (
+        cluster_client(cfg, cfg.client_addrs, timeout_s=timeout)
+        if host is None
+        else _host_client(host, timeout)
+    ) as c:
         try:
             a = c.query(procedure, *values, isolation=isolation, at_epoch=at_epoch, replica=replica)
         except BadRequest as e:
@@ -164,6 +193,17 @@ def query(
     click.echo(json.dumps(out))
     if not a.ok:
         sys.exit(1)
+
+
+def _host_client(host: str, timeout_s: float) -> Client:
+    """A Client of the sequencer at HOST:PORT (or a full tcp:// address) alone."""
+    from txn_library.client import Client
+
+    address = host if "://" in host else f"tcp://{host}"
+    _, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise click.UsageError(f"--host {host}: expected HOST:PORT")
+    return Client(address, timeout_s=timeout_s)
 
 
 def _jsonable(v: Any) -> Any:

@@ -20,6 +20,8 @@ early, while the log it replays is short):
 - a query takes no lock and sequences nothing (the partitions' and sequencer's counters
   do not move), and transfers beside a flood of queries stay deterministic;
 - ``ordo query`` prints the answer and its epoch, and one-line errors;
+- one sequencer address is enough (``Client(addr)``, ``ordo query --host``): the
+  sequencer names the partitions, under the replicated layout with CURVE too;
 - under the replicated ordering layer (ZooKeeper, 3 sequencers, CURVE) a snapshot works
   with the admin client's keys; without them a query gets no answer, and the client
   that sent it keeps working.
@@ -58,7 +60,13 @@ from tests.cluster_checks import replicas_agree_with_serial_replay
 from txn_library import limits, placement
 from txn_library.bank_workload import make_transfers, open_accounts
 from txn_library.client import Client, QueryAnswer
-from txn_library.errors import ERR_BAD_ARGUMENTS, ERR_NOT_READY, CallFailed, CallTimeout
+from txn_library.errors import (
+    ERR_BAD_ARGUMENTS,
+    ERR_NOT_READY,
+    BadRequest,
+    CallFailed,
+    CallTimeout,
+)
 
 ACCOUNTS = 200
 START = 10_000
@@ -448,6 +456,34 @@ def test_ordo_query_prints_the_value_and_epoch_and_one_line_errors(bank: LocalCl
         assert c.query("bank.total", 0, ACCOUNTS).value == TOTAL
 
 
+def test_one_sequencer_address_is_enough_to_query_the_partitions(
+    bank: LocalCluster, tmp_path: Path
+) -> None:
+    """No readers: ``Client(address)`` and ``ordo query --host`` learn every replica's
+    partitions from the sequencer (cluster.info) and query them without the cluster
+    directory."""
+    import json
+
+    cfg = bank.config
+    with Client(cfg.client_addr, timeout_s=30) as c:
+        for r in (None, 0, 1):
+            a = c.query("bank.total", 0, ACCOUNTS, replica=r)
+            assert a.ok and a.value == TOTAL and a.epoch is not None, (r, a)
+        with pytest.raises(BadRequest, match="knows no reader"):
+            c.query("bank.total", 0, ACCOUNTS, reader=0)
+    host = cfg.client_addr.removeprefix("tcp://")
+    nowhere = str(tmp_path / "no-cluster-here")
+    for isolation in ("snapshot", "read_committed"):
+        out = CliRunner().invoke(
+            cli_main,
+            ["query", "bank.total", "0", str(ACCOUNTS), "--isolation", isolation]
+            + ["--host", host, "--data-dir", nowhere],
+        )
+        assert out.exit_code == 0, out.output
+        answer = json.loads(out.stdout)
+        assert answer["status"] == "ok" and answer["value"] == TOTAL, answer
+
+
 # High availability ----------------------------------------------------------------------
 def test_a_snapshot_on_the_replicated_ordering_layer_needs_the_clients_keys(
     tmp_path: Path,
@@ -471,6 +507,12 @@ def test_a_snapshot_on_the_replicated_ordering_layer_needs_the_clients_keys(
                     assert a.ok and a.value == TOTAL and a.epoch is not None, (r, a)
                 load.stop()
             curve = c.curves
+        # One address is enough, a follower's too: each sequencer names the partitions
+        # and their public keys (cluster.info); the client brings its own key pair.
+        for address in cfg.client_addrs:
+            with Client(address, curve=curve[address], timeout_s=30) as one:
+                a = one.query("bank.total", 0, ACCOUNTS)
+                assert a.ok and a.value == TOTAL and a.epoch is not None, (address, a)
         # The query sockets run CURVE: the same client without their keys gets no
         # answer to its queries (resent often while it waits), and keeps working.
         with Client(

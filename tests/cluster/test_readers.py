@@ -18,8 +18,11 @@ serves the checks in order:
   answered by the replica meanwhile (never wrong), the restarted reader replays the
   log from genesis (``--from-genesis``) or from the replica's newest checkpoint,
   catches up, and its hashes agree with the replica's again;
+- a client given one sequencer's address (``Client(addr)``, ``ordo query --host``) learns
+  the reader from it and queries it;
 - under ``ordo up --ha``'s layout (ZooKeeper, 3 sequencers, CURVE) a reader follows,
-  answers the admin client and agrees with the replica.
+  answers the admin client (from one sequencer's address too) and agrees with the
+  replica.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from executor.replay.boundaries import scan_checkpoints
 from executor.replay.reconstruct import reconstruct
 from tests.cluster.test_queries import ACCOUNTS, Transfers, wait_for
 from txn_library.bank_workload import open_accounts
+from txn_library.client import Client
 
 START = 10_000
 TOTAL = ACCOUNTS * START
@@ -181,6 +185,31 @@ def test_reader_snapshots_equal_the_money_and_the_log_replayed_to_their_epoch(
         assert sum(balances.values()) == TOTAL
 
 
+def test_one_sequencer_address_is_enough_to_query_the_reader(
+    bank: LocalCluster, tmp_path: Path
+) -> None:
+    """``Client(address)`` and ``ordo query --host`` without the cluster directory: the
+    sequencer names the reader and the partitions (cluster.info), and queries go to
+    the reader."""
+    cfg = bank.config
+    served = report(cfg)["queries_served"]
+    with Client(cfg.client_addr, timeout_s=30) as c:
+        for _ in range(5):
+            a = c.query("bank.total", 0, ACCOUNTS)
+            assert a.ok and a.value == TOTAL and a.epoch is not None, a
+        pinned = c.query("bank.total", 0, ACCOUNTS, replica=0)  # the replica's partitions
+        assert pinned.ok and pinned.value == TOTAL, pinned
+    assert report(cfg)["queries_served"] >= served + 5
+    host = cfg.client_addr.removeprefix("tcp://")
+    nowhere = str(tmp_path / "no-cluster-here")
+    out = CliRunner().invoke(
+        cli_main, ["query", "bank.total", "0", str(ACCOUNTS), "--host", host, "--data-dir", nowhere]
+    )
+    assert out.exit_code == 0, out.output
+    answer = json.loads(out.stdout)
+    assert answer["status"] == "ok" and answer["value"] == TOTAL and answer["epoch"] >= 1
+
+
 @pytest.mark.parametrize("from_genesis", [True, False], ids=["from-genesis", "from-checkpoint"])
 def test_a_reader_killed_under_load_restarts_catches_up_and_agrees_again(
     bank: LocalCluster, from_genesis: bool
@@ -244,6 +273,11 @@ def test_a_reader_under_the_replicated_ordering_layer_with_curve(tmp_path: Path)
                 for _ in range(20):
                     a = c.query("bank.total", 0, ACCOUNTS, reader=0)
                     assert a.ok and a.value == TOTAL and a.epoch is not None, a
+                # Any sequencer, a follower too, names the reader and its key.
+                for address in cfg.client_addrs:
+                    with Client(address, curve=c.curves[address], timeout_s=30) as one:
+                        a = one.query("bank.total", 0, ACCOUNTS, reader=0)
+                        assert a.ok and a.value == TOTAL, (address, a)
                 load.stop()
             st = wait_quiescent(c, 1, PARTITIONS)
         replica = [p["state_hash"] for p in sorted(st["partitions"], key=lambda p: p["partition"])]
