@@ -35,7 +35,7 @@ import zmq
 from txn_library import limits
 from txn_library.client_failover import Failover
 from txn_library.client_protocol import ClientProtocol
-from txn_library.client_socket import connect_dealer, drain_drops, unwatch, watch
+from txn_library.client_socket import close_watched, connect_dealer, drain_drops, unwatch, watch
 from txn_library.curve import ClientCurve
 from txn_library.errors import ERR_NOT_LEADER, ERROR
 
@@ -96,11 +96,9 @@ class LoadSockets:
         return connection * self.per_connection + target
 
     def close(self) -> None:
-        for mon in self.monitors:
-            if mon is not None:
-                mon.close(linger=0)
-        for sock in self.sockets:
-            sock.close(linger=0)
+        monitors = self.monitors or [None] * len(self.sockets)  # none without failover
+        for sock, mon in zip(self.sockets, monitors, strict=True):
+            close_watched(sock, mon)  # the monitor stopped first (client_socket)
 
     # Sending ------------------------------------------------------------------------
     def flush(self) -> None:

@@ -60,7 +60,7 @@ from txn_library import limits, wire
 from txn_library.client_failover import Failover
 from txn_library.client_protocol import CLIENT_ID_BYTES_MAX, ClientProtocol, Result, to_outcome
 from txn_library.client_queries import ISOLATIONS, QueryAnswer, QueryChannel, QueryItem
-from txn_library.client_socket import connect_dealer, drain_drops, unwatch, watch
+from txn_library.client_socket import close_watched, connect_dealer, drain_drops, unwatch, watch
 from txn_library.curve import ClientCurve
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
@@ -544,10 +544,7 @@ class Client:
             self._queries.fail_all(self._stopped_error())
             self._queries.close()
             self._fail_queued()
-            mon = getattr(self, "_mon", None)
-            if mon is not None:
-                mon.close(linger=0)
-            self._sock.close(linger=0)
+            close_watched(self._sock, getattr(self, "_mon", None))
             self._wake_recv.close(linger=0)
 
     def _serve(self, pending: dict[int, _Pending]) -> None:

@@ -8,7 +8,8 @@ import-linter contract names both).
 Invariants: a DEALER never lingers and has no high-water marks (the client bounds what
 it has in flight: ``limits.client_in_flight_max``, ``limits.loadgen_in_flight_max``);
 its CURVE keys are set before it connects; every monitor has an inproc endpoint of its
-own.
+own; a monitor is stopped on its socket before its reading end closes (``unwatch``,
+``close_watched``), or libzmq's I/O thread blocks on its next event.
 """
 
 from __future__ import annotations
@@ -67,6 +68,22 @@ def unwatch(sock: zmq.Socket, mon: zmq.Socket | None, poller: zmq.Poller) -> Non
         except zmq.ZMQError:
             pass  # the socket is about to close anyway
         mon.close(linger=0)
+
+
+def close_watched(sock: zmq.Socket, mon: zmq.Socket | None) -> None:
+    """Close ``sock`` and ``watch``'s monitor of it (None: none), the monitor stopped
+    first. libzmq's I/O thread sends each event to the monitor with a blocking send: a
+    monitor whose reading end closed while the socket still watches it blocks that
+    thread at the next event (a drop, a refused handshake), and with it every socket of
+    the context, for good: every later connection of the process, the client's and any
+    other, then times out (the test suite's flake, issue 45)."""
+    if mon is not None:
+        try:
+            sock.disable_monitor()
+        except zmq.ZMQError:
+            pass  # already closed
+        mon.close(linger=0)
+    sock.close(linger=0)
 
 
 def drain_drops(mon: zmq.Socket) -> bool:

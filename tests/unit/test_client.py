@@ -297,3 +297,53 @@ def test_a_client_whose_socket_cannot_be_made_says_so_at_once(
     with pytest.raises(zmq.ZMQError, match="Too many open files"):
         Client("tcp://127.0.0.1:9", timeout_s=1)
     assert sum(not s.closed for s in ctx._sockets) == open_before
+
+
+_MONITOR_THEN_DROP = """
+import sys, time, zmq
+from txn_library.client_socket import close_watched, connect_dealer, watch
+ctx = zmq.Context.instance()
+server_ctx = zmq.Context()
+server = server_ctx.socket(zmq.ROUTER)
+server.setsockopt(zmq.LINGER, 0)
+port = server.bind_to_random_port("tcp://127.0.0.1")
+client = connect_dealer(ctx, f"tcp://127.0.0.1:{port}", None)
+mon = watch(client, zmq.Poller(), object(), "server")
+client.send(b"hello")
+assert server.poll(5000)
+if sys.argv[1] == "reader first":
+    mon.close(linger=0)  # the order the client's I/O thread used to close them in
+else:
+    close_watched(client, mon)
+server.close()
+server_ctx.term()  # the server goes: a drop, an event for a monitor
+time.sleep(0.3)
+a = ctx.socket(zmq.ROUTER)
+a.setsockopt(zmq.LINGER, 0)
+b = connect_dealer(ctx, f"tcp://127.0.0.1:{a.bind_to_random_port('tcp://127.0.0.1')}", None)
+b.send(b"ping", zmq.NOBLOCK)
+print("alive" if a.poll(3000) else "dead")
+import os
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize(
+    ("order", "context"), [("reader first", "dead"), ("stopped first", "alive")]
+)
+def test_a_monitor_is_stopped_before_its_reader_closes(order: str, context: str) -> None:
+    """The suite's flake (issue 45), at its root: libzmq's I/O thread sends each event to
+    a socket's monitor with a blocking send, so a monitor whose reading end closed while
+    the socket still watched it blocks that thread at the next event (a drop), and every
+    socket of the process's shared context with it: no connection works again. The
+    client closed its monitor first; a refused client moving between two sequencers (a
+    drop every few ms) hit that window. ``close_watched`` stops the monitor first. Each
+    order runs in a process of its own (the first one kills its context for good)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _MONITOR_THEN_DROP, order],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert proc.stdout.strip() == context, proc.stderr[-2000:]
