@@ -1,6 +1,6 @@
 """Bank transfers through the load generator: the running half of the bank workload.
 
-``txn_library.bank_workload`` makes the transfers and opens the accounts (it sits on the
+``txn_library.workloads.bank`` makes the transfers and opens the accounts (it sits on the
 contract, below the cluster); ``run_transfers`` here submits a list of transfers to a
 live cluster through ``cluster.loadgen`` and returns its ``Window``: every transfer
 answered or timed out, each counted as ok, aborted (insufficient funds) or error, with
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import txn_library.builtin  # noqa: F401  (registers the bank; routing looks procedures up)
+import txn_library.workloads.builtin  # noqa: F401  (registers the bank; routing looks procedures up)
 from cluster.load_shapes import Call, ClosedLoop, home_router
 from cluster.loadgen import LoadGenerator
 from cluster.measure import Window

@@ -1,4 +1,4 @@
-"""What a sequencer answers to ``cluster.info`` (txn_library.wire REQ_CLUSTER_INFO): where
+"""What a sequencer answers to ``cluster.info`` (txn_library.wire.sequencer REQ_CLUSTER_INFO): where
 the cluster's snapshot and read-committed queries go, so a client that has one
 sequencer's address can query without the cluster directory (docs/QUERIES.md).
 

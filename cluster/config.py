@@ -53,7 +53,7 @@ class ClusterConfig:
     # Modules whose import registers procedures and tables (same list everywhere). The
     # engine's default is the built-ins; a workload adds its own (`ordo tpcc ...` adds
     # tpcc.transactions, `ordo up --module M` any other).
-    procedure_modules: tuple[str, ...] = field(default=("txn_library.builtin",))
+    procedure_modules: tuple[str, ...] = field(default=("txn_library.workloads.builtin",))
     # Initial database: "module:function" called as fn(partition, partitions, **genesis_args)
     # on every partition that starts from nothing; it yields (table, key, row) for the
     # rows that partition holds (replicated tables: every partition). Deterministic, so
@@ -252,7 +252,7 @@ class ClusterConfig:
     # Reader endpoints ----------------------------------------------------------
     def reader_addr(self, reader: int) -> str:
         """ROUTER socket of reader ``reader``: queries (as a partition's query socket
-        takes them) and its status (txn_library.reader_wire). After the query ports."""
+        takes them) and its status (txn_library.wire.reader). After the query ports."""
         if not 0 <= reader < self.readers:
             raise ValueError(f"no reader {reader} (the cluster has {self.readers})")
         port = (

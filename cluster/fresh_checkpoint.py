@@ -34,9 +34,10 @@ from typing import Any
 
 from cluster.config import ClusterConfig
 from executor.core import checkpoint as ckpt
-from txn_library import limits, wire
+from txn_library import limits
 from txn_library.client import Client
 from txn_library.errors import OrdoError
+from txn_library.wire import sequencer as wire
 
 POLL_S = 0.1  # between two looks at the partitions' status
 

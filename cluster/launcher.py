@@ -303,13 +303,13 @@ def leader_status(config: ClusterConfig, timeout_s: float = 2.0) -> dict | None:
 def reader_report(
     config: ClusterConfig, reader: int, epochs: tuple = (), timeout_s: float = 2.0
 ) -> dict | None:
-    """Reader ``reader``'s status (txn_library.reader_wire; ``hashes`` of ``epochs``),
+    """Reader ``reader``'s status (txn_library.wire.reader; ``hashes`` of ``epochs``),
     asked on its socket directly; None if it does not answer within ``timeout_s``."""
     import zmq
 
-    from txn_library import reader_wire
-    from txn_library.client_socket import connect_dealer
-    from txn_library.wire import unpack
+    from txn_library.client.connection import connect_dealer
+    from txn_library.wire import reader as reader_wire
+    from txn_library.wire.sequencer import unpack
 
     curve = None
     if config.curve:

@@ -22,11 +22,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import txn_library.builtin  # noqa: F401  (registers the bank procedures)
+import txn_library.workloads.builtin  # noqa: F401  (registers the bank procedures)
 from cluster.config import ClusterConfig
 from cluster.launcher import cluster_client
-from txn_library.bank_workload import make_transfers, open_accounts
 from txn_library.errors import OrdoError
+from txn_library.workloads.bank import make_transfers, open_accounts
 
 
 @dataclass

@@ -9,7 +9,7 @@ out) and epoch (``at_epoch``: time travel, snapshot only), and where they go: ev
 partition's query address, [replica][partition] (``ClusterConfig.query_addrs``). A
 query goes to one replica (``replica``, else each in turn) and, within it, to the
 partition ``route`` names (default: the first partition its footprint touches, as
-txn_library/client_queries.py sends it); that partition coordinates the query.
+txn_library/client/queries.py sends it); that partition coordinates the query.
 
 ``QuerySockets`` holds one DEALER per (connection, replica, partition), connection c
 speaking for the generator's client identity c, and turns queries into frames
@@ -38,12 +38,13 @@ import msgpack
 import zmq
 
 from cluster.load_shapes import CallLike, Router
-from txn_library import limits, wire
-from txn_library.client_protocol import ClientProtocol
-from txn_library.client_socket import connect_dealer
-from txn_library.curve import ClientCurve
+from txn_library import limits
+from txn_library.client.connection import connect_dealer
+from txn_library.client.protocol import ClientProtocol
 from txn_library.errors import ERR_BAD_ARGUMENTS, ERR_TOO_LARGE, OK, BadRequest
 from txn_library.procedure import lookup
+from txn_library.wire import sequencer as wire
+from txn_library.wire.curve import ClientCurve
 
 QUERY_ISOLATIONS = ("snapshot", "read_committed")  # strict: an ordinary call
 _ARRAY_HEADER_BYTES_MAX = 5  # msgpack array32

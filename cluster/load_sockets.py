@@ -5,8 +5,8 @@ The generator names a socket by its slot, ``connection * per_connection + target
   partition of a traditional cluster (the generator's ``route`` picks the target);
 - with failover, one slot per connection, whose DEALER talks to one sequencer of a
   replicated ordering layer at a time and moves between them by the rules of
-  txn_library/client_failover.py (a follower's "not leader" hint, silence while calls
-  are out, a dropped connection, watched by a monitor: txn_library/client_socket.py).
+  txn_library/client/failover.py (a follower's "not leader" hint, silence while calls
+  are out, a dropped connection, watched by a monitor: txn_library/client/connection.py).
   The generator then resends that slot's unanswered calls with the same ids, so each
   still executes at most once.
 
@@ -33,11 +33,11 @@ from typing import Any
 import zmq
 
 from txn_library import limits
-from txn_library.client_failover import Failover
-from txn_library.client_protocol import ClientProtocol
-from txn_library.client_socket import close_watched, connect_dealer, drain_drops, unwatch, watch
-from txn_library.curve import ClientCurve
+from txn_library.client.connection import close_watched, connect_dealer, drain_drops, unwatch, watch
+from txn_library.client.failover import Failover
+from txn_library.client.protocol import ClientProtocol
 from txn_library.errors import ERR_NOT_LEADER, ERROR
+from txn_library.wire.curve import ClientCurve
 
 log = logging.getLogger(__name__)
 

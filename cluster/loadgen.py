@@ -6,7 +6,7 @@ experiments (scripts/paper_experiments.py), the HA benchmark's failover load
 (scripts/bench_ha.py), the hostile-input run's good client (scripts/fuzz_cluster.py) and
 the queries benchmark (scripts/bench_queries.py).
 It is a client of the cluster speaking the client wire contract
-(txn_library.client_protocol.ClientProtocol), driven from one thread with no per-call
+(txn_library.client.protocol.ClientProtocol), driven from one thread with no per-call
 futures: each loop turn drains the replies, generates the answering terminals' next
 calls and sends them together (one frame per socket, unless more than
 ``limits.loadgen_frame_calls_max`` calls or the intake's byte bound split it).
@@ -77,10 +77,11 @@ from cluster.measure import (
     new_timeline,
     timeline_answer,
 )
-from txn_library import limits, wire
-from txn_library.client_protocol import ClientProtocol
-from txn_library.curve import ClientCurve
+from txn_library import limits
+from txn_library.client.protocol import ClientProtocol
 from txn_library.errors import ABORTED, ERROR, OK
+from txn_library.wire import sequencer as wire
+from txn_library.wire.curve import ClientCurve
 
 EXPIRY_CHECK_S = 0.1  # how often outstanding calls are checked for resend and timeout
 POLL_MS_MAX = 100  # the loop wakes at least this often

@@ -34,7 +34,7 @@ end and a batch waits for peers while a multi-partition txn is unfinished here
 (executor.deterministic.delivery). Timing only: what is computed is the same.
 
 Inbound messages (PULL) are checked whole against the wire contract before the role
-sees them (txn_library.partition_wire.decode_inbound); malformed ones are dropped and counted,
+sees them (txn_library.wire.partition.decode_inbound); malformed ones are dropped and counted,
 and the count is logged at most once a second. No message can stop
 the partition.
 
@@ -76,10 +76,10 @@ from executor.deterministic.delivery import (
 from executor.deterministic.partition import Partition
 from executor.deterministic.query_service import QueryService
 from txn_library import limits
-from txn_library import partition_wire as ewire
-from txn_library import wire as swire
 from txn_library.errors import DroppedMessages, invariant
 from txn_library.procedure import load_modules
+from txn_library.wire import partition as ewire
+from txn_library.wire import sequencer as swire
 
 log = logging.getLogger("ordo.replica")
 

@@ -8,7 +8,7 @@ Sockets:
   DEALER every sequencer's client socket  its status, to compare the replicas' state
                                           hashes with the reader's (once a second)
   ROUTER reader_addr                      clients' queries (wire.QueryRequest) and
-                                          status requests (txn_library.reader_wire)
+                                          status requests (txn_library.wire.reader)
 
 Delivery as a partition's (cluster.partition_server): a batch ahead of a gap is held
 and the gap fetched from the log service; heartbeats reveal a missed tail; a published
@@ -52,9 +52,9 @@ from executor.deterministic.delivery import REPAIR_RETRY_S
 from executor.reader.follower import Follower, Restored
 from executor.reader.queries import ReaderQueries
 from txn_library import limits
-from txn_library import reader_wire as rwire
-from txn_library import wire as swire
 from txn_library.errors import DroppedMessages
+from txn_library.wire import reader as rwire
+from txn_library.wire import sequencer as swire
 
 log = logging.getLogger("ordo.reader")
 
@@ -101,7 +101,7 @@ def initial_state(
 def reader_status(
     reader: int, follower: Follower, queries: ReaderQueries, epochs: tuple = ()
 ) -> dict:
-    """What ``ordo status`` shows of a reader (txn_library.reader_wire)."""
+    """What ``ordo status`` shows of a reader (txn_library.wire.reader)."""
     f = follower
     return {
         "reader": reader,

@@ -62,10 +62,11 @@ from sequencer.replication import (
     trim_point,
 )
 from sequencer.sequencer import HEARTBEAT_MS, Sequencer
-from txn_library import limits, wire
-from txn_library import partition_wire as ewire
+from txn_library import limits
 from txn_library.errors import ERR_MALFORMED, ERR_NOT_LEADER, ERROR, DroppedMessages
 from txn_library.procedure import load_modules
+from txn_library.wire import partition as ewire
+from txn_library.wire import sequencer as wire
 
 log = logging.getLogger("ordo.sequencer")
 

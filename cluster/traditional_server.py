@@ -4,7 +4,7 @@ One OS process per partition, one thread, a zmq.Poller loop around
 executor.traditional.partition.TraditionalPartition (coordinator and participant in
 one), handed the wall clock and an OS-seeded Random (the role reads neither itself):
 
-  ROUTER client_addr(p)              client calls (txn_library/wire.py REQ_CALLS/REQ_STATUS),
+  ROUTER client_addr(p)              client calls (wire/sequencer.py REQ_CALLS/REQ_STATUS),
                                      so txn_library.client.Client works unchanged
   PULL   config.partition_addr(0, p) batches of peer messages
                                      (executor.traditional.messages; a malformed
@@ -28,7 +28,7 @@ loads the genesis rows (if any) and redoes its log (TraditionalPartition.recover
 
 Started by ``ordo up --mode traditional`` (TraditionalCluster below), which runs one
 ``ordo traditional-partition --data-dir D --partition P`` process per partition
-(cluster/cli.py). Clients: txn_library.routing_client.RoutingClient.
+(cluster/cli.py). Clients: txn_library.client.routing.RoutingClient.
 """
 
 from __future__ import annotations
@@ -67,10 +67,11 @@ from executor.traditional.options import (
 )
 from executor.traditional.partition import TraditionalPartition
 from sequencer.log import CommandLog, iter_frames
-from txn_library import limits, wire
+from txn_library import limits
 from txn_library.client import Client
 from txn_library.errors import ERR_MALFORMED, ERR_TOO_LARGE, ERROR, OrdoError
 from txn_library.procedure import load_modules
+from txn_library.wire import sequencer as wire
 
 log = logging.getLogger("ordo.traditional")
 

@@ -79,11 +79,12 @@ from cluster.loadgen import TIMEOUT_CODE, LoadGenerator  # noqa: E402
 from cluster.measure import CpuMeter, latency_percentiles_ms, process_cpu_s  # noqa: E402
 from cluster.security import ADMIN_CLIENT, client_curves  # noqa: E402
 from sequencer.log import iter_frames  # noqa: E402
-from txn_library import limits, wire  # noqa: E402
-from txn_library.bank_workload import make_transfers, open_accounts  # noqa: E402
+from txn_library import limits  # noqa: E402
 from txn_library.client import Client  # noqa: E402
-from txn_library.client_protocol import Result, to_outcome  # noqa: E402
+from txn_library.client.protocol import Result, to_outcome  # noqa: E402
 from txn_library.errors import CallFailed, CallTimeout, OrdoError  # noqa: E402
+from txn_library.wire import sequencer as wire  # noqa: E402
+from txn_library.workloads.bank import make_transfers, open_accounts  # noqa: E402
 
 REPLICAS, PARTITIONS = 2, 2
 ACCOUNTS = 1_000

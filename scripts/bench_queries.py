@@ -75,11 +75,11 @@ from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import LocalCluster, cluster_client, free_base_port  # noqa: E402
 from cluster.measure import process_cpu_s  # noqa: E402
 from txn_library import native  # noqa: E402
-from txn_library.bank_workload import open_accounts  # noqa: E402
 from txn_library.errors import CallFailed, CallTimeout  # noqa: E402
+from txn_library.workloads.bank import open_accounts  # noqa: E402
 
 PARTS = ("keys", "versions", "clog", "tpcc")
-BANK_MODULES = ("txn_library.builtin", "txn_library.query_bench")
+BANK_MODULES = ("txn_library.workloads.builtin", "txn_library.workloads.query_bench")
 TSPOON = {
     "one_key_per_s": 53_900,
     "keys_1000_per_s": 890,

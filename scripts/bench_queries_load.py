@@ -9,7 +9,7 @@ builds the generator (sockets connected), says ready, runs on the word go, and s
 back a ``LoadResult``. ``run_together`` starts several specs on as many workers and
 releases them at once, so their windows line up.
 
-Sources (``LoadSpec.source``), over accounts 0..accounts-1 of ``txn_library.builtin``'s
+Sources (``LoadSpec.source``), over accounts 0..accounts-1 of ``txn_library.workloads.builtin``'s
 bank, seeded:
   transfers   bank.transfer(src, dst, 1..50), src and dst uniform (about half cross
               partitions); kind "transfer"

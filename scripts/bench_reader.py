@@ -50,7 +50,7 @@ PUBLISHED = ROOT / "results" / "readers" / "bench_reader.json"
 SCRATCH = Path(tempfile.gettempdir()) / "ordo-bench" / "readers"
 sys.path.insert(0, str(ROOT))
 
-import txn_library.builtin  # noqa: E402,F401  (registers the bank)
+import txn_library.workloads.builtin  # noqa: E402,F401  (registers the bank)
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import (  # noqa: E402
     LocalCluster,
@@ -62,8 +62,8 @@ from cluster.launcher import (  # noqa: E402
 from cluster.load_background import Background  # noqa: E402
 from cluster.load_shapes import Call, ClosedLoop, Load, OpenLoop  # noqa: E402
 from cluster.loadgen import LoadGenerator  # noqa: E402
-from txn_library.bank_workload import make_transfers, open_accounts  # noqa: E402
 from txn_library.client import Client  # noqa: E402
+from txn_library.workloads.bank import make_transfers, open_accounts  # noqa: E402
 
 START = 10_000
 

@@ -54,9 +54,9 @@ from cluster.launcher import (  # noqa: E402
 from executor.core import checkpoint  # noqa: E402
 from executor.deterministic.replica import LocalReplica  # noqa: E402
 from sequencer.log import iter_frames  # noqa: E402
-from txn_library import wire  # noqa: E402
-from txn_library.bank_workload import make_transfers, open_accounts  # noqa: E402
 from txn_library.client import Client  # noqa: E402
+from txn_library.wire import sequencer as wire  # noqa: E402
+from txn_library.workloads.bank import make_transfers, open_accounts  # noqa: E402
 
 ACCOUNTS = 10_000
 DEFAULT_OUT = "results/recovery/bench_recovery.json"

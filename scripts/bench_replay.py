@@ -61,8 +61,9 @@ from executor.replay.verdicts import (  # noqa: E402
 )
 from executor.replay.verify import plan_history, verify_local, verify_run  # noqa: E402
 from sequencer.log import rewrite_payloads  # noqa: E402
-from txn_library import native, wire  # noqa: E402
+from txn_library import native  # noqa: E402
 from txn_library.client import Client  # noqa: E402
+from txn_library.wire import sequencer as wire  # noqa: E402
 
 
 def load() -> list[float]:
@@ -86,14 +87,14 @@ def live_bank(
     a: argparse.Namespace, data: Path, checkpoint_every: int | None = None
 ) -> tuple[ClusterConfig, dict, dict]:
     from cluster.bank_load import run_transfers
-    from txn_library.bank_workload import make_transfers, open_accounts
+    from txn_library.workloads.bank import make_transfers, open_accounts
 
     cfg = ClusterConfig(
         replicas=a.replicas,
         partitions=a.partitions,
         base_port=free_base_port(),
         data_dir=str(data),
-        procedure_modules=("txn_library.builtin",),
+        procedure_modules=("txn_library.workloads.builtin",),
         checkpoint_every_epochs=a.checkpoint_every
         if checkpoint_every is None
         else checkpoint_every,
@@ -299,7 +300,7 @@ def damage_check(cfg: ClusterConfig, work: Path) -> dict[str, Any]:
     import shutil
 
     from sequencer.log import iter_frames
-    from txn_library import wire
+    from txn_library.wire import sequencer as wire
 
     src_ckpt = cfg.checkpoint_dir(0)
     epochs = [b.epoch for b in scan_checkpoints(src_ckpt, cfg.partitions)]

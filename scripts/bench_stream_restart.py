@@ -2,7 +2,7 @@
 under streaming load (issue 44).
 
 A fresh ``--replicas`` x ``--partitions`` embedded cluster (default 2 x 2, durable log
-on) loading txn_library.retention_bench, checkpointing every ``--checkpoint-every-s``
+on) loading txn_library.workloads.retention_bench, checkpointing every ``--checkpoint-every-s``
 seconds (0: never, the default of ``ordo up``). The load generator pushes batches to
 ``rb<R>_in`` (``--retention``, default 50) at ``--rate`` batches/s (default 700, an open
 loop); each push derives a step that is a multi-partition transaction (streams on
@@ -59,7 +59,7 @@ from cluster.loadgen import LoadGenerator  # noqa: E402
 from txn_library import native  # noqa: E402
 from txn_library.errors import OrdoError  # noqa: E402
 from txn_library.procedure import load_modules  # noqa: E402
-from txn_library.retention_bench import RETENTIONS  # noqa: E402
+from txn_library.workloads.retention_bench import RETENTIONS  # noqa: E402
 
 RESULTS = "results/recovery/stream_restart.json"
 SCRATCH = str(Path(tempfile.gettempdir()) / "ordo-bench" / "stream_restart.json")
@@ -240,7 +240,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--results", action="store_true", help=f"write {RESULTS} instead of --out")
     a = ap.parse_args(argv)
     if a.retention not in RETENTIONS:
-        ap.error(f"no flow keeps {a.retention}: txn_library/retention_bench.py has {RETENTIONS}")
+        ap.error(
+            f"no flow keeps {a.retention}: "
+            f"txn_library/workloads/retention_bench.py has {RETENTIONS}"
+        )
     return a
 
 

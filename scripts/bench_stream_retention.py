@@ -1,9 +1,9 @@
 """Benchmark: a dataflow step whose state lives on another partition than its streams,
-writing a sink that keeps R batches (issue 44; txn_library/retention_bench.py).
+writing a sink that keeps R batches (issue 44; txn_library/workloads/retention_bench.py).
 
 For each R of ``--retention`` (default 50 and 200,000): a fresh ``--replicas`` x
 ``--partitions`` embedded cluster (default 2 x 2; durable log on, no periodic
-checkpoints) loading txn_library.retention_bench. The load generator
+checkpoints) loading txn_library.workloads.retention_bench. The load generator
 (cluster/loadgen.py, one connection, so pushes keep their order) pushes batches of
 ``--per-batch`` tuples to ``rb<R>_in`` with increasing ids: ``--window`` terminals in a
 closed loop, or ``--rate`` batches/s in an open loop; ``--warmup`` then ``--seconds``.
@@ -48,10 +48,10 @@ from cluster.loadgen import LoadGenerator  # noqa: E402
 from cluster.measure import latency_percentiles_ms  # noqa: E402
 from txn_library import native  # noqa: E402
 from txn_library.errors import OK, OrdoError  # noqa: E402
-from txn_library.retention_bench import RETENTIONS, names  # noqa: E402
 from txn_library.streams import PUSH  # noqa: E402
+from txn_library.workloads.retention_bench import RETENTIONS, names  # noqa: E402
 
-MODULES = ("txn_library.builtin", "txn_library.retention_bench")
+MODULES = ("txn_library.workloads.builtin", "txn_library.workloads.retention_bench")
 RESULTS = "results/streaming/stream_retention.json"
 SCRATCH = str(Path(tempfile.gettempdir()) / "ordo-bench" / "stream_retention.json")
 DRAIN_S = 30.0
@@ -196,7 +196,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     a.retentions = [int(x) for x in a.retention.split(",")]
     unknown = sorted(set(a.retentions) - set(RETENTIONS))
     if unknown:
-        ap.error(f"no flow keeps {unknown}: txn_library/retention_bench.py has {RETENTIONS}")
+        ap.error(
+            f"no flow keeps {unknown}: txn_library/workloads/retention_bench.py has {RETENTIONS}"
+        )
     if a.partitions < 2:
         ap.error("--partitions >= 2: the step's state must live on another partition")
     return a

@@ -29,8 +29,8 @@ from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import free_base_port  # noqa: E402
 from cluster.traditional_server import TraditionalCluster  # noqa: E402
 from executor.traditional.options import TraditionalOptions  # noqa: E402
-from txn_library.bank_workload import make_transfers  # noqa: E402
-from txn_library.routing_client import RoutingClient  # noqa: E402
+from txn_library.client.routing import RoutingClient  # noqa: E402
+from txn_library.workloads.bank import make_transfers  # noqa: E402
 
 BALANCE = 1_000_000
 

@@ -25,8 +25,8 @@ from cluster.launcher import (  # noqa: E402
     free_base_port,
     wait_quiescent,
 )
-from txn_library.bank_workload import make_transfers, open_accounts  # noqa: E402
 from txn_library.client import Client  # noqa: E402
+from txn_library.workloads.bank import make_transfers, open_accounts  # noqa: E402
 
 
 def main() -> None:

@@ -22,8 +22,8 @@ from cluster.launcher import (  # noqa: E402
     wait_quiescent,
 )
 from cluster.ownership import StateInUse, claim_cluster_dir  # noqa: E402
-from txn_library.bank_workload import make_transfers, open_accounts  # noqa: E402
 from txn_library.client import Client  # noqa: E402
+from txn_library.workloads.bank import make_transfers, open_accounts  # noqa: E402
 
 
 def main() -> None:

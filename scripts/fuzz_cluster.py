@@ -83,14 +83,12 @@ from cluster.load_shapes import Call, CallLike, ClosedLoop  # noqa: E402
 from cluster.loadgen import TIMEOUT_CODE, LoadGenerator  # noqa: E402
 from cluster.measure import percentiles  # noqa: E402
 from sequencer.log import iter_frames  # noqa: E402
-from txn_library import (
-    limits,  # noqa: E402
-    wire,  # noqa: E402
-)
-from txn_library import partition_wire as ewire  # noqa: E402
+from txn_library import limits  # noqa: E402
 from txn_library.client import Client  # noqa: E402
-from txn_library.client_protocol import Result, to_outcome  # noqa: E402
+from txn_library.client.protocol import Result, to_outcome  # noqa: E402
 from txn_library.errors import ABORTED, ERROR, OK, CallFailed, OrdoError  # noqa: E402
+from txn_library.wire import partition as ewire  # noqa: E402
+from txn_library.wire import sequencer as wire  # noqa: E402
 
 # Client ids: calls from "fzx-" clients must all be rejected (never logged); calls from
 # "fzv-" clients may be valid and logged. Every kv key a flooder writes starts "fz/".

@@ -2,7 +2,7 @@
 
 Votes (phone, contestant) arrive in input batches; a dataflow validates them, records
 them, keeps the top-3/bottom-3 board and trending-3 over the last 100 votes, and
-removes the last contestant every 1,000 votes (txn_library/leaderboard.py). Three ways
+removes the last contestant every 1,000 votes (txn_library/workloads/leaderboard.py). Three ways
 to run it on the same engine (``--mode``, repeatable):
 
   dataflow  one client pushes batches to ``lb_votes_in`` with increasing ids, many in

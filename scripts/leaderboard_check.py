@@ -11,7 +11,7 @@ after the stream's last; a stream between two steps gives b up to its last consu
 where the engine does so). The progress rows (``ordo_dataflow_progress``, from a fresh
 checkpoint of replica 0) must say the same (last batch, batches processed): that ties
 the reading of the log to what ran. Then the models: S-Store's leaderboard
-(``txn_library.leaderboard.Model``: the board after every batch the sink kept, and the
+(``txn_library.workloads.leaderboard.Model``: the board after every batch the sink kept, and the
 final votes, removals, total and trending-3) and the chains (each step's total, the
 sink's values).
 
@@ -301,7 +301,7 @@ def _prior(run: Run, trace: FlowTrace) -> list[tuple]:
 def _leaderboard_problems(
     run: Run, trace: FlowTrace, storage: Storage | None, counts: dict[str, Any]
 ) -> list[str]:
-    from txn_library.leaderboard import VARIANT, Model
+    from txn_library.workloads.leaderboard import VARIANT, Model
 
     model = Model()
     for votes in _prior(run, trace):
@@ -351,7 +351,7 @@ def _leaderboard_problems(
 def _chain_problems(
     run: Run, trace: FlowTrace, storage: Storage | None, counts: dict[str, Any]
 ) -> list[str]:
-    from txn_library.chains import TOTALS
+    from txn_library.workloads.chains import TOTALS
 
     n = len(run.flow.steps)
     totals = Counter[int]()

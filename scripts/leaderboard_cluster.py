@@ -4,8 +4,8 @@ through it and the CPU its processes use.
 A ``Target`` is an embedded cluster (``embedded``: a LocalCluster in a temporary
 directory, removed afterwards unless kept) or a running one (``attached``: its data
 directory). A ``Flow`` names what a run pushes and where its output comes out: one
-variant of S-Store's Leaderboard Maintenance (txn_library/leaderboard.py) or one chain
-of txn_library/chains.py. A source gives each batch's tuples as a pure function of
+variant of S-Store's Leaderboard Maintenance (txn_library/workloads/leaderboard.py) or one chain
+of txn_library/workloads/chains.py. A source gives each batch's tuples as a pure function of
 the batch id and a seed, so the check (scripts/leaderboard_check.py) regenerates what
 the client pushed and two runs push the same input.
 
@@ -33,9 +33,13 @@ from txn_library.client import Client
 from txn_library.procedure import load_modules
 from txn_library.streams import dataflow_named
 
-MODULES = ("txn_library.builtin", "txn_library.leaderboard", "txn_library.chains")
-LEADERBOARD = "txn_library.leaderboard"
-CHAINS = "txn_library.chains"
+MODULES = (
+    "txn_library.workloads.builtin",
+    "txn_library.workloads.leaderboard",
+    "txn_library.workloads.chains",
+)
+LEADERBOARD = "txn_library.workloads.leaderboard"
+CHAINS = "txn_library.workloads.chains"
 PHONES = 5_000  # distinct phone numbers votes come from (each may vote 10 times)
 START_WAIT_S = 300.0  # a TPC-C genesis loads its warehouses before the cluster answers
 
@@ -131,7 +135,7 @@ class Flow:
 
 
 def leaderboard_flow(variant: str) -> Flow:
-    from txn_library.leaderboard import VARIANT
+    from txn_library.workloads.leaderboard import VARIANT
 
     df = dataflow_named(variant)
     if df is None:
@@ -148,12 +152,12 @@ def leaderboard_flow(variant: str) -> Flow:
 
 
 def chain_flow(n: int, triggers: bool) -> Flow:
-    import txn_library.chains  # noqa: F401  (declares the chains)
+    import txn_library.workloads.chains  # noqa: F401  (declares the chains)
 
     name = f"{'chain' if triggers else 'chainc'}{n}"
     df = dataflow_named(name)
     if df is None:
-        raise ValueError(f"no dataflow {name} (txn_library.chains has lengths 1..10)")
+        raise ValueError(f"no dataflow {name} (txn_library.workloads.chains has lengths 1..10)")
     last = df.order[-1].output
     assert last is not None
     return Flow(
@@ -176,7 +180,7 @@ class Votes:
     per_batch: int
 
     def tuples(self, batch_id: int) -> list[tuple]:
-        from txn_library.leaderboard import CONTESTANTS
+        from txn_library.workloads.leaderboard import CONTESTANTS
 
         rng = random.Random(self.seed * 1_000_000_007 + batch_id)
         return [
@@ -209,7 +213,7 @@ def prepare(target: Target, flow: Flow) -> int:
         )
     with target.client() as c:
         if flow.kind == "leaderboard":
-            from txn_library.leaderboard import CONTESTANTS
+            from txn_library.workloads.leaderboard import CONTESTANTS
 
             r = c.call("leaderboard.setup", flow.dataflow, CONTESTANTS)
             if not r.ok:

@@ -36,8 +36,8 @@ from leaderboard_cluster import LEADERBOARD, Target, embedded, leaderboard_flow,
 from cluster.measure import CpuMeter
 from tpcc import driver
 from tpcc.inputs import TpccInputs
-from txn_library.leaderboard import VARIANT
 from txn_library.placement import partition_of
+from txn_library.workloads.leaderboard import VARIANT
 
 GENESIS_ARGS = {"warehouses": 2, "seed": 7, "load_ts_ms": 1_700_000_000_000}
 MODULES = (*driver.PROCEDURE_MODULES, LEADERBOARD)

@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cluster.config import ClusterConfig  # noqa: E402
 from tpcc.inputs import Terminal, TpccInputs  # noqa: E402
 from tpcc.schema import DISTRICTS_PER_WAREHOUSE  # noqa: E402
-from txn_library import wire  # noqa: E402
-from txn_library.client_protocol import ClientProtocol  # noqa: E402
+from txn_library.client.protocol import ClientProtocol  # noqa: E402
 from txn_library.errors import ERROR, CallFailed, CallTimeout  # noqa: E402
+from txn_library.wire import sequencer as wire  # noqa: E402
 
 DATA_DIR = os.environ.get("ORDO_DATA_DIR", "ordo-data")
 MIX = os.environ.get("ORDO_TPCC_MIX", "standard")

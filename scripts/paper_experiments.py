@@ -58,15 +58,19 @@ from cluster.loadgen import LoadGenerator  # noqa: E402
 from cluster.measure import Window  # noqa: E402
 from cluster.traditional_server import TraditionalCluster  # noqa: E402
 from executor.traditional.options import TraditionalOptions  # noqa: E402
-from txn_library import bench_procedures as bp  # noqa: E402
 from txn_library import limits  # noqa: E402
 from txn_library.client import Client  # noqa: E402
-from txn_library.routing_client import RoutingClient  # noqa: E402
+from txn_library.client.routing import RoutingClient  # noqa: E402
+from txn_library.workloads import bench_procedures as bp  # noqa: E402
 
 OUT_DIR = Path("results/paper")
 MODES = ("deterministic", "traditional")
 PARTITIONS = 2
-BENCH_MODULES = ("txn_library.builtin", "tpcc.transactions", "txn_library.bench_procedures")
+BENCH_MODULES = (
+    "txn_library.workloads.builtin",
+    "tpcc.transactions",
+    "txn_library.workloads.bench_procedures",
+)
 BUCKET_S = 0.1
 START_WAIT_S = 600.0
 DRAIN_S = 60.0
@@ -326,7 +330,7 @@ def experiment_b(a: argparse.Namespace) -> list[dict[str, Any]]:
         with tempfile.TemporaryDirectory(prefix=f"ordo-paper-b-{mode}-") as tmp:
             t_load = time.monotonic()
             gargs = {"records": records, "tags": 0}
-            genesis = "txn_library.bench_procedures:genesis"
+            genesis = "txn_library.workloads.bench_procedures:genesis"
             group, client = start_cluster(mode, tmp, genesis, gargs, a.epoch_ms)
             load_s = time.monotonic() - t_load
             try:
@@ -450,7 +454,7 @@ def experiment_c(a: argparse.Namespace) -> list[dict[str, Any]]:
     for mode in MODES:
         with tempfile.TemporaryDirectory(prefix=f"ordo-paper-c-{mode}-") as tmp:
             gargs = {"records": tags * slots, "tags": tags}
-            genesis = "txn_library.bench_procedures:genesis"
+            genesis = "txn_library.workloads.bench_procedures:genesis"
             group, client = start_cluster(mode, tmp, genesis, gargs, a.epoch_ms)
             try:
                 for share in a.dependent_shares:

@@ -12,12 +12,13 @@ import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from txn_library import limits, wire
-from txn_library import partition_wire as ewire
+from txn_library import limits
 from txn_library.errors import ERR_BAD_ARGUMENTS, RESTART, STATUS_NAMES, BadRequest
-from txn_library.partition_wire import PartitionStatus
 from txn_library.procedure import Procedure, lookup
-from txn_library.wire import Batch, LogFetch, Txn, unpack
+from txn_library.wire import partition as ewire
+from txn_library.wire import sequencer as wire
+from txn_library.wire.partition import PartitionStatus
+from txn_library.wire.sequencer import Batch, LogFetch, Txn, unpack
 
 
 def participants(proc: Procedure, args: tuple, partitions: int) -> tuple[int, ...]:

@@ -54,7 +54,7 @@ from sequencer.replication import NotLeader, ReplicatedLog
 from sequencer.status import PARTITION_SILENT_S, SequencerStats
 from txn_library import limits
 from txn_library.errors import ERR_NOT_LEADER, ERR_UNAVAILABLE, ERROR, invariant
-from txn_library.wire import (
+from txn_library.wire.sequencer import (
     FLAG_CHECKPOINT,
     FLAG_CHECKPOINT_REQUESTED,
     FLAG_DERIVED_UNLOGGED,

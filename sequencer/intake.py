@@ -49,7 +49,7 @@ from sequencer.queries import Queries
 from sequencer.replication import ReplicatedLog
 from sequencer.retry_cache import Done, Logged, RetryCache, call_body, call_digest
 from sequencer.status import SequencerStats
-from txn_library import limits, placement, wire
+from txn_library import limits, placement
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_MALFORMED,
@@ -63,11 +63,12 @@ from txn_library.errors import (
     invariant,
 )
 from txn_library.heap import gc_paused
-from txn_library.partition_wire import RESULT_LOOKUP
 from txn_library.procedure import Procedure, lookup
 from txn_library.streams import PUSH
 from txn_library.streams.dataflow import encoded_derived
-from txn_library.wire import CallsRequest, Txn, decode_batch, unpack
+from txn_library.wire import sequencer as wire
+from txn_library.wire.partition import RESULT_LOOKUP
+from txn_library.wire.sequencer import CallsRequest, Txn, decode_batch, unpack
 
 _TXN_HEADER = msgpack.packb([None] * 5)[:1]  # fixarray of the txn's 5 fields
 _CONTROL_KINDS = (wire.REQ_STATUS, wire.REQ_CHECKPOINT, wire.REQ_PRUNE, wire.REQ_CLUSTER_INFO)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from txn_library.wire import ControlReply
+from txn_library.wire.sequencer import ControlReply
 
 
 class Outbox:

@@ -42,7 +42,7 @@ from typing import Protocol
 from sequencer.log import CommandLog
 from txn_library import limits
 from txn_library.errors import invariant
-from txn_library.wire import decode_batch
+from txn_library.wire.sequencer import decode_batch
 
 
 class NotLeader(Exception):

@@ -49,11 +49,11 @@ from txn_library.errors import (
     RESTART,
     BadRequest,
 )
-from txn_library.partition_wire import PartitionStatus
-from txn_library.partition_wire import Results as ResultsMessage
 from txn_library.procedure import lookup
 from txn_library.streams import DERIVED_CLIENT
-from txn_library.wire import Packed, decode_batch, unpack
+from txn_library.wire.partition import PartitionStatus
+from txn_library.wire.partition import Results as ResultsMessage
+from txn_library.wire.sequencer import Packed, decode_batch, unpack
 
 log = logging.getLogger("ordo.sequencer")
 

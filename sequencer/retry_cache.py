@@ -46,7 +46,7 @@ from txn_library.errors import (
     BadRequest,
     invariant,
 )
-from txn_library.wire import Packed
+from txn_library.wire.sequencer import Packed
 
 Key = tuple[bytes, int]
 # What msgpack raises for a value it cannot encode (type, int range, nesting depth).

@@ -56,9 +56,9 @@ from sequencer.replication import ReplicatedLog
 from sequencer.results import Results
 from sequencer.retry_cache import RetryCache
 from sequencer.status import SequencerStats, status_report
-from txn_library import wire
 from txn_library.errors import ERR_UNAVAILABLE, BadRequest
-from txn_library.wire import (
+from txn_library.wire import sequencer as wire
+from txn_library.wire.sequencer import (
     ClusterInfoReply,
     ControlReply,
     ErrorReply,

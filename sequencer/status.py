@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from txn_library.partition_wire import PartitionStatus
+from txn_library.wire.partition import PartitionStatus
 
 PARTITION_SILENT_S = 1.5
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from cluster.config import ClusterConfig
 from executor.deterministic.oracle import SerialExecutor
 from sequencer.log import iter_frames
-from txn_library import wire
+from txn_library.wire import sequencer as wire
 
 
 def replicas_agree_with_serial_replay(cfg: ClusterConfig, st: dict) -> SerialExecutor:

@@ -87,8 +87,7 @@ def no_leaked_clients() -> Iterator[None]:
     )
     pytest.fail(
         f"the test left {len(left)} client(s) running and {grown} more socket(s) open in "
-        "zmq.Context.instance(): close every Client (a with block) and socket it makes"
-        + stacks
+        "zmq.Context.instance(): close every Client (a with block) and socket it makes" + stacks
     )
 
 

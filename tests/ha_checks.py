@@ -15,7 +15,7 @@ from cluster.config import ClusterConfig
 from cluster.ledger import Ledger
 from executor.deterministic.oracle import SerialExecutor
 from sequencer.log import iter_frames
-from txn_library import wire
+from txn_library.wire import sequencer as wire
 
 
 def check_outcome(cfg: ClusterConfig, ledger: Ledger, st: dict, transfers: int) -> None:

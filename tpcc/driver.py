@@ -61,7 +61,7 @@ from tpcc.inputs import (
 from txn_library import limits, native
 
 GENESIS = "tpcc.loader:genesis"
-PROCEDURE_MODULES = ("txn_library.builtin", "tpcc.transactions")
+PROCEDURE_MODULES = ("txn_library.workloads.builtin", "tpcc.transactions")
 DRAIN_S = 30.0  # after the window, wait this long for calls still in flight
 LOAD_S_PER_WAREHOUSE = 2.0  # rough, for the load progress bar's patience
 READ_ONLY_KINDS = (ORDER_STATUS, STOCK_LEVEL)

@@ -11,7 +11,7 @@ Checker: consistency conditions 1-12 (tpcc.consistency) on the serial oracle, an
 
 Registered in ``executor.deterministic.workloads.WORKLOADS`` as "tpcc"; it lives here
 because the simulator, in the executor layer, does not import the tpcc layer; this
-module depends only on the contract in txn_library.workload.
+module depends only on the contract in txn_library.workloads.contract.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tpcc.consistency import check_local, check_whole
 from tpcc.inputs import TpccInputs, terminals_for
 from tpcc.schema import WAREHOUSE
 from txn_library import placement
-from txn_library.workload import Call, FinalState
+from txn_library.workloads.contract import Call, FinalState
 
 GENESIS = "tpcc.loader:genesis"
 LOAD_SEED = 20_250_101  # one database per process: every seed runs on the same genesis

@@ -159,7 +159,7 @@ traditional_calls_max = pending_calls_max
 """Calls a coordinator partition of the baseline has accepted and not yet answered.
 Past it a new call gets `overloaded`."""
 
-# Client (txn_library/client.py)
+# Client (txn_library/client/core.py)
 
 client_timeout_s_default = 30.0
 """How long `Client.call` waits for an answer. Past it the caller gets `CallTimeout`;
@@ -427,7 +427,7 @@ sequencer_candidate_catch_up_s_max = 10.0
 """An elected sequencer that cannot copy every committed batch by then resigns, and the
 next one leads."""
 
-# Client failover (txn_library/client_failover.py)
+# Client failover (txn_library/client/failover.py)
 
 client_failover_silence_s = 1.0
 """A client with calls out that hears nothing this long moves to the next sequencer

@@ -371,9 +371,28 @@ def procedures() -> dict[str, Procedure]:
     return dict(_REGISTRY)
 
 
+# Modules that moved into txn_library's rooms, by their old names: a cluster.json, a
+# ``--module`` or a genesis spec written before the move still loads the same code.
+MODULE_ALIASES: dict[str, str] = {
+    "txn_library.builtin": "txn_library.workloads.builtin",
+    "txn_library.bank_workload": "txn_library.workloads.bank",
+    "txn_library.stream_workload": "txn_library.workloads.stream_sim",
+    "txn_library.leaderboard": "txn_library.workloads.leaderboard",
+    "txn_library.chains": "txn_library.workloads.chains",
+    "txn_library.bench_procedures": "txn_library.workloads.bench_procedures",
+    "txn_library.query_bench": "txn_library.workloads.query_bench",
+    "txn_library.retention_bench": "txn_library.workloads.retention_bench",
+}
+
+
+def module_name(module: str) -> str:
+    """The module to import for ``module``: itself, or where it moved (MODULE_ALIASES)."""
+    return MODULE_ALIASES.get(module, module)
+
+
 def load_modules(modules: Sequence[str]) -> None:
     """Import the modules that register procedures and tables (same list everywhere)."""
     import importlib
 
     for m in modules:
-        importlib.import_module(m)
+        importlib.import_module(module_name(m))

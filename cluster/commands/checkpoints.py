@@ -120,8 +120,8 @@ def log_prune(archive: str | None, data_dir: str) -> None:
     recovery are kept. Note that Spark replay of the pruned history needs the archive.
     """
     from cluster.launcher import cluster_client
-    from txn_library import wire
     from txn_library.errors import CallFailed, OrdoError
+    from txn_library.wire import sequencer as wire
 
     cfg = load_config(data_dir)
     with cluster_client(cfg, leader_address(cfg)) as c:

@@ -36,8 +36,8 @@ import zmq
 
 from cluster.config import ClusterConfig
 from txn_library import limits
-from txn_library.curve import is_z85_key
 from txn_library.errors import OrdoError, invariant
+from txn_library.wire.curve import is_z85_key
 
 KEYS_DIR = "keys"
 CLIENTS_DIR = "clients"  # the allowlist of client public keys

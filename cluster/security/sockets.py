@@ -44,8 +44,8 @@ from cluster.security.zap import (
     authenticator_running,
     start_authenticator,
 )
-from txn_library.curve import ClientCurve, is_z85_key
 from txn_library.errors import invariant
+from txn_library.wire.curve import ClientCurve, is_z85_key
 
 
 def _before_endpoints(sock: zmq.Socket, what: str) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from executor.core.heap import settle_heap
 from executor.core.storage import Storage
+from txn_library.procedure import module_name
 
 
 def genesis_rows(
@@ -22,7 +23,9 @@ def genesis_rows(
     if not genesis:
         return iter(())
     module, _, fn = genesis.partition(":")
-    return getattr(importlib.import_module(module), fn)(partition, partitions, **genesis_args)
+    return getattr(importlib.import_module(module_name(module)), fn)(
+        partition, partitions, **genesis_args
+    )
 
 
 def genesis_storage(

@@ -40,7 +40,7 @@ from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.partition import Partition
 from executor.deterministic.sim_client import CallRecord, QueryRecord
 from sequencer.calls import participants
-from txn_library import limits, wire
+from txn_library import limits
 from txn_library.errors import (
     ERR_NOT_READY,
     ERR_PROCEDURE_FAILED,
@@ -52,7 +52,8 @@ from txn_library.errors import (
 )
 from txn_library.procedure import lookup
 from txn_library.streams import DERIVED_CLIENT, batch_txns
-from txn_library.workload import FinalState, LoggedTxn, Workload
+from txn_library.wire import sequencer as wire
+from txn_library.workloads.contract import FinalState, LoggedTxn, Workload
 
 # Errors that mean "outcome unknown": the call may or may not be in the log.
 OUTCOME_UNKNOWN = frozenset((ERR_UNAVAILABLE, ERR_RETRY_EXPIRED, "result_unknown"))

@@ -46,7 +46,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from executor.deterministic.partition import Partition
-from txn_library import wire as swire
+from txn_library.wire import sequencer as swire
 
 STATUS_EVERY_S = 0.2  # a partition reports its status at least this often
 REPAIR_RETRY_S = 0.5  # an unanswered log fetch is asked again after this long

@@ -16,7 +16,7 @@ from executor.core.execution import run_txn
 from executor.core.storage import Storage
 from txn_library.procedure import lookup
 from txn_library.streams import DERIVED_CLIENT, batch_txns
-from txn_library.wire import Batch
+from txn_library.wire.sequencer import Batch
 
 
 class SerialExecutor:

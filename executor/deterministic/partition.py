@@ -79,10 +79,10 @@ from txn_library.errors import (
     ERROR,
     invariant,
 )
-from txn_library.partition_wire import RESULT_LOOKUP, PartitionStatus
 from txn_library.procedure import Procedure, lookup
 from txn_library.streams import DERIVED_CLIENT, batch_txns
-from txn_library.wire import FLAG_CHECKPOINT, FLAG_CHECKPOINT_REQUESTED, Batch
+from txn_library.wire.partition import RESULT_LOOKUP, PartitionStatus
+from txn_library.wire.sequencer import FLAG_CHECKPOINT, FLAG_CHECKPOINT_REQUESTED, Batch
 
 REPLICATED = catalog.REPLICATED
 # on_batch calls its interleave hook at most once per this many admissions: reads go out
@@ -336,7 +336,7 @@ class Partition:
         return self._sent_complete_from
 
     def on_reads(self, from_partition: int, entries: Sequence[Any]) -> None:
-        """Reads a peer sent (shape checked by the caller: partition_wire.reads_problem)."""
+        """Reads a peer sent (shape checked by the caller: wire.partition.reads_problem)."""
         if from_partition == self.partition or not 0 <= from_partition < self.partitions:
             self.inputs_dropped += 1  # not a peer: nothing it says can be ours to use
             return
@@ -374,7 +374,7 @@ class Partition:
     def on_query(
         self, query_id: int, replica_tag: int, proc_name: Any, args: Any, min_txn_id: int
     ) -> None:
-        """An unsequenced read (shape checked by the caller: partition_wire.query_problem)."""
+        """An unsequenced read (shape checked by the caller: wire.partition.query_problem)."""
         if len(self._queries) >= limits.queries_pending_max:
             self.inputs_dropped += 1  # more than the sequencer can have pending: junk
             return

@@ -49,8 +49,7 @@ from executor.deterministic.snapshot import (
     query_procedure,
     run_query,
 )
-from txn_library import limits, wire
-from txn_library import partition_wire as ewire
+from txn_library import limits
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_MALFORMED,
@@ -64,6 +63,8 @@ from txn_library.errors import (
     brief,
 )
 from txn_library.procedure import Procedure
+from txn_library.wire import partition as ewire
+from txn_library.wire import sequencer as wire
 
 WATERMARK_EVERY_S = 0.001  # gossip the completed epoch at most this often
 PEER_TIMEOUT_S = 2.0  # a coordinator waits this long for a participant's reads

@@ -21,7 +21,7 @@ from typing import Any
 from executor.core.state_hash import MASK64
 from executor.core.storage import Storage
 from executor.deterministic.partition import Partition
-from txn_library.wire import Batch
+from txn_library.wire.sequencer import Batch
 
 
 class LocalReplica:

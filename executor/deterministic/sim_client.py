@@ -1,4 +1,4 @@
-"""A simulated client: ``txn_library.client_protocol.ClientProtocol`` driven by simulated time.
+"""A simulated client: ``txn_library.client.protocol.ClientProtocol`` driven by simulated time.
 
 It encodes calls exactly as ``Client`` does (one encoding per call, frames within
 the intake bounds), keeps up to ``in_flight_max`` calls outstanding, resends an
@@ -19,10 +19,10 @@ from typing import Any
 
 from executor.deterministic.sim_network import Node, Payload
 from executor.deterministic.sim_world import World
-from txn_library import wire
-from txn_library.client_protocol import ClientProtocol
+from txn_library.client.protocol import ClientProtocol
 from txn_library.errors import ERR_NOT_LEADER, ERR_NOT_READY, ERROR
 from txn_library.procedure import lookup
+from txn_library.wire import sequencer as wire
 
 CLIENT_POLL_US = 50_000
 

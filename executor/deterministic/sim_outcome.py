@@ -26,7 +26,7 @@ from executor.deterministic.sim_sequencer import SequencerNode
 from sequencer.log import iter_frames
 from sequencer.replication import MemoryStore
 from sequencer.status import SequencerStats
-from txn_library import wire
+from txn_library.wire import sequencer as wire
 
 
 def find_stalls(clients: Sequence[SimClient]) -> list[str]:

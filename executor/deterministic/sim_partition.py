@@ -43,9 +43,9 @@ from executor.deterministic.sim_network import Node, Payload
 from executor.deterministic.sim_world import World
 from executor.deterministic.workloads import clone_storage
 from txn_library import limits
-from txn_library import partition_wire as ewire
-from txn_library import wire as swire
 from txn_library.errors import invariant
+from txn_library.wire import partition as ewire
+from txn_library.wire import sequencer as swire
 
 POLL_US = 50_000  # PartitionServer.run polls with a 50 ms timeout
 STATUS_EVERY_US = int(STATUS_EVERY_S * 1e6)

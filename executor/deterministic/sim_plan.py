@@ -21,7 +21,7 @@ from executor.deterministic.sim_client import SimClient
 from executor.deterministic.sim_network import LinkProfile
 from executor.deterministic.sim_options import Fault, SimOptions
 from executor.deterministic.sim_world import World
-from txn_library.workload import Workload
+from txn_library.workloads.contract import Workload
 
 # What a seed draws from (when SimOptions leaves it None), in one place.
 SHAPES = ((2, 2), (2, 2), (2, 3), (3, 2), (1, 3))  # (replicas, partitions)

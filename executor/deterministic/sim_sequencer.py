@@ -33,8 +33,8 @@ from sequencer.log import CommandLog
 from sequencer.replication import ReplicatedLog, copy_committed
 from sequencer.sequencer import HEARTBEAT_MS, Sequencer
 from sequencer.status import SequencerStats
-from txn_library import partition_wire as ewire
-from txn_library import wire
+from txn_library.wire import partition as ewire
+from txn_library.wire import sequencer as wire
 
 WALL_BASE_MS = 1_750_000_000_000  # the batch timestamp is wall-clock time in a live run
 HEARTBEAT_US = HEARTBEAT_MS * 1000

@@ -28,7 +28,7 @@ from executor.deterministic.sim_options import SimOptions
 from executor.deterministic.workloads import GenesisImage
 from sequencer.replication import MemoryStore
 from sequencer.sequencer import Sequencer
-from txn_library import wire
+from txn_library.wire import sequencer as wire
 
 
 class PartitionPeer(Protocol):

@@ -88,9 +88,9 @@ from executor.deterministic.workloads import (
 from sequencer.replication import MemoryStore
 from sequencer.retry_cache import RetryCache
 from sequencer.sequencer import Sequencer
-from txn_library import partition_wire as ewire
-from txn_library import wire
 from txn_library.procedure import load_modules
+from txn_library.wire import partition as ewire
+from txn_library.wire import sequencer as wire
 
 PLANTS = ("swap", "drop-read", "lose-synced", "no-retry-rebuild", "publish-before-commit")
 REPLICATED_PLANTS = ("publish-before-commit",)  # need SimOptions.sequencers > 1

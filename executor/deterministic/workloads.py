@@ -29,13 +29,13 @@ from executor.core.genesis import genesis_rows
 from executor.core.storage import Storage
 from txn_library import catalog
 from txn_library.errors import OK
-from txn_library.workload import Call, FinalState, Workload
+from txn_library.workloads.contract import Call, FinalState, Workload
 
 WORKLOADS: dict[str, str] = {
     "bank": "executor.deterministic.workloads:BankWorkload",
     "tpcc": "tpcc.sim_workload:TpccWorkload",
     "tpcc-w1": "tpcc.sim_workload:TpccOneWarehouse",
-    "stream": "txn_library.stream_workload:StreamWorkload",
+    "stream": "txn_library.workloads.stream_sim:StreamWorkload",
 }
 
 
@@ -126,7 +126,7 @@ class BankWorkload:
     rng: random.Random
     partitions: int
     name: str = "bank"
-    procedure_modules: tuple[str, ...] = ("txn_library.builtin",)
+    procedure_modules: tuple[str, ...] = ("txn_library.workloads.builtin",)
     defaults: ClassVar[dict[str, Any]] = {}
     history_tables: frozenset[str] = frozenset(("account", "kv"))
     accounts: int = 0

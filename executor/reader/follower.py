@@ -44,11 +44,11 @@ from executor.core.state_hash import MASK64
 from executor.core.storage import Storage
 from executor.core.versions import Versions
 from txn_library import limits, placement
-from txn_library import wire as swire
 from txn_library.catalog import REPLICATED
 from txn_library.errors import invariant
 from txn_library.procedure import lookup
 from txn_library.streams import batch_txns
+from txn_library.wire import sequencer as swire
 
 
 @dataclass(frozen=True)

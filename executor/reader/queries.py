@@ -2,7 +2,7 @@
 every partition held in one process (docs/QUERIES.md, "Readers").
 
 The role owns no socket: ``on_client_frame`` takes a client's REQ_QUERY frame (the
-frame a partition's query socket takes, txn_library.wire.QueryRequest) and replies
+frame a partition's query socket takes, txn_library.wire.sequencer.QueryRequest) and replies
 accumulate in ``replies`` by client identity; ``tick()`` retries the queries that
 wait for an epoch, and the owner calls it after every batch it applies too.
 
@@ -40,7 +40,7 @@ from executor.deterministic.snapshot import (
     query_procedure,
 )
 from executor.reader.follower import Follower
-from txn_library import limits, placement, wire
+from txn_library import limits, placement
 from txn_library.catalog import REPLICATED
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
@@ -52,6 +52,7 @@ from txn_library.errors import (
     brief,
 )
 from txn_library.procedure import Procedure
+from txn_library.wire import sequencer as wire
 
 Reply = tuple[int, int, bytes, int]  # (query id, status, value packed, epoch)
 

@@ -38,10 +38,10 @@ from executor.replay.verdicts import (
 )
 from sequencer.calls import participants as sequencer_participants
 from sequencer.log import LogCorruption, iter_frames
-from txn_library import wire
 from txn_library.errors import ABORTED, ERROR, BadRequest
 from txn_library.procedure import Procedure, lookup
 from txn_library.streams import batch_txns
+from txn_library.wire import sequencer as wire
 
 
 class ReplayFailure(Exception):

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from sequencer.log import LogCorruption, iter_frames
-from txn_library import wire
 from txn_library.procedure import load_modules
+from txn_library.wire import sequencer as wire
 
 _SEGMENT_NAME = re.compile(r"segment-(\d{12,})\.log")
 

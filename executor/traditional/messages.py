@@ -51,7 +51,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from txn_library.errors import invariant
-from txn_library.messages import Family
+from txn_library.wire.messages import Family
 
 Aid = tuple  # (coordinator, seq)
 Prio = tuple  # (start_us, coordinator, seq of the first attempt)

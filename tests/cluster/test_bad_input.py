@@ -15,12 +15,13 @@ import msgpack
 import pytest
 import zmq
 
-import txn_library.builtin  # noqa: F401  (registers kv, for placement)
+import txn_library.workloads.builtin  # noqa: F401  (registers kv, for placement)
 from cluster.launcher import wait_quiescent
 from sequencer.log import iter_frames
-from txn_library import placement, wire
+from txn_library import placement
 from txn_library.client import Client
 from txn_library.errors import ERROR, CallFailed
+from txn_library.wire import sequencer as wire
 
 
 def _ask(sock: zmq.Socket, frames: list[bytes]) -> tuple:
@@ -103,7 +104,7 @@ def test_junk_on_a_partition_inbox_is_dropped_with_rate_limited_warnings(cluster
     """Stray or hostile messages on a partition's PULL socket (wrong shapes, wrong
     types, partitions that are not peers, a flood) kill nothing, are logged at most
     about once a second, and the partition still executes."""
-    from txn_library import partition_wire as ewire
+    from txn_library.wire import partition as ewire
 
     cfg = cluster.config
     q = 10**9  # query ids the sequencer never uses: their answers are ignored
@@ -175,7 +176,7 @@ def test_a_flood_of_resend_requests_costs_one_resend_per_second(cluster) -> None
     """MSG_RESEND makes a partition send every read it retains to the asking peer; a
     flood of them (forged, or a peer in a crash loop) is merged into at most one resend
     per peer per second, and the partition keeps executing."""
-    from txn_library import partition_wire as ewire
+    from txn_library.wire import partition as ewire
 
     cfg = cluster.config
     with Client(cfg.client_addr) as c:

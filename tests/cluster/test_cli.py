@@ -25,8 +25,9 @@ from cluster.cli import main
 from cluster.config import CONFIG_FILE, ClusterConfig
 from cluster.launcher import free_base_port
 from tests.process_checks import children, gone
-from txn_library import limits, wire
+from txn_library import limits
 from txn_library.errors import OK
+from txn_library.wire import sequencer as wire
 
 
 def _ordo(*args: str, data_dir: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -339,7 +340,7 @@ def test_up_keeps_the_data_dirs_genesis_and_retention(tmp_path: Path) -> None:
 
     ClusterConfig(
         data_dir=str(tmp_path),
-        procedure_modules=("txn_library.builtin", "tpcc.transactions"),
+        procedure_modules=("txn_library.workloads.builtin", "tpcc.transactions"),
         genesis="tpcc.loader:genesis",
         genesis_args={"warehouses": 2, "seed": 1, "load_ts_ms": 1_700_000_000_000},
         checkpoint_every_s=30.0,
@@ -354,7 +355,11 @@ def test_up_keeps_the_data_dirs_genesis_and_retention(tmp_path: Path) -> None:
         7,
         1 << 20,
     )
-    assert cfg.procedure_modules == ("txn_library.builtin", "tpcc.transactions", "kv.extra")
+    assert cfg.procedure_modules == (
+        "txn_library.workloads.builtin",
+        "tpcc.transactions",
+        "kv.extra",
+    )
     assert (cfg.epoch_duration_ms, cfg.checkpoint_every_epochs) == (5, 100)  # the flags'
     fresh = _config_for_up(str(tmp_path / "new"), 2, 2, free_base_port(), 10, True, (), 0)
     assert fresh.genesis is None and fresh.checkpoint_keep == ClusterConfig().checkpoint_keep

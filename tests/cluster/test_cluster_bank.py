@@ -15,9 +15,9 @@ from cluster.bank_load import run_transfers
 from cluster.launcher import wait_quiescent
 from executor.deterministic.oracle import SerialExecutor
 from sequencer.log import iter_frames
-from txn_library import wire
-from txn_library.bank_workload import make_transfers, open_accounts
 from txn_library.client import Client
+from txn_library.wire import sequencer as wire
+from txn_library.workloads.bank import make_transfers, open_accounts
 
 ACCOUNTS = 1_000
 START = 10_000

@@ -26,9 +26,9 @@ from cluster.launcher import LocalCluster, cluster_client, free_base_port, leade
 from cluster.ledger import Ledger, drive_transfers
 from sequencer.log import iter_frames
 from tests.ha_checks import check_outcome
-from txn_library.bank_workload import make_transfers, open_accounts
 from txn_library.client import Client
 from txn_library.errors import OrdoError
+from txn_library.workloads.bank import make_transfers, open_accounts
 
 ACCOUNTS = 400
 START = 10_000
@@ -161,7 +161,7 @@ def test_a_client_without_admitted_keys_gets_no_service(ha_cluster: LocalCluster
     keys, or with a key pair not on the allowlist, gets nothing and changes nothing."""
     import zmq
 
-    from txn_library.curve import ClientCurve
+    from txn_library.wire.curve import ClientCurve
 
     cfg = ha_cluster.config
     assert cfg.curve

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import txn_library.builtin  # noqa: F401  (registers the bank)
+import txn_library.workloads.builtin  # noqa: F401  (registers the bank)
 from cluster.launcher import partition_status, wait_live_again, wait_quiescent
 from tests.cluster_checks import replicas_agree_with_serial_replay
 from tests.unit.test_poison_pill import BIG, FIRST

@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-import txn_library.builtin  # noqa: F401  (registers the bank: queries and replay use it)
+import txn_library.workloads.builtin  # noqa: F401  (registers the bank: queries and replay use it)
 from cluster.cli import main as cli_main
 from cluster.commands.run import ha_layout
 from cluster.config import ClusterConfig
@@ -58,7 +58,6 @@ from executor.replay.boundaries import scan_checkpoints
 from executor.replay.reconstruct import reconstruct
 from tests.cluster_checks import replicas_agree_with_serial_replay
 from txn_library import limits, placement
-from txn_library.bank_workload import make_transfers, open_accounts
 from txn_library.client import Client, QueryAnswer
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
@@ -67,6 +66,7 @@ from txn_library.errors import (
     CallFailed,
     CallTimeout,
 )
+from txn_library.workloads.bank import make_transfers, open_accounts
 
 ACCOUNTS = 200
 START = 10_000

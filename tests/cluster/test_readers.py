@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import txn_library.builtin  # noqa: F401  (registers the bank)
+import txn_library.workloads.builtin  # noqa: F401  (registers the bank)
 from cluster.cli import main as cli_main
 from cluster.commands.run import ha_layout
 from cluster.config import ClusterConfig
@@ -51,8 +51,8 @@ from cluster.replay_cli import find_config, replay_spec
 from executor.replay.boundaries import scan_checkpoints
 from executor.replay.reconstruct import reconstruct
 from tests.cluster.test_queries import ACCOUNTS, Transfers, wait_for
-from txn_library.bank_workload import open_accounts
 from txn_library.client import Client
+from txn_library.workloads.bank import open_accounts
 
 START = 10_000
 TOTAL = ACCOUNTS * START

@@ -46,9 +46,10 @@ from sequencer.log import CommandLog, iter_frames
 from tests.cluster_checks import replicas_agree_with_serial_replay
 from tests.ha_checks import check_outcome
 from tests.process_checks import children, gone_within
-from txn_library import limits, wire
-from txn_library.bank_workload import make_transfers, open_accounts
+from txn_library import limits
 from txn_library.client import Client
+from txn_library.wire import sequencer as wire
+from txn_library.workloads.bank import make_transfers, open_accounts
 
 ACCOUNTS = 1_000
 START = 10_000

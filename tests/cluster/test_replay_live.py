@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import txn_library.builtin  # noqa: F401  (registers the bank)
+import txn_library.workloads.builtin  # noqa: F401  (registers the bank)
 from cluster.bank_load import run_transfers
 from cluster.launcher import wait_quiescent
 from cluster.replay_cli import find_config, replay_spec
@@ -11,8 +11,8 @@ from executor.replay.reconstruct import reconstruct
 from executor.replay.verdicts import TAIL
 from executor.replay.verify import verify_local
 from tests.unit.test_replay import ACCOUNTS, START, verdicts
-from txn_library.bank_workload import make_transfers, open_accounts
 from txn_library.client import Client
+from txn_library.workloads.bank import make_transfers, open_accounts
 
 
 # Against a live cluster ---------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Transactional streaming on real processes (docs/STREAMS.md): S-Store's Leaderboard
-(txn_library.leaderboard, variant ``lb``: validate >> record >> (board, trending), every
+(txn_library.workloads.leaderboard, variant ``lb``: validate >> record >> (board, trending), every
 table of it homed on one partition) fed batch by batch while processes die.
 
 - kill -9 of the leaderboard's home partition (its peer in the other replica answers
@@ -55,7 +55,7 @@ import pytest
 import zmq
 from click.testing import CliRunner
 
-import txn_library.leaderboard as lb
+import txn_library.workloads.leaderboard as lb
 from cluster.cli import main as cli_main
 from cluster.commands.run import ha_layout
 from cluster.config import ClusterConfig
@@ -71,7 +71,7 @@ from cluster.launcher import (
 )
 from executor.deterministic.oracle import SerialExecutor
 from sequencer.log import iter_frames
-from txn_library import limits, placement, wire
+from txn_library import limits, placement
 from txn_library.client import Client
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
@@ -83,8 +83,9 @@ from txn_library.errors import (
     OrdoError,
 )
 from txn_library.streams import DERIVED_CLIENT, PUSH
+from txn_library.wire import sequencer as wire
 
-MODULES = ("txn_library.builtin", "txn_library.leaderboard")
+MODULES = ("txn_library.workloads.builtin", "txn_library.workloads.leaderboard")
 LB = lb.VARIANT["lb"]
 STREAM = LB.names["input"]  # lb_votes_in
 BOARD = LB.names["board"]  # lb_board
@@ -767,7 +768,7 @@ def test_ordo_stream_push_tail_list_and_status(make_cluster: MakeCluster, tmp_pa
 
 
 # A sink that a subscriber falls behind (tests/cluster/sink_flow.py) -------------------
-SINK_MODULES = ("txn_library.builtin", "tests.cluster.sink_flow")
+SINK_MODULES = ("txn_library.workloads.builtin", "tests.cluster.sink_flow")
 # As tests/cluster/sink_flow.py declares them (not imported: this process's registry
 # holds the leaderboard's streams and dataflows only, which `ordo status` lists).
 SINK_IN, SINK_OUT, SINK_RETAIN = "sink_in", "sink_out", 20

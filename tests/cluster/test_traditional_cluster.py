@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-import txn_library.builtin  # noqa: F401  (registers the bank)
+import txn_library.workloads.builtin  # noqa: F401  (registers the bank)
 from cluster.config import ClusterConfig
 from cluster.launcher import free_base_port
 from cluster.traditional_server import TraditionalCluster
 from executor.traditional.options import FAULT_CRASH, TraditionalOptions
 from tests.sim.test_traditional import ACCOUNTS, START, on_partition
-from txn_library.bank_workload import make_transfers
+from txn_library.client.routing import RoutingClient
 from txn_library.errors import ERR_UNAVAILABLE, CallFailed
-from txn_library.routing_client import RoutingClient
+from txn_library.workloads.bank import make_transfers
 
 
 def submit_all(rc: RoutingClient, transfers: list[tuple[int, int, int]], threads: int) -> list:

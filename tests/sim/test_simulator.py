@@ -164,7 +164,7 @@ def test_simulate_script_names_the_failing_seed_and_exits_1() -> None:
 
 
 def test_a_dataflow_processes_every_pushed_batch_once_and_in_order_under_faults() -> None:
-    """txn_library.stream_workload: clients push gapped batch ids, retry pushes and push
+    """txn_library.workloads.stream_sim: clients push gapped batch ids, retry pushes and push
     conflicting ones, while partitions crash, batches are lost and sequencers fail; the
     steps' chains equal what the committed pushes give. Odd seeds recover dataflows
     weakly (steps derived again by every reader), even seeds strongly (steps logged)."""

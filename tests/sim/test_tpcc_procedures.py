@@ -39,10 +39,11 @@ from tpcc.tpcc_random import LAST_NAMES
 from tpcc.transactions.delivery import delivery_recon
 from tpcc.transactions.new_order import BP, ROLLBACK_REASON, UNUSED_I_ID
 from tpcc.transactions.payment import payment_by_name_rc
-from txn_library import partition_wire as ewire
-from txn_library import placement, wire
+from txn_library import placement
 from txn_library.client import ClientProtocol
 from txn_library.errors import ABORTED, ERROR, OK, RESTART
+from txn_library.wire import partition as ewire
+from txn_library.wire import sequencer as wire
 
 SEED = 424242
 LOAD_TS_MS = 1_700_000_000_000

@@ -24,16 +24,16 @@ from typing import Any
 import msgpack
 import pytest
 
-import txn_library.builtin  # noqa: F401  (registers the bank)
+import txn_library.workloads.builtin  # noqa: F401  (registers the bank)
 from executor.traditional.messages import R_DECIDE, R_END, R_OUTCOME, R_PREPARE
 from executor.traditional.options import FAULT_SILENT, FAULT_VOTE_NO, TraditionalOptions
 from executor.traditional.oracle import replay_history
 from executor.traditional.simulator import LocalTraditionalCluster
 from tests.heap_checks import no_cycles
 from txn_library import catalog, placement
-from txn_library.bank_workload import make_transfers
 from txn_library.errors import ABORTED, ERR_UNAVAILABLE, ERROR, OK
 from txn_library.procedure import Abort, Arg, Footprint, Restart, procedure
+from txn_library.workloads.bank import make_transfers
 
 ACCOUNTS = 60
 START = 1_000

@@ -43,11 +43,11 @@ from executor.replay.tables import table_layout
 from executor.replay.verdicts import BAD_CHECKPOINT, BATCH_INVALID, BY_DIGEST, LOG_CORRUPT, TAIL
 from sequencer.log import iter_frames, rewrite_payloads
 from tests.unit.test_replay import frame_offset
-from txn_library import wire
-from txn_library.bank_workload import make_transfers, open_accounts
 from txn_library.catalog import Table, place_by_first_int, register_table
 from txn_library.client import Client
 from txn_library.errors import OK
+from txn_library.wire import sequencer as wire
+from txn_library.workloads.bank import make_transfers, open_accounts
 
 ACCOUNTS = 1_000
 START = 10_000
@@ -178,7 +178,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
         partitions=2,
         base_port=free_base_port(),
         data_dir=str(tmp_path_factory.mktemp("live") / "data"),
-        procedure_modules=("txn_library.builtin",),
+        procedure_modules=("txn_library.workloads.builtin",),
         checkpoint_every_epochs=10,
         checkpoint_keep=1000,
     )

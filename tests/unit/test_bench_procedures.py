@@ -1,4 +1,4 @@
-"""Unit tests of the paper-experiment fixtures (txn_library/bench_procedures.py).
+"""Unit tests of the paper-experiment fixtures (txn_library/workloads/bench_procedures.py).
 
 In-process only: the genesis is partition-consistent, the procedures are
 deterministic, and the dependent lookup-then-update restarts on a changed index
@@ -13,10 +13,10 @@ from executor.deterministic.replica import LocalReplica
 from executor.traditional.simulator import LocalTraditionalCluster
 from sequencer.calls import make_batch
 from txn_library import placement
-from txn_library.bench_procedures import REC, TAG, genesis, slot_rids
 from txn_library.errors import ABORTED, OK, RESTART
+from txn_library.workloads.bench_procedures import REC, TAG, genesis, slot_rids
 
-GENESIS = "txn_library.bench_procedures:genesis"
+GENESIS = "txn_library.workloads.bench_procedures:genesis"
 
 
 def test_genesis_is_partition_consistent_and_complete() -> None:

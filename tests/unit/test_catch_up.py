@@ -4,12 +4,13 @@ streaming load were live again only once the load stopped)."""
 
 from __future__ import annotations
 
-import txn_library.builtin  # noqa: F401  (registers tables and procedures)
+import txn_library.workloads.builtin  # noqa: F401  (registers tables and procedures)
 from executor.deterministic.delivery import BACKLOG_HOLD_MAX, BatchFeed
 from executor.deterministic.partition import Partition
 from sequencer.calls import make_batch
-from txn_library import placement, wire
-from txn_library.wire import Batch
+from txn_library import placement
+from txn_library.wire import sequencer as wire
+from txn_library.wire.sequencer import Batch
 
 N = 2
 START = 1_000

@@ -20,7 +20,7 @@ import msgpack
 import pytest
 
 import tpcc.schema  # noqa: F401  (registers ITEM, replicated, and NEW-ORDER, ordered)
-import txn_library.builtin  # noqa: F401
+import txn_library.workloads.builtin  # noqa: F401
 from cluster.config import ClusterConfig
 from cluster.launcher import free_base_port
 from cluster.partition_server import PartitionServer
@@ -38,9 +38,9 @@ from sequencer.calls import make_batch
 from sequencer.log import encode_frame
 from tests.heap_checks import no_cycles
 from txn_library import limits
-from txn_library import wire as swire
 from txn_library.errors import InvariantViolation
 from txn_library.procedure import lookup
+from txn_library.wire import sequencer as swire
 
 
 def _storage(n: int, salt: int = 0) -> Storage:

@@ -13,9 +13,9 @@ import pytest
 import zmq
 
 from cluster.launcher import free_base_port
-from txn_library import limits, wire
+from txn_library import limits
 from txn_library.client import Client
-from txn_library.client_protocol import ClientProtocol
+from txn_library.client.protocol import ClientProtocol
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_MALFORMED,
@@ -28,6 +28,7 @@ from txn_library.errors import (
     CallTimeout,
     InvariantViolation,
 )
+from txn_library.wire import sequencer as wire
 
 
 @pytest.fixture
@@ -286,7 +287,7 @@ def test_a_client_whose_socket_cannot_be_made_says_so_at_once(
     limit, 1023 by default) made it in the I/O thread, which died before serving
     anything, and each call then waited out its timeout as if the sequencer were silent.
     Now the constructor raises the error, and holds no socket or thread after it."""
-    import txn_library.client as client_module
+    import txn_library.client.core as client_module
 
     def no_more_sockets(*_a: object, **_k: object) -> zmq.Socket:
         raise zmq.ZMQError(errno.EMFILE)
@@ -301,7 +302,7 @@ def test_a_client_whose_socket_cannot_be_made_says_so_at_once(
 
 _MONITOR_THEN_DROP = """
 import sys, time, zmq
-from txn_library.client_socket import close_watched, connect_dealer, watch
+from txn_library.client.connection import close_watched, connect_dealer, watch
 ctx = zmq.Context.instance()
 server_ctx = zmq.Context()
 server = server_ctx.socket(zmq.ROUTER)

@@ -16,10 +16,11 @@ import pytest
 import zmq
 
 from cluster.launcher import free_base_port
-from txn_library import limits, wire
+from txn_library import limits
 from txn_library.client import Client
-from txn_library.curve import ClientCurve
 from txn_library.errors import ERR_NOT_LEADER, ERROR, OK, BadRequest, CallFailed, CallTimeout
+from txn_library.wire import sequencer as wire
+from txn_library.wire.curve import ClientCurve
 
 
 def _router() -> tuple[zmq.Socket, str]:

@@ -9,15 +9,16 @@ from collections.abc import Callable
 import msgpack
 import pytest
 
-import txn_library.builtin  # noqa: F401  (registers tables and procedures)
+import txn_library.workloads.builtin  # noqa: F401  (registers tables and procedures)
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.partition import INTERLEAVE_EVERY, Partition
 from executor.deterministic.replica import LocalReplica
 from sequencer.calls import make_batch
 from tests.heap_checks import no_cycles
-from txn_library import catalog, placement, wire
+from txn_library import catalog, placement
 from txn_library.errors import ABORTED, ERROR, OK
 from txn_library.procedure import Abort, Arg, Footprint, procedure
+from txn_library.wire import sequencer as wire
 
 ACCOUNTS = 200
 START = 1_000
@@ -236,7 +237,7 @@ def test_a_batch_held_for_peers_waits_then_computes_the_same() -> None:
     queues behind the txn in the lock table); once the peer's read arrives the txn
     finishes and the held batch runs. Results and state equal serial execution."""
     from executor.deterministic.delivery import BatchFeed
-    from txn_library import wire
+    from txn_library.wire import sequencer as wire
 
     n = 2
     home, away = _accounts_by_partition(n)
@@ -277,7 +278,7 @@ def test_a_hold_runs_out_when_the_peer_stays_silent() -> None:
     again, so a dead peer stops no single-partition work for long. Without
     contention nothing is held."""
     from executor.deterministic.delivery import BatchFeed
-    from txn_library import wire
+    from txn_library.wire import sequencer as wire
 
     n = 2
     home, away = _accounts_by_partition(n)

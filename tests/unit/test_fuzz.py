@@ -15,7 +15,7 @@ Hostile and unlucky input must not crash a role, stall it, or lose or invent a w
 - Partition: schema-valid calls with adversarial values (huge, deeply nested, NaN,
   int64/uint64 edges, overflowing adds and transfers) never raise, and the live
   replica agrees with the serial oracle (state hash and results) after every batch;
-  whatever ``txn_library.partition_wire.decode_inbound`` accepts from the inbox, the role takes
+  whatever ``txn_library.wire.partition.decode_inbound`` accepts from the inbox, the role takes
   without raising, and junk that is not a forged peer read changes no outcome.
 
 A sequencer here talks to one in-process replica (``Harness``): batches go to a
@@ -40,14 +40,13 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-import txn_library.builtin  # noqa: F401  (registers tables and procedures)
+import txn_library.workloads.builtin  # noqa: F401  (registers tables and procedures)
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.replica import LocalReplica
 from sequencer.calls import make_batch
 from sequencer.log import CommandLog
 from sequencer.sequencer import Sequencer
-from txn_library import catalog, limits, wire
-from txn_library import partition_wire as ewire
+from txn_library import catalog, limits
 from txn_library.errors import (
     ABORTED,
     ERR_PROCEDURE_FAILED,
@@ -57,6 +56,8 @@ from txn_library.errors import (
     STATUS_NAMES,
 )
 from txn_library.procedure import Arg, Footprint, lookup, procedure
+from txn_library.wire import partition as ewire
+from txn_library.wire import sequencer as wire
 
 # CI explores the same examples every run (a red build names a reproducible input);
 # ORDO_FUZZ_EXPLORE=1 draws new ones each run, for a longer hunt on a workstation.

@@ -34,8 +34,9 @@ from cluster.load_raw import PUSH, RawChannel
 from cluster.load_shapes import Call, ClosedLoop, OpenLoop
 from cluster.loadgen import TIMEOUT_CODE, LoadGenerator
 from cluster.measure import latency_percentiles_ms, percentiles
-from txn_library import limits, placement, wire
+from txn_library import limits, placement
 from txn_library.errors import ABORTED, ERR_NOT_LEADER, ERR_NOT_READY, ERROR, OK
+from txn_library.wire import sequencer as wire
 
 # decide(proc, args, copy) -> (status, value), or None to drop the call (no answer);
 # copy counts how many times this (client, req_id) arrived (1 = first send).
@@ -447,7 +448,7 @@ def test_queries_go_where_their_route_says_batched_and_the_other_calls_to_the_se
 def test_queries_take_each_replica_in_turn_or_the_footprints_first_partition(
     serve: Callable[..., FakeServer], partitions: Callable[..., FakePartition]
 ) -> None:
-    import txn_library.builtin  # noqa: F401  (bank.balance: the default route's footprint)
+    import txn_library.workloads.builtin  # noqa: F401  (bank.balance: the default route's footprint)
 
     seq = serve()
     grid = [

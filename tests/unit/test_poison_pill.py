@@ -25,7 +25,7 @@ from typing import Any
 import msgpack
 import pytest
 
-import txn_library.builtin  # noqa: F401  (registers the bank)
+import txn_library.workloads.builtin  # noqa: F401  (registers the bank)
 from executor.core.storage import Storage
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.partition import Partition
@@ -36,9 +36,9 @@ from executor.traditional.simulator import LocalTraditionalCluster
 from sequencer.calls import make_batch
 from tests.heap_checks import no_cycles
 from txn_library import catalog, limits, placement
-from txn_library import partition_wire as ewire
 from txn_library.errors import ERR_PROCEDURE_FAILED, ERROR, OK
 from txn_library.procedure import Abort, Arg, Footprint, procedure
+from txn_library.wire import partition as ewire
 
 BIG = 2**63 - 1  # the largest balance bank.open accepts
 FIRST = 3_000_000  # accounts FIRST (partition 0 of 2), FIRST+1 and FIRST+2 (partition 1)

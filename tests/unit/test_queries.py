@@ -11,7 +11,7 @@ import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import txn_library.builtin  # noqa: F401  (kv, bank)
+import txn_library.workloads.builtin  # noqa: F401  (kv, bank)
 from executor.core.storage import Storage
 from executor.core.versions import Versions
 from executor.deterministic.oracle import SerialExecutor
@@ -21,9 +21,10 @@ from executor.deterministic.snapshot import Snapshot, run_query
 from sequencer.calls import make_batch
 from tests.unit.test_engine import bank_batches
 from tpcc import schema as tpcc_schema
-from txn_library import limits, wire
+from txn_library import limits
 from txn_library.errors import ERROR, OK
 from txn_library.procedure import lookup
+from txn_library.wire import sequencer as wire
 
 ACCOUNTS = 200
 
@@ -149,7 +150,7 @@ def _service_mesh(r: LocalReplica) -> list[QueryService]:
             msg = wire.unpack(data)
             target = services[to]
             kind = msg[0]
-            from txn_library import partition_wire as ewire
+            from txn_library.wire import partition as ewire
 
             if kind == ewire.MSG_QUERY_READS:
                 target.on_query_reads(ewire.QueryReads(*msg[1:]))

@@ -15,17 +15,18 @@ import msgpack
 import pytest
 import zmq
 
-import txn_library.builtin  # noqa: F401  (registers the bank)
+import txn_library.workloads.builtin  # noqa: F401  (registers the bank)
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.replica import LocalReplica
 from executor.reader.follower import Follower
 from executor.reader.queries import ReaderQueries
 from sequencer.log import CommandLog
 from sequencer.sequencer import Sequencer
-from txn_library import limits, wire
-from txn_library.bank_workload import make_transfers
-from txn_library.client_queries import READER, QueryChannel, QueryItem
+from txn_library import limits
+from txn_library.client.queries import READER, QueryChannel, QueryItem
 from txn_library.errors import ERR_BAD_ARGUMENTS, ERR_NOT_READY, ERROR, OK, CallFailed
+from txn_library.wire import sequencer as wire
+from txn_library.workloads.bank import make_transfers
 
 PARTITIONS = 2
 ACCOUNTS = 60

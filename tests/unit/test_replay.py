@@ -20,7 +20,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-import txn_library.builtin  # noqa: F401  (registers the bank)
+import txn_library.workloads.builtin  # noqa: F401  (registers the bank)
 from cluster.config import ClusterConfig
 from cluster.replay_cli import replay_spec
 from executor.core import checkpoint
@@ -78,8 +78,9 @@ from executor.replay.verify import (
 from sequencer.calls import make_batch
 from sequencer.log import CommandLog, encode_frame, iter_frames, rewrite_payloads
 from tests.heap_checks import no_cycles
-from txn_library import limits, placement, wire
+from txn_library import limits, placement
 from txn_library.procedure import lookup
+from txn_library.wire import sequencer as wire
 
 ACCOUNTS = 200
 START = 1_000
@@ -131,7 +132,7 @@ def build_history(
         replicas=replicas,
         partitions=partitions,
         data_dir=str(d),
-        procedure_modules=("txn_library.builtin",),
+        procedure_modules=("txn_library.workloads.builtin",),
     )
     cfg.save()
     rng = random.Random(seed)
@@ -605,7 +606,7 @@ def test_the_code_shipped_to_remote_spark_executors_holds_the_engine_and_workloa
         "executor/core/storage.py",
         "sequencer/log.py",
         "scheduler/lock_manager.py",
-        "txn_library/wire.py",
+        "txn_library/wire/sequencer.py",
         "tpcc/transactions/new_order.py",
     ):
         assert module in names, module
@@ -848,7 +849,7 @@ def test_export_of_checkpoints_runs_partitions_side_by_side_and_reports_a_corrup
                 txns_applied=0,
             )
         )
-    modules = ["txn_library.builtin"]
+    modules = ["txn_library.workloads.builtin"]
     assert export_checkpoints(paths, tmp_path / "out", "csv", modules) == {"account": 100}
     assert sorted(f.name for f in (tmp_path / "out" / "account").iterdir()) == [
         "part-0000.csv",

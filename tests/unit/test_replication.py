@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import txn_library.builtin  # noqa: F401  (registers kv.*)
+import txn_library.workloads.builtin  # noqa: F401  (registers kv.*)
 from sequencer.log import CommandLog
 from sequencer.replication import (
     CommitUnknown,
@@ -19,8 +19,9 @@ from sequencer.replication import (
     trim_point,
 )
 from sequencer.sequencer import Sequencer
-from txn_library import limits, wire
+from txn_library import limits
 from txn_library.errors import ERR_NOT_LEADER, ERROR
+from txn_library.wire import sequencer as wire
 
 
 def leader(tmp: Path, name: str, store: MemoryStore) -> Sequencer:

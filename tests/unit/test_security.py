@@ -47,7 +47,7 @@ from cluster.security.sockets import (
 )
 from cluster.security.zap import Authenticator, start_authenticator
 from txn_library import limits
-from txn_library.curve import ClientCurve
+from txn_library.wire.curve import ClientCurve
 
 ROLES = ["sequencer-0", "r0p0", "r0p1"]
 NOTHING_WAIT_MS = 500  # how long a refused peer's message is waited for (not a speed bound)
@@ -537,9 +537,7 @@ def test_a_client_refused_by_the_server_still_closes_at_once(
         # Two sequencer addresses (the other one silent), as an HA client has: moving
         # between them, the client meets the refusing server with no connection left.
         silent = f"tcp://127.0.0.1:{free_base_port(1)}"
-        c = Client(
-            [server.addr, silent], timeout_s=2, retry_s=0.5, curve=[stranger, stranger]
-        )
+        c = Client([server.addr, silent], timeout_s=2, retry_s=0.5, curve=[stranger, stranger])
         with pytest.raises(CallTimeout):
             c.call("kv.get", "k")
         thread = c._thread

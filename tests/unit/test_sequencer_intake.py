@@ -14,15 +14,16 @@ from pathlib import Path
 import msgpack
 import pytest
 
-import txn_library.builtin  # noqa: F401
+import txn_library.workloads.builtin  # noqa: F401
 from cluster.sequencer_server import turn_deadline
 from sequencer.log import CommandLog, iter_frames
 from sequencer.sequencer import Sequencer
-from txn_library import limits, wire
+from txn_library import limits
 from txn_library.catalog import Table, place_by_first_int, register_table
 from txn_library.errors import ERR_BAD_ARGUMENTS, ERR_TOO_LARGE, ERROR, OK
-from txn_library.partition_wire import MSG_RESULTS, PartitionStatus
 from txn_library.procedure import Arg, Footprint, lookup, procedure
+from txn_library.wire import sequencer as wire
+from txn_library.wire.partition import MSG_RESULTS, PartitionStatus
 
 STATUS = (1, 1, 0, 0, 1, 0, 0, 0, False, 1, 0, 0, 0, 0, -1)  # a well-formed partition status
 

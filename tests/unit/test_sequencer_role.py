@@ -10,14 +10,15 @@ from pathlib import Path
 import msgpack
 import pytest
 
-import txn_library.builtin  # noqa: F401
+import txn_library.workloads.builtin  # noqa: F401
 from sequencer.batch_order import multi_partition_last
 from sequencer.calls import PendingCall
 from sequencer.log import CommandLog, LogCorruption, iter_frames
 from sequencer.sequencer import Sequencer
-from txn_library import placement, wire
+from txn_library import placement
 from txn_library.errors import ERROR, OK, RESTART
-from txn_library.partition_wire import PartitionStatus
+from txn_library.wire import sequencer as wire
+from txn_library.wire.partition import PartitionStatus
 
 CLIENT = b"client-1"
 STATUS = PartitionStatus(1, 1, 0, 0, 1, 0, 0, 0, False, 1, 0, 0, 0, 0, -1)  # one partition's report

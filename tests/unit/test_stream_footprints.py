@@ -2,7 +2,7 @@
 rows in its footprint, and the batches a sink's retention drops are ``local`` entries
 (txn_library.procedure.Footprint), trimmed only at the stream's home and never sent to
 a peer. A step whose state lives on another partition than its streams
-(txn_library.retention_bench) then sends its peer the same bytes per batch whatever
+(txn_library.workloads.retention_bench) then sends its peer the same bytes per batch whatever
 its sink keeps; the live Partition code (in process) and the serial oracle agree hash
 for hash, compiled and pure."""
 
@@ -13,10 +13,9 @@ from collections.abc import Sequence
 
 import pytest
 
-import txn_library.retention_bench as rb
+import txn_library.workloads.retention_bench as rb
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.replica import LocalReplica
-from txn_library import partition_wire as ewire
 from txn_library.errors import OK, BadRequest
 from txn_library.procedure import Arg, Footprint, Procedure, lookup
 from txn_library.streams import (
@@ -28,7 +27,8 @@ from txn_library.streams import (
     stream_procedure,
 )
 from txn_library.streams.spec import STREAM_BATCHES, STREAMS
-from txn_library.wire import Batch, Txn
+from txn_library.wire import partition as ewire
+from txn_library.wire.sequencer import Batch, Txn
 
 PARTITIONS = 2
 CLIENT = b"footprints"

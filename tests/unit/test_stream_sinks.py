@@ -23,12 +23,12 @@ from cluster.cli import main as cli_main
 from cluster.config import ClusterConfig
 from cluster.launcher import free_base_port
 from executor.deterministic.replica import LocalReplica
-from txn_library import wire
 from txn_library.client import Client
 from txn_library.errors import OK, BadRequest, BatchesGone
 from txn_library.procedure import lookup
 from txn_library.streams import derived_txns, stream
-from txn_library.wire import Batch, Txn
+from txn_library.wire import sequencer as wire
+from txn_library.wire.sequencer import Batch, Txn
 
 SINK = "gap_sink"
 RETAIN = 20
@@ -305,7 +305,7 @@ def test_a_push_names_its_request_id_before_its_answer(fake: ReplicaSequencer) -
 def test_ordo_stream_list_says_what_plus_means(tmp_path: Path) -> None:
     cfg = ClusterConfig(
         data_dir=str(tmp_path / "d"),
-        procedure_modules=("txn_library.builtin", "txn_library.leaderboard"),
+        procedure_modules=("txn_library.workloads.builtin", "txn_library.workloads.leaderboard"),
     )
     cfg.save()
     out = CliRunner().invoke(cli_main, ["stream", "list", "--data-dir", cfg.data_dir])

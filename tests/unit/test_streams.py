@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import txn_library.builtin  # noqa: F401  (the kv table)
-import txn_library.leaderboard as lb
+import txn_library.workloads.builtin  # noqa: F401  (the kv table)
+import txn_library.workloads.leaderboard as lb
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.replica import LocalReplica
 from txn_library import limits
@@ -35,7 +35,7 @@ from txn_library.streams import (
     window,
 )
 from txn_library.streams.spec import PROGRESS, STREAM_BATCHES
-from txn_library.wire import FLAG_DERIVED_UNLOGGED, Batch, Txn
+from txn_library.wire.sequencer import FLAG_DERIVED_UNLOGGED, Batch, Txn
 
 CLIENT = b"test-client"
 

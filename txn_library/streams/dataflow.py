@@ -61,7 +61,7 @@ from txn_library.streams.spec import (
     stream_named,
     window_named,
 )
-from txn_library.wire import FLAG_DERIVED_UNLOGGED, Batch, Txn
+from txn_library.wire.sequencer import FLAG_DERIVED_UNLOGGED, Batch, Txn
 
 DERIVED_CLIENT = b"\x00dataflow"  # the client id of derived (triggered) transactions
 PUSH = "stream.push"

@@ -36,9 +36,8 @@ from typing import Any
 import msgpack
 import zmq
 
-from txn_library import limits, wire
-from txn_library.client_socket import connect_dealer
-from txn_library.curve import ClientCurve
+from txn_library import limits
+from txn_library.client.connection import connect_dealer
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_NOT_READY,
@@ -50,6 +49,8 @@ from txn_library.errors import (
     CallFailed,
     CallTimeout,
 )
+from txn_library.wire import sequencer as wire
+from txn_library.wire.curve import ClientCurve
 
 ISOLATIONS = ("snapshot", "read_committed", "strict")
 

@@ -19,7 +19,7 @@ import logging
 
 import zmq
 
-from txn_library.curve import ClientCurve
+from txn_library.wire.curve import ClientCurve
 
 _MONITORS = itertools.count()  # unique inproc endpoints for connection monitors
 log = logging.getLogger(__name__)

@@ -62,7 +62,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from txn_library.messages import Family
+from txn_library.wire.messages import Family
 
 
 class PartitionStatus(NamedTuple):
@@ -180,7 +180,7 @@ class Results(NamedTuple):
 
     ``results``: ``[txn_id, status, msgpack(value)]`` each; the value is packed once, by
     the partition, and the sequencer compares, keeps and forwards those bytes
-    (txn_library.wire.Packed). ``query_results``: ``[query_id, tag, status, value]``."""
+    (txn_library.wire.sequencer.Packed). ``query_results``: ``[query_id, tag, status, value]``."""
 
     replica: int
     partition: int

@@ -3,8 +3,8 @@ of a given list of bank accounts, so that a query can select k accounts that all
 on one partition (``bank.total`` reads a range of accounts, which the placement rule
 spreads over every partition).
 
-Register with ``ClusterConfig.procedure_modules=("txn_library.builtin",
-"txn_library.query_bench")`` (it uses the bank's ``account`` table).
+Register with ``ClusterConfig.procedure_modules=("txn_library.workloads.builtin",
+"txn_library.workloads.query_bench")`` (it uses the bank's ``account`` table).
 
   qbench.sum(accounts)   sum of the balances of the listed accounts (missing ones
                          count 0); read-only: a snapshot or read-committed query, or a
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import txn_library.builtin  # noqa: F401  (the account table)
+import txn_library.workloads.builtin  # noqa: F401  (the account table)
 from txn_library.errors import ERR_BAD_ARGUMENTS, BadRequest
 from txn_library.procedure import Arg, Footprint, procedure
 

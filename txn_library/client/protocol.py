@@ -27,7 +27,7 @@ from typing import Any
 
 import msgpack
 
-from txn_library import limits, wire
+from txn_library import limits
 from txn_library.errors import (
     ABORTED,
     ERR_BAD_ARGUMENTS,
@@ -40,6 +40,7 @@ from txn_library.errors import (
     Overloaded,
     invariant,
 )
+from txn_library.wire import sequencer as wire
 
 # The sequencer's wire contract (sequencer/wire.py): client_id is bytes, at most 64.
 CLIENT_ID_BYTES_MAX = limits.client_id_bytes_max

@@ -10,7 +10,7 @@ from the log. A connection whose calls get no frame at all back for
 ERR_NOT_LEADER never reaches the caller.
 
 A connection whose sequencer's process dies is dropped by that process's kernel; the
-caller watches for that (txn_library.client_socket) and the connection moves on at
+caller watches for that (txn_library.client.connection) and the connection moves on at
 once, without waiting for the silence (only a connection that has answered counts: one
 refused at the CURVE handshake drops as well). Until the ordering layer notices the dead
 leader (its ZooKeeper session expires), the followers still name it; a connection that

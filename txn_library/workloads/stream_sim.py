@@ -30,11 +30,11 @@ from typing import Any, ClassVar
 import msgpack
 import xxhash
 
-import txn_library.builtin  # noqa: F401  (kv: the OLTP side)
+import txn_library.workloads.builtin  # noqa: F401  (kv: the OLTP side)
 from txn_library.errors import OK
 from txn_library.streams import Dataflow, StreamContext, stream, stream_procedure
 from txn_library.streams.spec import STREAM_BATCHES
-from txn_library.workload import Call, FinalState
+from txn_library.workloads.contract import Call, FinalState
 
 STREAMS = 6
 HOME = 7
@@ -91,7 +91,7 @@ class StreamWorkload:
     rng: random.Random
     partitions: int
     name: str = "stream"
-    procedure_modules: tuple[str, ...] = ("txn_library.stream_workload",)
+    procedure_modules: tuple[str, ...] = ("txn_library.workloads.stream_sim",)
     history_tables: frozenset[str] = frozenset()
     defaults: ClassVar[dict[str, Any]] = {}
 

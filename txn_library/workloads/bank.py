@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-import txn_library.builtin  # noqa: F401  (registers the bank)
+import txn_library.workloads.builtin  # noqa: F401  (registers the bank)
 from txn_library import placement
 from txn_library.client import Client
 

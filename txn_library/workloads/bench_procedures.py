@@ -1,8 +1,8 @@
 """Benchmark-only tables, procedures and genesis for the seed paper's experiments.
 
 Used by ``scripts/paper_experiments.py`` (register with
-``ClusterConfig.procedure_modules=(..., "txn_library.bench_procedures")`` and
-``genesis="txn_library.bench_procedures:genesis"``).
+``ClusterConfig.procedure_modules=(..., "txn_library.workloads.bench_procedures")`` and
+``genesis="txn_library.workloads.bench_procedures:genesis"``).
 
 Tables (one small int per row, to keep 1M rows affordable in memory):
   bench_rec  key (rid,)  row (value,)  placed on partition rid % partitions

@@ -25,19 +25,19 @@ Invariants:
 
 Failover (a replicated ordering layer): a Client given several sequencer addresses
 talks to one at a time and moves between them by the rules of
-txn_library/client_failover.py (a follower's "not leader" hint, silence, a dropped
-connection: txn_library/client_socket.py watches it), resending every unanswered call
+txn_library/client/failover.py (a follower's "not leader" hint, silence, a dropped
+connection: txn_library/client/connection.py watches it), resending every unanswered call
 with the same ids. ERR_NOT_LEADER never reaches the caller.
 
 Query addresses: a Client given none (``query_addresses``, ``reader_addresses``) asks
-the sequencer it talks to (``cluster.info``, txn_library.wire) the first time a
+the sequencer it talks to (``cluster.info``, txn_library.wire.sequencer) the first time a
 snapshot or read-committed query needs them; queries wait for the answer, bounded by
 their own deadline. It asks again after a move to another sequencer and when a query
 found no answer at any target it knows. A reply it cannot use (malformed, hostile, a
 CURVE cluster and no key pair here) fails the waiting queries with CallFailed naming
 why; the next query asks again.
 
-The encoding and reply reading are txn_library/client_protocol.py (``ClientProtocol``,
+The encoding and reply reading are txn_library/client/protocol.py (``ClientProtocol``,
 ``Result``, ``to_outcome``, importable from here too: they are the client's public API).
 """
 
@@ -56,12 +56,11 @@ from typing import Any
 
 import zmq
 
-from txn_library import limits, wire
-from txn_library.client_failover import Failover
-from txn_library.client_protocol import CLIENT_ID_BYTES_MAX, ClientProtocol, Result, to_outcome
-from txn_library.client_queries import ISOLATIONS, QueryAnswer, QueryChannel, QueryItem
-from txn_library.client_socket import close_watched, connect_dealer, drain_drops, unwatch, watch
-from txn_library.curve import ClientCurve
+from txn_library import limits
+from txn_library.client.connection import close_watched, connect_dealer, drain_drops, unwatch, watch
+from txn_library.client.failover import Failover
+from txn_library.client.protocol import CLIENT_ID_BYTES_MAX, ClientProtocol, Result, to_outcome
+from txn_library.client.queries import ISOLATIONS, QueryAnswer, QueryChannel, QueryItem
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_NOT_LEADER,
@@ -72,6 +71,8 @@ from txn_library.errors import (
     CallTimeout,
     InvariantViolation,
 )
+from txn_library.wire import sequencer as wire
+from txn_library.wire.curve import ClientCurve
 
 __all__ = [
     "CLIENT_ID_BYTES_MAX",
@@ -155,7 +156,7 @@ class Client:
     ) -> None:
         """``address``: the sequencer's client address, or every sequencer's (from
         cluster.json) to fail over between. ``curve``: the CURVE keys for each address
-        (txn_library.curve.ClientCurve, one per address in the same order; see
+        (txn_library.wire.curve.ClientCurve, one per address in the same order; see
         cluster.security.client_curves), or None on a cluster without CURVE.
         ``query_addresses``: every partition's query address, [replica][partition]
         (``ClusterConfig.query_addrs``; ``cluster.launcher.cluster_client`` passes them),
@@ -172,7 +173,7 @@ class Client:
         if curves and len(curves) != len(self.addresses):
             raise ValueError("curve: one ClientCurve per address")
         self.curves: dict[str, ClientCurve] = dict(zip(self.addresses, curves, strict=False))
-        # Which sequencer the I/O thread talks to (it alone moves it): client_failover.
+        # Which sequencer the I/O thread talks to (it alone moves it): failover.py.
         self._failover = Failover(self.addresses, time.monotonic())
         self.timeout_s = timeout_s
         self.retry_s = retry_s
@@ -592,7 +593,7 @@ class Client:
         self, poller: zmq.Poller, pending: dict[int, _Pending], now: float
     ) -> None:
         """Move to the leader a follower named, or to the next address when the current
-        one is silent with calls out (client_failover); then resend every unanswered
+        one is silent with calls out (failover.py); then resend every unanswered
         call, same ids."""
         current = self._failover.address
         target = self._failover.due(now, bool(pending))
@@ -620,7 +621,7 @@ class Client:
             _send(self._sock, frame)
 
     def _watch(self, poller: zmq.Poller) -> None:
-        """Monitor the current connection (client_socket.watch)."""
+        """Monitor the current connection (connection.watch)."""
         self._mon = watch(self._sock, poller, self, self.address)
 
     def _unwatch(self, poller: zmq.Poller) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from txn_library.client import Client, Result
+from txn_library.client.core import Client, Result
 from txn_library.placement import call_home
 
 

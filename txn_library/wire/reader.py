@@ -15,7 +15,7 @@ query channel spreads snapshot and read-committed queries over readers unchanged
       ``STATUS_EPOCHS_MAX`` asked).
 
 A reader takes its batches as a partition does (the sequencer's publication and log
-service: txn_library.wire) and asks the leading sequencer's client socket for its
+service: txn_library.wire.sequencer) and asks the leading sequencer's client socket for its
 status ([REQ_STATUS]) to compare the replicas' state hashes with its own.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from txn_library.messages import Family
+from txn_library.wire.messages import Family
 
 REQ_READER_STATUS = 31
 REP_READER_STATUS = 32

@@ -81,8 +81,8 @@ import msgpack
 import xxhash
 
 from txn_library import limits
-from txn_library.curve import is_z85_key
-from txn_library.messages import Family
+from txn_library.wire.curve import is_z85_key
+from txn_library.wire.messages import Family
 
 REQ_CALLS = 1
 REQ_STATUS = 2
