@@ -24,6 +24,9 @@ def cluster_info(config: ClusterConfig, public_keys: Mapping[str, bytes]) -> dic
         "readers": readers,
         "partition_keys": None,
         "reader_keys": None,
+        # whether the replicas' partitions can answer a snapshot at an older epoch (a
+        # client with no reader to ask says why, ClusterConfig.replica_versions)
+        "replica_versions": config.replica_versions,
     }
     if config.curve:
         info["partition_keys"] = [

@@ -67,9 +67,12 @@ class ClusterConfig:
     # Dataflows (txn_library.streams): "strong" logs the transactions a push derives,
     # "weak" only the push (every reader derives them again). Same state either way.
     dataflow_recovery: str = "strong"
-    # Keep recent row versions for snapshot queries (executor/core/versions.py,
-    # docs/QUERIES.md); off, a snapshot query gets not_ready, read committed works.
-    query_versions: bool = True
+    # Whether the transactional replicas keep recent row versions for snapshot queries
+    # (executor/core/versions.py, docs/QUERIES.md). None: they do when no reader serves
+    # the cluster, and keep none when readers do (readers keep their own), so the
+    # transactions stop paying for them (``replica_versions``). Off, a replica answers
+    # a snapshot only at the epoch it has completed; read committed works.
+    query_versions: bool | None = None
     log_segment_bytes: int = 0  # 0 = limits.segment_bytes_max
     # Fault injection, for tests only: each partition drops every Nth batch it receives
     # over PUB/SUB (0 = never), forcing the gap-repair path through the log service.
@@ -262,6 +265,11 @@ class ClusterConfig:
             + reader
         )
         return f"tcp://{self.reader_host(reader)}:{port}"
+
+    @property
+    def replica_versions(self) -> bool:
+        """Whether the replicas' partitions keep row versions (``query_versions``)."""
+        return self.readers == 0 if self.query_versions is None else self.query_versions
 
     @property
     def reader_addrs(self) -> list[str]:

@@ -142,7 +142,7 @@ class PartitionServer:
                 self.part.answers.remember(checkpoint.read_answers(info.path))
             except checkpoint.CheckpointInvalid as e:  # loaded whole just now: unlikely
                 log.warning("the answers of %s are unreadable: %s", info.path.name, e)
-        if config.query_versions:
+        if config.replica_versions:
             self.part.keep_versions()  # snapshot queries from here on (docs/QUERIES.md)
         self.checkpoints = PartitionCheckpoints(
             config,

@@ -357,7 +357,7 @@ def run(opts: RunOptions, log: Callable[[str], None] = _stderr) -> dict[str, Any
         opts.partitions, opts.replicas = cfg.partitions, cfg.replicas
         opts.load_seed = int(cfg.genesis_args.get("seed", opts.load_seed))
         opts.fsync, opts.epoch_ms = cfg.fsync, cfg.epoch_duration_ms
-        opts.versions = cfg.query_versions
+        opts.versions = cfg.replica_versions
     else:
         data_dir = opts.data_dir
         if data_dir is None:
@@ -417,7 +417,7 @@ def run(opts: RunOptions, log: Callable[[str], None] = _stderr) -> dict[str, Any
                 "replicas": cfg.replicas,
                 "fsync": cfg.fsync,
                 "epoch_ms": cfg.epoch_duration_ms,
-                "query_versions": cfg.query_versions,
+                "query_versions": cfg.replica_versions,
                 # The processes' choice (the same tree and environment as this one's).
                 "engine": "attached" if opts.attach else native.describe(),
             },

@@ -77,6 +77,13 @@ from cluster.config import CONFIG_FILE, DEFAULT_BASE_PORT, ClusterConfig
     help="Readers: processes that follow the log holding every partition and answer "
     "snapshot and read-committed queries (docs/QUERIES.md).",
 )
+@click.option(
+    "--replica-versions/--no-replica-versions",
+    default=None,
+    help="Whether the transactional replicas keep row versions for snapshot queries. "
+    "Default: they do without readers and keep none with --readers (the readers keep "
+    "their own, so transactions stop paying for them). cluster.json records the choice.",
+)
 @data_dir_option
 def up(
     replicas: int,
@@ -92,6 +99,7 @@ def up(
     no_update_locks: bool,
     ha: bool,
     readers: int,
+    replica_versions: bool | None,
     data_dir: str,
 ) -> None:
     """Start a local cluster and stay in the foreground until Ctrl-C.
@@ -115,6 +123,7 @@ def up(
             checkpoint_every,
             dataflow_recovery,
             readers,
+            replica_versions,
         )
         if ha:
             if mode == "traditional":
@@ -148,6 +157,8 @@ def up(
             shape = f"{replicas} replicas x {partitions} partitions" + (
                 f", {readers} reader(s) at {', '.join(cfg.reader_addrs)}" if readers else ""
             )
+            if readers and not cfg.replica_versions:
+                shape += " (snapshots from the readers: the replicas keep no row versions)"
             banner = f"sequencer at {cfg.client_addr}, {shape}"
             if cfg.replicated:
                 banner = (
@@ -217,7 +228,6 @@ def ha_layout(cfg: ClusterConfig) -> ClusterConfig:
 # a new field has to be placed here):
 # kept from its cluster.json (no flag sets these: they are the database's own)
 _KEPT_BY_UP = (
-    "query_versions",
     "genesis",
     "genesis_args",
     "checkpoint_every_s",
@@ -236,6 +246,7 @@ _SET_BY_UP_FLAGS = (
     "checkpoint_every_epochs",
     "dataflow_recovery",
     "readers",
+    "query_versions",
 )
 # --ha's layout (ha_layout; a switch between single and replicated is refused)
 _SET_BY_HA = (
@@ -264,13 +275,16 @@ def _config_for_up(
     checkpoint_every: int,
     dataflow_recovery: str = "strong",
     readers: int = 0,
+    replica_versions: bool | None = None,
 ) -> ClusterConfig:
     """The config ``ordo up`` runs with: its flags, over what the data directory's
     cluster.json holds if there is one. The database's own settings are the directory's,
     never the flags' defaults: its shape (replicas x partitions: another is refused),
     its genesis (the state its command log starts from: a restart without it would
     replay the log over empty tables, a wrong state served as live), its procedure
-    modules (the flags' are added), checkpoint retention and log segment size."""
+    modules (the flags' are added), checkpoint retention and log segment size. Whether
+    the replicas keep row versions is the flag's, else decided by the readers: none
+    when readers serve (ClusterConfig.replica_versions), recorded in cluster.json."""
     base = ClusterConfig()
     mods = tuple(dict.fromkeys(base.procedure_modules + modules))
     kept: dict[str, Any] = {}
@@ -295,6 +309,7 @@ def _config_for_up(
         checkpoint_every_epochs=checkpoint_every,
         dataflow_recovery=dataflow_recovery,
         readers=readers,
+        query_versions=readers == 0 if replica_versions is None else replica_versions,
         **kept,
     )
 

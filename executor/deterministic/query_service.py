@@ -178,7 +178,9 @@ class QueryService:
             return True
         versions = self.part.storage.versions
         oldest = versions.oldest if versions is not None else self.part.completed_epoch()
-        problem = epoch_problem(job.epoch, oldest, self.part.completed_epoch())
+        problem = epoch_problem(
+            job.epoch, oldest, self.part.completed_epoch(), versions is not None
+        )
         if problem is None:
             return True
         code, message = problem

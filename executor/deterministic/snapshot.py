@@ -64,12 +64,22 @@ def query_procedure(proc_name: Any, args: Any, partitions: int) -> tuple[Procedu
     return proc, parts
 
 
-def epoch_problem(epoch: int, oldest: int, completed: int) -> tuple[str, str] | None:
+def epoch_problem(
+    epoch: int, oldest: int, completed: int, versions: bool = True
+) -> tuple[str, str] | None:
     """Why this partition cannot read at ``epoch`` now: (code, message), or None.
     ``not_ready``: the epoch is ahead of it (it may be, later); ``bad_arguments``: it is
-    older than the versions kept."""
+    older than the versions kept (``versions`` False: it keeps none, so only the epoch
+    it has completed can be read: the cluster's readers serve older snapshots)."""
     if epoch > completed:
         return ERR_NOT_READY, f"epoch {epoch} is not completed here yet (completed: {completed})"
+    if epoch < oldest and not versions:
+        return (
+            ERR_BAD_ARGUMENTS,
+            f"epoch {epoch}: this replica keeps no row versions, so it reads only the "
+            f"epoch it has completed ({completed}); snapshots at older epochs are the "
+            f"readers' (ClusterConfig.query_versions; `ordo up --readers N`)",
+        )
     if epoch < oldest:
         return (
             ERR_BAD_ARGUMENTS,

@@ -365,6 +365,28 @@ def test_up_keeps_the_data_dirs_genesis_and_retention(tmp_path: Path) -> None:
     assert fresh.genesis is None and fresh.checkpoint_keep == ClusterConfig().checkpoint_keep
 
 
+def test_readers_take_the_replicas_versions_off_unless_told_otherwise(tmp_path: Path) -> None:
+    """With readers serving snapshots the transactional replicas keep no row versions
+    (issue 46 item 5): `ordo up` decides it from --readers or its flag, and cluster.json
+    records it."""
+    from cluster.commands.run import _config_for_up
+
+    def up(d: str, readers: int, flag: bool | None = None) -> ClusterConfig:
+        return _config_for_up(
+            str(tmp_path / d), 1, 2, 20_000, 5, True, (), 0, "strong", readers, flag
+        )
+
+    assert up("plain", 0).query_versions is True and up("plain", 0).replica_versions
+    with_readers = up("readers", 2)
+    assert with_readers.query_versions is False and not with_readers.replica_versions
+    assert up("told", 2, True).replica_versions and not up("told", 0, False).replica_versions
+    with_readers.save()
+    assert ClusterConfig.load(with_readers.data_dir).replica_versions is False
+    # a config written by hand (or by a test) without the field decides by its readers
+    assert ClusterConfig(readers=1).replica_versions is False
+    assert ClusterConfig().replica_versions is True
+
+
 def test_up_places_every_config_field() -> None:
     """Each ClusterConfig field is kept by `ordo up`, set by its flags, set by --ha, or
     deliberately dropped: a new field cannot be lost on a restart unnoticed."""

@@ -65,6 +65,9 @@ def bank(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         replicas=1,
         partitions=PARTITIONS,
         readers=1,
+        # The replicas keep versions here (readers alone would drop them: ClusterConfig.
+        # replica_versions), so a snapshot the reader cannot give falls back to them.
+        query_versions=True,
         checkpoint_every_epochs=50,
         base_port=free_base_port(),
         data_dir=str(tmp_path_factory.mktemp("readers") / "data"),

@@ -249,3 +249,27 @@ def test_the_sequencer_role_answers_cluster_info_with_public_keys_only(tmp_path:
     assert isinstance(info, wire.ClusterInfo)
     assert info.partitions == tuple(tuple(r) for r in cfg.query_addrs())
     assert info.reader_keys == (_KEY,)
+    assert info.replica_versions is False  # readers serve snapshots: the replicas keep none
+
+
+def test_cluster_info_says_whether_the_replicas_keep_versions_and_checks_it() -> None:
+    from cluster.cluster_info import cluster_info
+    from cluster.config import ClusterConfig
+
+    body = cluster_info(ClusterConfig(replicas=1, partitions=1), {})
+    decoded = wire.unpack(msgpack.packb(body))
+    info = wire.cluster_info(decoded)
+    assert isinstance(info, wire.ClusterInfo) and info.replica_versions is True
+    older = {k: v for k, v in decoded.items() if k != "replica_versions"}  # an older sequencer
+    assert wire.cluster_info(older).replica_versions is True  # type: ignore[union-attr]
+    assert "replica_versions" in str(wire.cluster_info({**decoded, "replica_versions": 1}))
+    assert "not a map" in str(wire.cluster_info({**decoded, "something": True}))
+
+
+def test_a_replica_without_versions_says_so_for_an_older_epoch() -> None:
+    from executor.deterministic.snapshot import epoch_problem
+
+    assert epoch_problem(7, 7, 7, versions=False) is None  # its completed epoch: readable
+    code, message = epoch_problem(5, 7, 7, versions=False) or ("", "")
+    assert code == "bad_arguments" and "keeps no row versions" in message
+    assert "readers" in message

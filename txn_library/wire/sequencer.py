@@ -25,9 +25,12 @@ Sequencer -> client:
   [REP_STATUS, {...}]                                  (human-facing, a map)
   [REP_CLUSTER_INFO, {"partitions": [[addr, ...], ...], "readers": [addr, ...],
                       "partition_keys": [[key, ...], ...] | None,
-                      "reader_keys": [key, ...] | None}]
-      every partition's query address [replica][partition], every reader's, and on a
-      CURVE cluster their public keys (Z85; never a secret). A client reads it with
+                      "reader_keys": [key, ...] | None,
+                      "replica_versions": bool}]
+      every partition's query address [replica][partition], every reader's, on a
+      CURVE cluster their public keys (Z85; never a secret), and whether the
+      replicas keep row versions (optional, default true: without, a replica answers
+      a snapshot only at its completed epoch). A client reads it with
       ``cluster_info`` and refuses anything else.
 
   [REQ_CHECKPOINT]     flag the next batch (sent even if empty): every partition
@@ -244,6 +247,7 @@ class ClusterInfo(NamedTuple):
     readers: tuple[str, ...]
     partition_keys: tuple[tuple[bytes, ...], ...] | None
     reader_keys: tuple[bytes, ...] | None
+    replica_versions: bool = True
 
 
 _ADDRESS_CHARS_MAX = 256
@@ -257,8 +261,11 @@ def cluster_info(body: Any) -> ClusterInfo | str:
     from the network: every field's shape and bound is checked)."""
     if body == {}:
         return "the sequencer knows no query address"
-    if not isinstance(body, dict) or set(body) != set(_INFO_FIELDS):
-        return f"not a map of {', '.join(_INFO_FIELDS)}"
+    if not isinstance(body, dict) or set(body) - {"replica_versions"} != set(_INFO_FIELDS):
+        return f"not a map of {', '.join(_INFO_FIELDS)} (and replica_versions)"
+    replica_versions = body.get("replica_versions", True)
+    if type(replica_versions) is not bool:
+        return "replica_versions: a bool"
     parts, readers = body["partitions"], body["readers"]
     if not isinstance(parts, tuple) or not all(isinstance(r, tuple) and r for r in parts):
         return "partitions: an array of replicas, each a non-empty array of addresses"
@@ -290,7 +297,7 @@ def cluster_info(body: Any) -> ClusterInfo | str:
             return "keys: one per address, shaped as the addresses"
         if not all(is_z85_key(k) for k in [k for r in pkeys for k in r] + list(rkeys)):
             return "a key is not a Z85-encoded CURVE public key"
-    return ClusterInfo(parts, readers, pkeys, rkeys)
+    return ClusterInfo(parts, readers, pkeys, rkeys, replica_versions)
 
 
 class CheckpointRequest(NamedTuple):
