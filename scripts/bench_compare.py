@@ -5,7 +5,8 @@ This machine is noisy: a number measured an hour ago says little about today's. 
 this runs the same command on a base revision (checked out in a temporary git
 worktree) and on the work tree, alternating, ``--runs`` times each, and prints both
 and their ratio. Both trees use this project's venv; each run's JSON (``ordo tpcc run
---out``) is kept under --out-dir.
+--out``), compare.json and compare.png go to --out-dir (default: the scratch directory,
+scripts/bench_outputs.py; ``--publish``: results/compare/).
 
     .venv/bin/python scripts/bench_compare.py --base 4708671 --runs 2
 
@@ -28,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from bench_outputs import BenchParser, wrote
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ARGS = "--warehouses 2 --partitions 2 --replicas 1 --duration 20"
@@ -75,14 +78,18 @@ def plot(rates: dict[str, list[float]], rev: str, path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parser() -> BenchParser:
+    ap = BenchParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--base", required=True, help="git revision to compare against, or 'pure'")
     ap.add_argument("--runs", type=int, default=2, help="runs per tree, alternating")
     ap.add_argument("--args", default=DEFAULT_ARGS, help="arguments after 'tpcc run'")
-    ap.add_argument("--out-dir", default="results/compare")
-    a = ap.parse_args()
-    out_dir = ROOT / a.out_dir
+    ap.output("--out-dir", "results/compare", "each run's JSON, compare.json and .png")
+    return ap
+
+
+def main() -> None:
+    a = parser().parse()
+    out_dir = Path(a.out_dir).resolve()  # the runs' cwd is their tree
     out_dir.mkdir(parents=True, exist_ok=True)
     args = a.args.split()
     pure = a.base == "pure"
@@ -147,6 +154,7 @@ def main() -> None:
         f"work/base = {ratio:.3f}; median p99 base {p99['base']:.1f} ms, "
         f"work tree {p99['work']:.1f} ms"
     )
+    wrote(out_dir / "compare.json", out_dir / "compare.png")
 
 
 if __name__ == "__main__":

@@ -11,14 +11,14 @@ a realistic published batch or client frame). For each payload:
 and CPU per MB: the CPU time of both processes (every thread, zmq's I/O threads too)
 over the bytes that crossed the link (each byte is encrypted once and decrypted once
 with CURVE). Plain and CURVE alternate within each round, in the same run, and the
-medians over rounds are reported. Writes results/curve/bench_curve.json and .png.
+medians over rounds are reported. Writes bench_curve.json and .png to the scratch
+directory (scripts/bench_outputs.py), or with ``--publish`` to results/curve/.
 
-    .venv/bin/python scripts/bench_curve.py --rounds 5 --seconds 1.5
+    .venv/bin/python scripts/bench_curve.py --rounds 5 --seconds 1.5 --publish
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import statistics
@@ -32,6 +32,8 @@ import msgpack
 import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_outputs import BenchParser, wrote  # noqa: E402
 
 from cluster.security.keys import (  # noqa: E402
     create_keys,
@@ -174,13 +176,17 @@ def run_mode(data_dir: str, curve: bool, workloads: dict, seconds: float) -> dic
             proc.kill()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parser() -> BenchParser:
+    ap = BenchParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=1.5, help="per measurement")
     ap.add_argument("--window", type=int, default=32, help="messages in flight, pipelined")
-    ap.add_argument("--out", default="results/curve/bench_curve.json")
-    args = ap.parse_args()
+    ap.output("--out", "results/curve/bench_curve.json", "JSON; the PNG beside it")
+    return ap
+
+
+def main() -> None:
+    args = parser().parse()
 
     small, batch = small_payload(), batch_payload()
     workloads = {
@@ -234,7 +240,7 @@ def main() -> None:
         )
     )
     plot(summary, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    wrote(out, out.with_suffix(".png"))
 
 
 def plot(summary: dict[str, dict], path: Path) -> None:

@@ -33,10 +33,13 @@ overhead   Throughput and p50/p99 latency of bank transfers (cluster.bank_load, 
            After each workload the replicas must settle with equal state hashes and no
            determinism violation.
 
-Writes results/ha/bench_ha.json and results/ha/bench_ha.png and prints a table. The
+Writes bench_ha.json and bench_ha.png to the scratch directory (scripts/bench_outputs.py),
+or with ``--publish`` to results/ha/ (``--out`` names the JSON), and prints a table. The
 machine is shared: numbers move with its load (load averages are recorded).
 
     .venv/bin/python scripts/bench_ha.py --runs 5 --pairs 3
+    .venv/bin/python scripts/bench_ha.py --parts failover --publish \
+        --out results/ha/bench_ha_failover.json
 
 Invariants: every process a part starts is stopped when it ends, on error too
 (LocalCluster.stop in ``finally``; SIGTERM and SIGINT become exceptions so the
@@ -61,6 +64,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_outputs import BenchParser, wrote  # noqa: E402
 
 from cluster.bank_load import run_transfers  # noqa: E402
 from cluster.commands.run import ha_layout  # noqa: E402
@@ -916,8 +921,8 @@ def _plot_failover(ax: Any, result: dict[str, Any]) -> None:
 # --- Main --------------------------------------------------------------------------------
 
 
-def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
+def parser() -> BenchParser:
+    ap = BenchParser(
         description=(__doc__ or "").split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -939,13 +944,13 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--terminals", type=int, default=200)
     ap.add_argument("--tpcc-duration", type=float, default=20.0)
     ap.add_argument("--tpcc-warmup", type=float, default=5.0)
-    ap.add_argument("--out", default="results/ha/bench_ha.json")
+    ap.output("--out", "results/ha/bench_ha.json", "JSON; the PNG beside it")
     ap.add_argument("--keep-data", metavar="DIR", help="keep every cluster's data under DIR")
-    return ap.parse_args()
+    return ap
 
 
 def main() -> None:
-    a = parse_args()
+    a = parser().parse()
     parts = {p.strip() for p in a.parts.split(",") if p.strip()}
     if not parts <= {"failover", "overhead"}:
         raise SystemExit("--parts takes failover and/or overhead")
@@ -980,7 +985,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=_json_default))
     plot(result, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    wrote(out, out.with_suffix(".png"))
 
 
 def _json_default(o: object) -> object:

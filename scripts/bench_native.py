@@ -10,7 +10,8 @@ is not counted): the same number every time for the same log and build.
     .venv/bin/python scripts/bench_native.py                    # a 1.5 s New Order log
     .venv/bin/python scripts/bench_native.py --data-dir D       # D: a kept TPC-C cluster
 
-Writes results/native/bench_native.json.
+Writes bench_native.json to the scratch directory (scripts/bench_outputs.py), or with
+``--publish`` to results/native/.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench_outputs import BenchParser, wrote  # noqa: E402
 
 
 def worker(data_dir: str, counted: bool) -> None:
@@ -77,15 +80,19 @@ def run(data_dir: Path, pure: bool, counted: bool) -> dict:
     return result
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parser() -> BenchParser:
+    ap = BenchParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--data-dir", help="a kept TPC-C cluster directory (default: make one)")
     ap.add_argument("--seconds", type=float, default=1.5, help="of New Order, when making one")
     ap.add_argument("--runs", type=int, default=3, help="timed replays per engine, alternating")
-    ap.add_argument("--out", default="results/native/bench_native.json")
+    ap.output("--out", "results/native/bench_native.json", "JSON")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--counted", action="store_true", help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    a = parser().parse()
     if a.worker:
         worker(a.worker, a.counted)
         return
@@ -120,7 +127,7 @@ def main() -> None:
     print(f"best CPU: pure {best['pure']:.2f} s, compiled {best['compiled']:.2f} s")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {a.out}")
+    wrote(a.out)
 
 
 if __name__ == "__main__":

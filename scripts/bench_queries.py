@@ -32,9 +32,10 @@ and the clogging scans) must equal the accounts' opening total while transfers r
 violations are counted, printed, and make the script exit 1 (as a failed TPC-C check
 does).
 
-Writes the JSON (``--out``) and a PNG (``--plot``); prints tables.
+Writes the JSON (``--out``) and a PNG (``--plot``), by default to the scratch directory
+(scripts/bench_outputs.py), with ``--publish`` to results/queries/; prints tables.
 
-    .venv/bin/python scripts/bench_queries.py                     # everything
+    .venv/bin/python scripts/bench_queries.py --publish           # everything
     .venv/bin/python scripts/bench_queries.py --parts keys,clog --duration 5
 
 Loads are cluster/loadgen.py generators, each in a process of its own
@@ -61,6 +62,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+from bench_outputs import BenchParser, wrote  # noqa: E402
 from bench_queries_load import (  # noqa: E402
     LoadSpec,
     Worker,
@@ -812,8 +814,8 @@ def correctness(out: dict[str, Any], invariant: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parser() -> BenchParser:
+    ap = BenchParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", default=",".join(PARTS), help=f"some of {','.join(PARTS)}")
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--partitions", type=int, default=2)
@@ -845,9 +847,14 @@ def main() -> None:
     ap.add_argument("--tpcc-warehouses", type=int, default=2)
     ap.add_argument("--tpcc-replicas", type=int, default=1)
     ap.add_argument("--tpcc-terminals", type=int, default=200)
-    ap.add_argument("--out", default="results/queries/bench_queries.json")
-    ap.add_argument("--plot", default="results/queries/bench_queries.png", help='"": none')
-    a = ap.parse_args()
+    ap.output("--out", "results/queries/bench_queries.json", "JSON")
+    ap.output("--plot", "results/queries/bench_queries.png", 'PNG ("" for none)')
+    return ap
+
+
+def main() -> None:
+    ap = parser()
+    a = ap.parse()
     parts = {p.strip() for p in a.parts.split(",") if p.strip()}
     if not parts <= set(PARTS):
         ap.error(f"--parts: some of {','.join(PARTS)}")
@@ -878,7 +885,8 @@ def main() -> None:
     Path(a.out).write_text(json.dumps(out, indent=2))
     if a.plot:  # "" for none
         plot(out, Path(a.plot))
-    print(f"\nwritten: {a.out}" + (f", {a.plot}" if a.plot else ""))
+    print()
+    wrote(a.out, a.plot)
     tpcc_runs = out.get("versions", {}).get("runs", []) + out.get("tpcc_read_only", {}).get(
         "runs", []
     )

@@ -23,9 +23,9 @@ accounts, bank transfers (most across partitions) from the load generator:
             the best CPU seconds; both must reach the same per-partition state hashes.
             Against the rate the cluster made it at.
 
-Prints a table and writes it as JSON to ``--out`` (default: a scratch path under the
-temporary directory); ``--publish`` writes results/readers/bench_reader.json instead,
-the file docs/BENCHMARKS.md cites.
+Prints a table and writes it as JSON to ``--out`` (default: bench_reader.json in the
+scratch directory, scripts/bench_outputs.py); ``--publish`` writes
+results/readers/bench_reader.json instead, the file docs/BENCHMARKS.md cites.
 
     .venv/bin/python scripts/bench_reader.py --duration 10 --publish
     .venv/bin/python scripts/bench_reader.py --duration 5 --out /tmp/reader.json
@@ -46,9 +46,9 @@ from concurrent.futures import Future
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PUBLISHED = ROOT / "results" / "readers" / "bench_reader.json"
-SCRATCH = Path(tempfile.gettempdir()) / "ordo-bench" / "readers"
 sys.path.insert(0, str(ROOT))
+
+from bench_outputs import BenchParser, wrote  # noqa: E402
 
 import txn_library.workloads.builtin  # noqa: E402,F401  (registers the bank)
 from cluster.config import ClusterConfig  # noqa: E402
@@ -279,8 +279,8 @@ def tpcc(args: argparse.Namespace, tmp: Path) -> dict:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parser() -> BenchParser:
+    ap = BenchParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", default="follow,queries,tpcc")
     ap.add_argument("--tpcc-seconds", type=float, default=3.0)
     ap.add_argument("--tpcc-data-dir", default=None, help="a kept TPC-C cluster directory")
@@ -289,11 +289,12 @@ def main() -> int:
     ap.add_argument("--transfer-rate", type=float, default=1_000.0)
     ap.add_argument("--duration", type=float, default=10.0)
     ap.add_argument("--in-flight", type=int, default=64)
-    ap.add_argument("--out", default=str(SCRATCH / "bench_reader.json"))
-    ap.add_argument("--publish", action="store_true", help=f"write {PUBLISHED} instead")
-    args = ap.parse_args()
-    if args.publish:
-        args.out = str(PUBLISHED)
+    ap.output("--out", "results/readers/bench_reader.json", "JSON")
+    return ap
+
+
+def main() -> int:
+    args = parser().parse()
     parts = args.parts.split(",")
     with tempfile.TemporaryDirectory(prefix="ordo-bench-reader-") as data:
         return run(args, parts, data)
@@ -333,6 +334,7 @@ def run(args: argparse.Namespace, parts: list[str], data: str) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
+    wrote(out)
     return 0
 
 

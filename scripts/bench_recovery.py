@@ -6,7 +6,7 @@ checkpoint, run N transfers, wait until idle, kill -9 partition 0, restart it, a
 until it is live again (loaded the checkpoint, replayed every later epoch from the log
 service, with its peer resending the reads it needs). Also replays the same log
 in-process (LocalReplica, no sockets) for the pure replay rate. Writes
-results/recovery/bench_recovery.json and results/recovery/bench_recovery.png.
+bench_recovery.json and bench_recovery.png.
 
 TPC-C (--workload tpcc): for each duration D (seconds of New-Order, W=2 on 1 replica
 x 2 partitions, a checkpoint every --checkpoint-every epochs as live clusters take
@@ -16,11 +16,14 @@ as the restarted partition logged it (``partition_load_s``: a fresh process, its
 partition running, the load plus settling the heap), and measured in this process on
 the same files afterwards (``checkpoint_load_s``: ``checkpoint.load_newest``, what the
 restarted partition runs first, with the chain it loaded; the number earlier sessions
-recorded). Writes results/recovery/bench_recovery_tpcc.json.
-Uses only what the engine had before incremental checkpoints too, so the same script
-measures an older tree (copy it into that tree's scripts/).
+recorded). Writes bench_recovery_tpcc.json.
 
-    .venv/bin/python scripts/bench_recovery.py --sizes 10000,100000,1000000
+Both write to the scratch directory (scripts/bench_outputs.py), or with ``--publish`` to
+results/recovery/ (``--out`` names another file). Uses only what the engine had before
+incremental checkpoints too, so the same script measures an older tree (copy it into
+that tree's scripts/).
+
+    .venv/bin/python scripts/bench_recovery.py --sizes 10000,100000,1000000 --publish
     .venv/bin/python scripts/bench_recovery.py --workload tpcc --durations 10,30
     .venv/bin/python scripts/bench_recovery.py --load DIR/replica-0/checkpoints/FILE.ckpt
 
@@ -42,6 +45,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench_outputs import BenchParser, output_path, wrote  # noqa: E402
+
 from cluster.bank_load import run_transfers  # noqa: E402
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import (  # noqa: E402
@@ -59,7 +64,6 @@ from txn_library.wire import sequencer as wire  # noqa: E402
 from txn_library.workloads.bank import make_transfers, open_accounts  # noqa: E402
 
 ACCOUNTS = 10_000
-DEFAULT_OUT = "results/recovery/bench_recovery.json"
 
 
 def one(n: int, tmp: str) -> dict:
@@ -212,21 +216,31 @@ def main_tpcc(a: argparse.Namespace) -> None:
             row = one_tpcc(d, a.checkpoint_every, tmp)
         print(json.dumps(row), flush=True)
         rows.append(row)
-    out = Path(a.out if a.out != DEFAULT_OUT else "results/recovery/bench_recovery_tpcc.json")
+    out = Path(a.out)
+    if out == output_path("results/recovery/bench_recovery.json", a.publish):  # the default
+        out = output_path("results/recovery/bench_recovery_tpcc.json", a.publish)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, indent=2))
-    print(f"wrote {out}")
+    wrote(out)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parser() -> BenchParser:
+    ap = BenchParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--workload", choices=["bank", "tpcc"], default="bank")
     ap.add_argument("--sizes", default="10000,100000,1000000", help="bank: transfers")
     ap.add_argument("--durations", default="10,30", help="tpcc: seconds of New-Order")
     ap.add_argument("--checkpoint-every", type=int, default=200, help="tpcc: epochs")
-    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.output(
+        "--out",
+        "results/recovery/bench_recovery.json",
+        "JSON, the PNG beside it (tpcc: bench_recovery_tpcc.json unless given)",
+    )
     ap.add_argument("--load", metavar="CHECKPOINT_FILE", help="only time loading this checkpoint")
-    a = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    a = parser().parse()
     if a.load:
         time_load(Path(a.load))
         return
@@ -261,7 +275,7 @@ def main() -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(out.with_suffix(".png"), dpi=120)
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    wrote(out, out.with_suffix(".png"))
 
 
 if __name__ == "__main__":

@@ -16,10 +16,13 @@ Then:
   - `ordo replay state` at the last epoch (its hash must equal the live replicas') and
     `ordo replay history` on local[2].
 
-Writes results/replay/bench_replay.json and prints a Markdown section. The machine is shared:
-`uptime` load averages are recorded before and after every phase.
+Writes bench_replay_<workload>.json to the scratch directory (scripts/bench_outputs.py),
+or with ``--publish`` to results/replay/ (``--out`` names another file), and prints a
+Markdown section. The machine is shared: `uptime` load averages are recorded before and
+after every phase.
 
     .venv/bin/python scripts/bench_replay.py --txns 100000
+    .venv/bin/python scripts/bench_replay.py --txns 100000 --repeat 2 --publish
     .venv/bin/python scripts/bench_replay.py --workload tpcc --duration 40
     .venv/bin/python scripts/bench_replay.py --workload tpcc --duration 30 \
         --checkpoint-every 200 --baseline 2
@@ -44,6 +47,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench_outputs import BenchParser, wrote  # noqa: E402
 
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import LocalCluster, free_base_port, wait_quiescent  # noqa: E402
@@ -373,8 +378,13 @@ def damage_check(cfg: ClusterConfig, work: Path) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def save(result: dict[str, Any], out: str) -> None:
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(result, indent=2, default=str) + "\n")
+
+
+def parser() -> BenchParser:
+    ap = BenchParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--workload", choices=["bank", "tpcc"], default="bank")
     ap.add_argument("--txns", type=int, default=100_000, help="bank: transfers")
     ap.add_argument("--accounts", type=int, default=10_000)
@@ -390,7 +400,11 @@ def main() -> None:
     ap.add_argument("--checkpoint-every", type=int, default=20, help="epochs")
     ap.add_argument("--masters", default="local[1],local[2]")
     ap.add_argument("--data-dir", default=None, help="keep the run here (default: temporary)")
-    ap.add_argument("--out", default="results/replay/bench_replay.json")
+    ap.output(
+        "--out",
+        "results/replay/bench_replay_{workload}.json",
+        "JSON (--reuse and --damage-only also read and update it)",
+    )
     ap.add_argument("--no-damage", action="store_true", help="skip the damage check")
     ap.add_argument(
         "--damage-only",
@@ -418,7 +432,11 @@ def main() -> None:
         metavar="N",
         help="first run the live workload N times with and N times without checkpoints",
     )
-    a = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    a = parser().parse()
     if a.damage_only:
         cfg = ClusterConfig.load(a.damage_only)
         damage = damage_check(cfg, Path(a.damage_only))
@@ -426,7 +444,8 @@ def main() -> None:
         if Path(a.out).exists():
             result = json.loads(Path(a.out).read_text())
             result["damage"] = damage
-            Path(a.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
+            save(result, a.out)
+            wrote(a.out)
         return
     tmp = None
     if a.reuse:
@@ -447,8 +466,9 @@ def main() -> None:
         if a.baseline:
             result["baseline"] = baseline(a)
             if a.baseline_only:
-                Path(a.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
+                save(result, a.out)
                 print(json.dumps(result["baseline"], indent=2, default=str))
+                wrote(a.out)
                 return
         result["load"]["before_live"] = load()
         cfg, status, live = (live_tpcc if a.workload == "tpcc" else live_bank)(a, data)
@@ -504,11 +524,11 @@ def main() -> None:
         changed = f"{result['engine']} at the start, {result['engine_at_end']} at the end"
         print(f"WARNING: the engine changed during the run ({changed}): discard it", flush=True)
     result["when"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(result, indent=2, default=str) + "\n")
+    save(result, a.out)
     print(markdown(result))
     if tmp is not None:
         tmp.cleanup()
+    wrote(a.out)
 
 
 def markdown(r: dict[str, Any]) -> str:

@@ -18,8 +18,8 @@ own figure for the catch-up counted from its start) and the pushes acknowledged 
 second around it. ``--repeat`` restarts the same partition that many times, each
 ``--after-s`` after the previous one was live.
 
-Writes JSON to ``--out`` (default: a scratch file under the temporary directory);
-``--results`` writes results/recovery/stream_restart.json instead.
+Writes JSON to ``--out`` (default: stream_restart.json in the scratch directory,
+scripts/bench_outputs.py); ``--publish`` writes results/recovery/stream_restart.json.
 
     .venv/bin/python scripts/bench_stream_restart.py --rate 700 --checkpoint-every-s 0
     .venv/bin/python scripts/bench_stream_restart.py --rate 700 --checkpoint-every-s 1
@@ -44,6 +44,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+from bench_outputs import BenchParser, wrote  # noqa: E402
 from bench_stream_retention import MODULES, Pushes, figures  # noqa: E402
 
 from cluster.config import ClusterConfig  # noqa: E402
@@ -61,8 +62,6 @@ from txn_library.errors import OrdoError  # noqa: E402
 from txn_library.procedure import load_modules  # noqa: E402
 from txn_library.workloads.retention_bench import RETENTIONS  # noqa: E402
 
-RESULTS = "results/recovery/stream_restart.json"
-SCRATCH = str(Path(tempfile.gettempdir()) / "ordo-bench" / "stream_restart.json")
 LIVE_WAIT_S = 120.0
 POLL_S = 0.01
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
@@ -222,8 +221,8 @@ def one(r: Restart, log_path: Path, pushes: Pushes) -> dict[str, Any]:
     return row
 
 
-def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parser() -> BenchParser:
+    ap = BenchParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rate", type=float, default=700.0, help="pushes/s (open loop)")
     ap.add_argument("--window", type=int, default=512, help="pushes in flight at most")
     ap.add_argument("--retention", type=int, default=50, help=f"the sink's R, of {RETENTIONS}")
@@ -236,9 +235,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--keep-data", action="store_true")
-    ap.add_argument("--out", default=SCRATCH, help="JSON file")
-    ap.add_argument("--results", action="store_true", help=f"write {RESULTS} instead of --out")
-    a = ap.parse_args(argv)
+    ap.output("--out", "results/recovery/stream_restart.json", "JSON")
+    return ap
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = parser()
+    a = ap.parse(argv)
     if a.retention not in RETENTIONS:
         ap.error(
             f"no flow keeps {a.retention}: "
@@ -249,7 +252,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
-    out = RESULTS if a.results else a.out
+    out = a.out
     result: dict[str, Any] = {
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
         "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
@@ -273,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out}")
+    wrote(out)
     return 0
 
 

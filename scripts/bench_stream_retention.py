@@ -16,8 +16,8 @@ transactions sequenced before it, so this is an upper bound), over the window an
 ``--slice-s`` slice of it. A step whose cost grows with what the sink holds shows as figures falling
 from slice to slice at a large R and not at a small one.
 
-Writes JSON to ``--out`` (default: a scratch file under the temporary directory);
-``--results`` writes results/streaming/stream_retention.json instead.
+Writes JSON to ``--out`` (default: stream_retention.json in the scratch directory,
+scripts/bench_outputs.py); ``--publish`` writes results/streaming/stream_retention.json.
 
     .venv/bin/python scripts/bench_stream_retention.py --retention 50,200000 --seconds 40
 """
@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -41,6 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+from bench_outputs import BenchParser, wrote  # noqa: E402
 from leaderboard_cluster import Cpu, Target, embedded  # noqa: E402
 
 from cluster.load_shapes import Call, CallLike, ClosedLoop, Load, OpenLoop  # noqa: E402
@@ -52,8 +52,6 @@ from txn_library.streams import PUSH  # noqa: E402
 from txn_library.workloads.retention_bench import RETENTIONS, names  # noqa: E402
 
 MODULES = ("txn_library.workloads.builtin", "txn_library.workloads.retention_bench")
-RESULTS = "results/streaming/stream_retention.json"
-SCRATCH = str(Path(tempfile.gettempdir()) / "ordo-bench" / "stream_retention.json")
 DRAIN_S = 30.0
 
 
@@ -178,8 +176,8 @@ def say(what: str, f: dict[str, Any]) -> None:
     )
 
 
-def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parser() -> BenchParser:
+    ap = BenchParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--retention", default="50,200000", help=f"sinks' R, of {RETENTIONS}")
     ap.add_argument("--seconds", type=float, default=40.0, help="measured window of each run")
     ap.add_argument("--warmup", type=float, default=1.0)
@@ -190,9 +188,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--status-ms", type=float, default=20.0, help="dataflow.status period")
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--partitions", type=int, default=2)
-    ap.add_argument("--out", default=SCRATCH, help="JSON file")
-    ap.add_argument("--results", action="store_true", help=f"write {RESULTS} instead of --out")
-    a = ap.parse_args(argv)
+    ap.output("--out", "results/streaming/stream_retention.json", "JSON")
+    return ap
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = parser()
+    a = ap.parse(argv)
     a.retentions = [int(x) for x in a.retention.split(",")]
     unknown = sorted(set(a.retentions) - set(RETENTIONS))
     if unknown:
@@ -206,7 +208,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
-    out = RESULTS if a.results else a.out
+    out = a.out
     result: dict[str, Any] = {
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
         "command": " ".join([Path(sys.argv[0]).name, *(argv or sys.argv[1:])]),
@@ -218,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     result["machine"]["loadavg_after"] = list(os.getloadavg())
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out}")
+    wrote(out)
     return 0
 
 

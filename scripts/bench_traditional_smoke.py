@@ -4,8 +4,9 @@ For each multi-partition share (default 0 and 0.5): start a fresh traditional cl
 on 127.0.0.1 (one process per partition, fdatasync group commit on), open accounts,
 submit transfers from several clients (cluster.bank_load), each call sent to the
 partition owning its source account, with a bounded number in flight per client; then check that
-money is conserved. Prints and writes results/traditional/bench_traditional.json, including the
-1-minute load average before and after (other work shares the machine).
+money is conserved. Prints and writes bench_traditional.json, including the 1-minute load
+average before and after (other work shares the machine), to the scratch directory
+(scripts/bench_outputs.py), or with ``--publish`` to results/traditional/.
 
     .venv/bin/python scripts/bench_traditional_smoke.py --partitions 2
     .venv/bin/python scripts/bench_traditional_smoke.py --active-max 64 --in-flight 200
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_outputs import BenchParser, wrote  # noqa: E402
 
 from cluster.bank_load import run_transfers  # noqa: E402
 from cluster.config import ClusterConfig  # noqa: E402
@@ -97,8 +100,8 @@ def one(a: argparse.Namespace, multi: float) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parser() -> BenchParser:
+    ap = BenchParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--transfers", type=int, default=40_000)
     ap.add_argument("--accounts", type=int, default=10_000)
@@ -111,8 +114,12 @@ def main() -> None:
     ap.add_argument("--restart-base-us", type=int, default=d.restart_delay_base_us)
     ap.add_argument("--restart-cap-us", type=int, default=d.restart_delay_cap_us)
     ap.add_argument("--no-fsync", action="store_true")
-    ap.add_argument("--out", default="results/traditional/bench_traditional.json")
-    a = ap.parse_args()
+    ap.output("--out", "results/traditional/bench_traditional.json", "JSON")
+    return ap
+
+
+def main() -> None:
+    a = parser().parse()
     runs = []
     for multi in (float(x) for x in a.multi.split(",")):
         r = one(a, multi)
@@ -121,6 +128,7 @@ def main() -> None:
     out = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(), "runs": runs}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=2))
+    wrote(a.out)
 
 
 if __name__ == "__main__":

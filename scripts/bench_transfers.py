@@ -2,9 +2,13 @@
 
 Starts a sequencer + replicas on 127.0.0.1 with the durable log on (fdatasync per
 epoch), opens accounts, submits transfers asynchronously from several clients, and
-reports transfers/s and p50/p99 latency. Writes results/transfers/bench_transfers.json.
+reports transfers/s and p50/p99 latency. Writes bench_transfers.json to the scratch
+directory (scripts/bench_outputs.py), or with ``--publish`` to results/transfers/
+(``--out`` names another file).
 
     .venv/bin/python scripts/bench_transfers.py --replicas 1 --partitions 2
+    .venv/bin/python scripts/bench_transfers.py --transfers 200000 --publish \
+        --out results/transfers/bench_transfers_1.json
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench_outputs import BenchParser, wrote  # noqa: E402
+
 from cluster.bank_load import run_transfers  # noqa: E402
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import (  # noqa: E402
@@ -29,8 +35,8 @@ from txn_library.client import Client  # noqa: E402
 from txn_library.workloads.bank import make_transfers, open_accounts  # noqa: E402
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parser() -> BenchParser:
+    ap = BenchParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--replicas", type=int, default=1)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--transfers", type=int, default=40_000)
@@ -40,8 +46,12 @@ def main() -> None:
     ap.add_argument("--in-flight", type=int, default=1000, help="per client")
     ap.add_argument("--epoch-ms", type=int, default=10)
     ap.add_argument("--no-fsync", action="store_true")
-    ap.add_argument("--out", default="results/transfers/bench_transfers.json")
-    a = ap.parse_args()
+    ap.output("--out", "results/transfers/bench_transfers.json", "JSON")
+    return ap
+
+
+def main() -> None:
+    a = parser().parse()
     with tempfile.TemporaryDirectory(prefix="ordo-bench-") as tmp:
         cfg = ClusterConfig(
             replicas=a.replicas,
@@ -83,6 +93,7 @@ def main() -> None:
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=2))
     print(json.dumps(out, indent=2))
+    wrote(a.out)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ embedded cluster, durable command log, --terminals in flight) back to back, --ro
 times, alternating (PG, Ordo, PG, Ordo, ...), so a change in the machine's load hits
 both. Both sides: W=--warehouses, 1% remote order lines, no keying or think times, the
 same warm-up and measured seconds. Prints each round and the ratio Ordo / PostgreSQL,
-and writes JSON, CSV and a PNG to --out-dir.
+and writes JSON, CSV and a PNG to --out-dir (default: the scratch directory,
+scripts/bench_outputs.py; ``--publish``: results/tpcc_vs_postgres/).
 
-    .venv/bin/python scripts/bench_vs_postgres.py --rounds 2 --seconds 30 --warmup 5
+    .venv/bin/python scripts/bench_vs_postgres.py --rounds 2 --seconds 30 --warmup 5 --publish
 
 PostgreSQL's cluster, its venv (psycopg, installed by the kit's start_pg.sh) and its
 loaded database live under --pg-root (PGTPCC_ROOT; default /tmp/ordo-pgtpcc: the kit's
@@ -31,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench_outputs import BenchParser, wrote
 
 ROOT = Path(__file__).resolve().parent.parent
 KIT = (ROOT.parent / "shared" / "anchors" / "pg_tpcc").resolve()
@@ -174,8 +177,8 @@ def ordo_round(a: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parser() -> BenchParser:
+    ap = BenchParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--warmup", type=float, default=5.0)
@@ -187,8 +190,13 @@ def main() -> int:
     ap.add_argument("--pg-root", type=Path, default=Path("/tmp/ordo-pgtpcc"))
     ap.add_argument("--pg-venv", type=Path, default=None, help="default: PG_ROOT/venv")
     ap.add_argument("--pg-port", type=int, default=55432)
-    ap.add_argument("--out-dir", type=Path, default=ROOT / "results" / "tpcc_vs_postgres")
-    a = ap.parse_args()
+    ap.output("--out-dir", "results/tpcc_vs_postgres", "JSON, CSV and PNG")
+    return ap
+
+
+def main() -> int:
+    a = parser().parse()
+    a.out_dir = Path(a.out_dir)
     a.pg_venv = a.pg_venv or a.pg_root / "venv"
     if not (KIT / "driver.py").is_file():
         fail(f"the PostgreSQL kit is not at {KIT} (../shared/anchors/pg_tpcc)")
@@ -272,7 +280,7 @@ def main() -> int:
                 ]
             )
     plot(rounds, a.out_dir / "bench_vs_postgres.png")
-    print(f"wrote {a.out_dir}/bench_vs_postgres.{{json,csv,png}}")
+    wrote(*(a.out_dir / f"bench_vs_postgres.{x}" for x in ("json", "csv", "png")))
     return 0
 
 

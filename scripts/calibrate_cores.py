@@ -3,23 +3,26 @@
 ``ordo replay verify --master local[2]`` against local[1] (docs/BENCHMARKS.md, issue 14).
 
 Runs each kernel once alone, then twice at once in two forked processes, and prints
-and saves how much slower each was beside the other (1.00: the cores do not interfere):
+how much slower each was beside the other (1.00: the cores do not interfere); saves it
+as calibrate_cores.json in the scratch directory (scripts/bench_outputs.py), or with
+``--publish`` in results/replay/:
 
 - ``cpu``: an integer loop (no memory traffic);
 - ``dict``: random lookups in a 1M-entry dict of tuple keys, as a partition's or a
   replay's row lookups are (cache and memory traffic).
 
-    .venv/bin/python scripts/calibrate_cores.py --out results/replay/calibrate_cores.json
+    .venv/bin/python scripts/calibrate_cores.py --publish
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import random
 import time
 from pathlib import Path
+
+from bench_outputs import BenchParser, wrote
 
 
 def cpu_kernel(n: int) -> float:
@@ -42,10 +45,14 @@ def dict_kernel(n: int) -> float:
     return time.perf_counter() - t
 
 
+def parser() -> BenchParser:
+    ap = BenchParser(description=__doc__.split("\n\n")[0])
+    ap.output("--out", "results/replay/calibrate_cores.json", "JSON")
+    return ap
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="results/replay/calibrate_cores.json")
-    a = ap.parse_args()
+    a = parser().parse()
     out: dict[str, dict[str, float]] = {}
     for name, kernel, n in (("cpu", cpu_kernel, 30_000_000), ("dict", dict_kernel, 6_000_000)):
         alone = kernel(n)
@@ -64,7 +71,7 @@ def main() -> None:
     path = Path(a.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M:%S"), **out}, indent=2))
-    print(f"wrote {path}")
+    wrote(path)
 
 
 if __name__ == "__main__":

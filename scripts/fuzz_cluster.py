@@ -13,9 +13,9 @@ requests, multi-frame messages, and junk to the internal sockets (results PULL,
 partition PULLs, log service ROUTER). The good client is the load generator
 (cluster/loadgen.py); every hostile message travels through its raw-frame channel
 (cluster/load_raw.py). Only 127.0.0.1 addresses from the cluster config are ever
-used. Then it checks, prints and writes ``results/fuzz_cluster.json`` (plus
-``results/fuzz_cluster.png``, the good client's latency over time with the flood
-shaded):
+used. Then it checks, prints and writes ``fuzz_cluster.json`` (plus ``fuzz_cluster.png``,
+the good client's latency over time with the flood shaded) to the scratch directory
+(scripts/bench_outputs.py), or with ``--publish`` to results/fuzz/:
 
 - every process is alive; no cluster log shows a new traceback or CRITICAL line (junk
   deserves a rate-limited warning, not an operator's alarm);
@@ -74,6 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import msgpack  # noqa: E402
 import zmq  # noqa: E402
+from bench_outputs import BenchParser, wrote  # noqa: E402
 
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import LocalCluster, free_base_port, is_quiescent  # noqa: E402
@@ -1267,7 +1268,8 @@ def fuzz(a: argparse.Namespace, cfg: ClusterConfig, lc: LocalCluster | None, ski
     moments = [(flood_start + t, kind) for t, kind in flood.moments]
     plot(good.samples, flood_start, flood_end, moments, a.plot, r.figures["good_client"])
     print_summary(result)
-    print(f"\nwrote {a.out} and {a.plot}")
+    print()
+    wrote(a.out, a.plot)
     return 0 if result["passed"] else 1
 
 
@@ -1614,8 +1616,8 @@ def print_summary(r: dict) -> None:
     print(f"\n{'ALL CHECKS PASSED' if r['passed'] else 'SOME CHECKS FAILED'}")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parser() -> BenchParser:
+    ap = BenchParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--duration", type=float, default=45.0, help="flood phase, seconds")
     ap.add_argument("--idle", type=float, default=6.0, help="idle phase before it, seconds")
     ap.add_argument("--warmup", type=float, default=1.0, help="idle seconds not measured")
@@ -1631,9 +1633,13 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the temp data dir (logs)")
     ap.add_argument("--rss-max-mb", type=float, default=600.0)
     ap.add_argument("--p99-ratio-max", type=float, default=2.0)
-    ap.add_argument("--out", default="results/fuzz_cluster.json")
-    ap.add_argument("--plot", default="results/fuzz_cluster.png")
-    a = ap.parse_args()
+    ap.output("--out", "results/fuzz/fuzz_cluster.json", "JSON")
+    ap.output("--plot", "results/fuzz/fuzz_cluster.png", "PNG")
+    return ap
+
+
+def main() -> None:
+    a = parser().parse()
     if a.flooders < 1 or a.messages < 0 or a.duration <= 0:
         raise SystemExit("--flooders >= 1, --messages >= 0, --duration > 0")
     sys.exit(run(a))

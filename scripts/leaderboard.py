@@ -38,10 +38,11 @@ way fails it by design (unordered calls), which ``--all`` expects and does not c
     .venv/bin/python scripts/leaderboard.py --mode dataflow --seconds 10 --check
     .venv/bin/python scripts/leaderboard.py --mode chained --mode async --seconds 5 --check
     .venv/bin/python scripts/leaderboard.py --chains 1,2,5,10 --chain-seconds 3
-    .venv/bin/python scripts/leaderboard.py --all --check      # results/streaming/
+    .venv/bin/python scripts/leaderboard.py --all --check --publish  # results/streaming/
 
-Prints a table; writes ``--out`` (JSON, default results/streaming/leaderboard.json)
-and ``--plot`` (PNG, default results/streaming/leaderboard.png; "" for none).
+Prints a table; writes ``--out`` (JSON, leaderboard.json) and ``--plot`` (PNG,
+leaderboard.png; "" for none), by default to the scratch directory
+(scripts/bench_outputs.py), with ``--publish`` to results/streaming/.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+from bench_outputs import BenchParser, wrote  # noqa: E402
 from leaderboard_check import Verdict, check  # noqa: E402
 from leaderboard_cluster import (  # noqa: E402
     Cpu,
@@ -80,8 +82,6 @@ from cluster.config import ClusterConfig  # noqa: E402
 from txn_library import native  # noqa: E402
 
 WAYS = ("dataflow", "chained", "async")
-OUT = "results/streaming/leaderboard.json"
-PLOT = "results/streaming/leaderboard.png"
 TPCC_RATE = 300.0  # batches/s pushed beside TPC-C unless --rate says otherwise
 
 
@@ -216,8 +216,8 @@ def run_chains(
 
 
 # Main ---------------------------------------------------------------------------------------
-def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parser() -> BenchParser:
+    ap = BenchParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--mode", action="append", choices=WAYS, help="a way to run it (repeatable)")
     ap.add_argument("--variant", choices=("lb", "lbe", "lbn"), default="lb", help="dataflow way")
     ap.add_argument("--seconds", type=float, default=10.0, help="measured window of each run")
@@ -250,9 +250,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--tpcc-warmup", type=float, default=2.0)
     ap.add_argument("--tpcc-terminals", type=int, default=100)
     ap.add_argument("--all", action="store_true", help="every experiment the docs cite")
-    ap.add_argument("--out", default=OUT, help='JSON file ("" for none)')
-    ap.add_argument("--plot", default=PLOT, help='PNG file ("" for none)')
-    a = ap.parse_args(argv)
+    ap.output("--out", "results/streaming/leaderboard.json", 'JSON ("" for none)')
+    ap.output("--plot", "results/streaming/leaderboard.png", 'PNG ("" for none)')
+    return ap
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = parser()
+    a = ap.parse(argv)
     if a.all:
         a.mode = a.mode or list(WAYS)
         a.ee = True
@@ -320,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             "fsync": True,
             "epoch_ms": 10,
         },
-        "options": {k: v for k, v in vars(a).items() if k not in ("out", "plot")},
+        "options": {k: v for k, v in vars(a).items() if k not in ("out", "plot", "publish")},
         "machine": {"cpus": os.cpu_count(), "loadavg_before": list(os.getloadavg())},
         "sstore_batches_per_s": SSTORE,
     }
@@ -343,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json(result, a.out)
     if a.plot:
         plot(result, a.plot)
+    wrote(a.out, a.plot)
     failed = [v for v in verdicts if not v.ok and not (a.all and v.expected_to_fail)]
     if failed:
         print(f"\n--check FAILED for: {', '.join(f'{v.way} {v.flow}' for v in failed)}")

@@ -128,7 +128,6 @@ def write_json(result: dict[str, Any], path: str) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(result, indent=2))
-    print(f"\nwrote {p}")
 
 
 def plot(result: dict[str, Any], path: str) -> None:
@@ -155,7 +154,6 @@ def plot(result: dict[str, Any], path: str) -> None:
     p.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(p, dpi=110)
     plt.close(fig)
-    print(f"wrote {p}")
 
 
 def _plot_ways(ax: Any, result: dict[str, Any]) -> None:

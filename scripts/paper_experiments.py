@@ -12,9 +12,11 @@
      while a background client re-points index entries at a given rate; throughput
      and average restarts vs that rate (Figures 5-6).
 
-One command runs everything and writes results/paper/*.json, *.csv, *.png:
+One command runs everything and writes {a,b,c}.json, .csv and .png to the scratch
+directory (scripts/bench_outputs.py), or with ``--publish`` to results/paper/ and the
+report docs/PAPER_REPORT.md from them:
 
-    .venv/bin/python scripts/paper_experiments.py            # a, b and c
+    .venv/bin/python scripts/paper_experiments.py --publish  # a, b and c
     .venv/bin/python scripts/paper_experiments.py --quick a  # one experiment, shorter points
 
 Every cluster is real processes on 127.0.0.1, fsync on, one replica (the baseline is
@@ -51,6 +53,8 @@ from txn_library import placement
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench_outputs import ROOT, BenchParser, wrote  # noqa: E402
+
 from cluster.config import ClusterConfig  # noqa: E402
 from cluster.launcher import LocalCluster, ProcessGroup, free_base_port  # noqa: E402
 from cluster.load_shapes import Call, ClosedLoop, OpenLoop, Router, home_router  # noqa: E402
@@ -63,7 +67,6 @@ from txn_library.client import Client  # noqa: E402
 from txn_library.client.routing import RoutingClient  # noqa: E402
 from txn_library.workloads import bench_procedures as bp  # noqa: E402
 
-OUT_DIR = Path("results/paper")
 MODES = ("deterministic", "traditional")
 PARTITIONS = 2
 BENCH_MODULES = (
@@ -632,7 +635,7 @@ def save(out_dir: Path, name: str, rows: list[dict[str, Any]], meta: dict[str, A
 
 # --- Report ------------------------------------------------------------------------------
 
-REPORT = Path("docs/PAPER_REPORT.md")  # its image links assume OUT_DIR
+REPORT = ROOT / "docs" / "PAPER_REPORT.md"  # its image links assume results/paper/
 
 
 def _fmt(x: Any, digits: int = 0) -> str:
@@ -765,8 +768,8 @@ def write_report(out_dir: Path, report: Path) -> None:
     print(f"report: {report}", flush=True)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parser() -> BenchParser:
+    ap = BenchParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("experiments", nargs="*", help="any of a b c (default: all three)")
     ap.add_argument("--quick", action="store_true", help="shorter points, smaller sizes")
     ap.add_argument("--epoch-ms", type=int, default=10)
@@ -790,14 +793,22 @@ def main() -> None:
     ap.add_argument(
         "--replot", action="store_true", help="only re-render CSV/PNG from the saved JSON"
     )
-    ap.add_argument("--out-dir", type=Path, default=OUT_DIR, help="JSON, CSV and PNG go here")
-    ap.add_argument("--no-report", action="store_true", help=f"do not rewrite {REPORT}")
-    a = ap.parse_args()
+    ap.output("--out-dir", "results/paper", "JSON, CSV and PNG go here")
+    ap.add_argument(
+        "--no-report", action="store_true", help="with --publish: leave docs/PAPER_REPORT.md"
+    )
+    return ap
+
+
+def main() -> None:
+    ap = parser()
+    a = ap.parse()
+    a.out_dir = Path(a.out_dir)
     a.experiments = a.experiments or ["a", "b", "c"]
     unknown = sorted(set(a.experiments) - {"a", "b", "c"})
     if unknown:
         ap.error(f"unknown experiment(s) {unknown}: choose from a b c")
-    report = not (a.quick or a.no_report or a.out_dir != OUT_DIR)
+    report = a.publish and not (a.quick or a.no_report)
     if a.replot:
         for name in a.experiments:
             stem = name + ("_quick" if a.quick else "")
@@ -806,6 +817,7 @@ def main() -> None:
             save(a.out_dir, stem, rows, saved)
         if report:
             write_report(a.out_dir, REPORT)
+        wrote(a.out_dir)
         return
     if a.quick:
         a.warmup_s, a.duration_s = 0.5, 2.0
@@ -828,9 +840,10 @@ def main() -> None:
         meta_x["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
         save(a.out_dir, name + ("_quick" if a.quick else ""), rows, meta_x)
         print(f"experiment {name}: {time.monotonic() - t1:.0f} s", flush=True)
-    print(f"all done in {time.monotonic() - t0:.0f} s; results in {a.out_dir}/", flush=True)
-    if report:  # quick runs and runs elsewhere are smoke tests: they keep the report
+    print(f"all done in {time.monotonic() - t0:.0f} s", flush=True)
+    if report:  # scratch and quick runs are smoke tests: they keep the report
         write_report(a.out_dir, REPORT)
+    wrote(a.out_dir)
 
 
 if __name__ == "__main__":

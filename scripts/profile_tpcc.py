@@ -6,9 +6,10 @@ durable log, 200 terminals) and, once its warm-up is over, attaches py-spy (samp
 from outside the process: the processes run unmodified) to the sequencer, each
 partition and the driver for the measured window. Writes one SVG flame graph per
 process and the run's JSON summary (New Order/s, CPU per sequenced txn per process)
-to --out-dir, and prints both.
+to --out-dir (default: the scratch directory, scripts/bench_outputs.py; ``--publish``:
+results/profile/), and prints both.
 
-    .venv/bin/python scripts/profile_tpcc.py --duration 20 --out-dir results/profile
+    .venv/bin/python scripts/profile_tpcc.py --duration 20
 
 Needs ptrace rights over the cluster's processes (root, or a kernel.yama.ptrace_scope
 that allows it). Sampling at --rate Hz costs the profiled processes a little CPU:
@@ -24,6 +25,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_outputs import BenchParser, wrote
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -50,23 +53,27 @@ def role_pids(data_dir: Path) -> dict[str, int]:
     return roles
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parser() -> BenchParser:
+    ap = BenchParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--warehouses", type=int, default=2)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--replicas", type=int, default=1)
     ap.add_argument("--duration", type=float, default=20.0, help="measured (and sampled) s")
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
-    ap.add_argument("--out-dir", default="results/profile")
+    ap.output("--out-dir", "results/profile", "flame graphs and the run's JSON")
     ap.add_argument(
         "--format",
         choices=("flamegraph", "raw"),
         default="flamegraph",
         help="flamegraph: one SVG per process; raw: collapsed stacks (.txt), for scripts",
     )
-    a = ap.parse_args()
-    out_dir = ROOT / a.out_dir
+    return ap
+
+
+def main() -> None:
+    a = parser().parse()
+    out_dir = Path(a.out_dir).resolve()  # `ordo tpcc run` runs in ROOT
     out_dir.mkdir(parents=True, exist_ok=True)
     summary_path = out_dir / "tpcc_run.json"
     suffix = "svg" if a.format == "flamegraph" else "txt"
@@ -144,6 +151,7 @@ def main() -> None:
     for role, us in sorted(s["cpu_us_per_sequenced_txn"].items()):
         print(f"  {role:10s} {us:7.1f}   profile: {out_dir / (role + '.' + suffix)}")
     print(f"summary: {summary_path}")
+    wrote(out_dir)
     if failed:
         raise SystemExit("py-spy failed for " + "; ".join(failed))
 

@@ -12,7 +12,9 @@ Registered on the ``ordo`` group by cluster/cli.py. Top-level imports stay light
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 
 import click
 
@@ -163,7 +165,13 @@ def up(
     "what keeping them costs. Snapshot queries are then refused.",
 )
 @click.option("--check/--no-check", default=True, show_default=True)
-@click.option("--out", default="results/tpcc/run.json", show_default=True)
+@click.option(
+    "--out",
+    default=None,
+    help="Where the run's JSON goes (default: tpcc/run.json in the scratch directory, "
+    "$ORDO_SCRATCH or <tmp>/ordo-bench; with --publish results/tpcc/run.json).",
+)
+@click.option("--publish", is_flag=True, help="Write into results/ (the figures the docs cite).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def run(
     warehouses: int,
@@ -188,7 +196,8 @@ def run(
     read_only_as: str,
     no_versions: bool,
     check: bool,
-    out: str,
+    out: str | None,
+    publish: bool,
     quiet: bool,
 ) -> None:
     """Drive TPC-C terminals against Ordo and report throughput, latency and checks.
@@ -228,7 +237,7 @@ def run(
         data_dir=data_dir,
         fresh=fresh,
         keep_data=keep_data,
-        out=out or None,
+        out=out or _default_out(publish),
         progress=not quiet,
         versions=not no_versions,
         queries=read_only_as,
@@ -327,3 +336,13 @@ def _check_dump(dump_dir: str, as_json: bool) -> None:
         click.echo(f"conditions 1-12 on {len(w)} warehouses of {dump_dir}: {state}")
     if not verdict["ok"]:
         sys.exit(1)
+
+
+def _default_out(publish: bool) -> str:
+    """results/tpcc/run.json when publishing, else the same name in the scratch directory
+    (the rule of scripts/bench_outputs.py: a run never replaces published figures
+    unasked)."""
+    if publish:
+        return "results/tpcc/run.json"
+    scratch = os.environ.get("ORDO_SCRATCH") or os.path.join(tempfile.gettempdir(), "ordo-bench")
+    return os.path.join(scratch, "tpcc", "run.json")
