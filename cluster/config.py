@@ -30,6 +30,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from txn_library import limits
+
 HOST = "127.0.0.1"
 LOCAL = "local"  # the host name of the embedded default: 127.0.0.1
 CONFIG_FILE = "cluster.json"
@@ -93,6 +95,9 @@ class ClusterConfig:
     # and answer snapshot and read-committed queries. 0: the replicas' partitions do.
     readers: int = 0
     reader_hosts: tuple[str, ...] = ()  # host of reader i; () = all local
+    # How far back a reader serves snapshots, in the batches' logged time (seconds;
+    # within limits.versions_bytes_max bytes per partition): docs/QUERIES.md.
+    reader_retention_s: float = limits.reader_retention_s_default
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or self.partitions < 1:
@@ -115,6 +120,14 @@ class ClusterConfig:
             raise ValueError("dataflow_recovery must be 'strong' or 'weak'")
         if not 0 <= self.readers <= READERS_MAX:
             raise ValueError(f"readers must be 0..{READERS_MAX}, not {self.readers}")
+        retention = self.reader_retention_s
+        if type(retention) not in (int, float) or not (
+            0 < retention <= limits.reader_retention_s_max
+        ):
+            raise ValueError(
+                f"reader_retention_s must be a number of seconds in "
+                f"(0, {limits.reader_retention_s_max:g}], not {retention!r:.40}"
+            )
         if self.sequencers > 1 and not self.zookeeper_servers:
             raise ValueError("more than one sequencer needs a ZooKeeper ensemble")
         self._check_placement()

@@ -7,14 +7,19 @@ Sockets:
   DEALER every sequencer's log service    gaps and the catch-up (any sequencer's log)
   DEALER every sequencer's client socket  its status, to compare the replicas' state
                                           hashes with the reader's (once a second)
-  ROUTER reader_addr                      clients' queries (wire.QueryRequest) and
-                                          status requests (txn_library.wire.reader)
+  ROUTER reader_addr                      clients' queries (wire.QueryRequest), sink
+                                          subscriptions (pushed: executor/reader/
+                                          sinks.py) and status requests
+                                          (txn_library.wire.reader)
 
 Delivery as a partition's (cluster.partition_server): a batch ahead of a gap is held
 and the gap fetched from the log service; heartbeats reveal a missed tail; a published
 batch or heartbeat of an older term is ignored. Batches are applied for at most
 ``APPLY_TURN_S`` per loop turn, so queries and status are answered while the reader
-catches up.
+catches up; after each batch the queries parked for its epoch are answered
+(read-your-writes: a query naming ``after_epoch``), and every turn those whose wait
+is over are refused. Snapshots are served ``ClusterConfig.reader_retention_s`` back
+in batch time (executor/reader/follower.py).
 
 Start and restart (kill -9 included): the reader keeps no state on disk. It loads the
 newest checkpoint every partition of some replica on this host has at one epoch
@@ -51,6 +56,7 @@ from executor.core.storage import Storage
 from executor.deterministic.delivery import REPAIR_RETRY_S
 from executor.reader.follower import Follower, Restored
 from executor.reader.queries import ReaderQueries
+from executor.reader.sinks import ReaderSinks
 from txn_library import limits
 from txn_library.errors import DroppedMessages
 from txn_library.wire import reader as rwire
@@ -99,7 +105,11 @@ def initial_state(
 
 
 def reader_status(
-    reader: int, follower: Follower, queries: ReaderQueries, epochs: tuple = ()
+    reader: int,
+    follower: Follower,
+    queries: ReaderQueries,
+    epochs: tuple = (),
+    sinks: ReaderSinks | None = None,
 ) -> dict:
     """What ``ordo status`` shows of a reader (txn_library.wire.reader)."""
     f = follower
@@ -114,11 +124,14 @@ def reader_status(
         "txns_applied": f.txns_applied,
         "state_hashes": [f"{h:016x}" for h in f.state_hashes()],
         "versions_oldest": f.versions_oldest,
+        "retention_s": f.retention_s,
         "hashes_checked": f.hashes_checked,
         "determinism_violations": f.violations_count,
         "queries_served": queries.served,
         "queries_refused": queries.refused,
         "queries_waiting": queries.waiting,
+        "subscriptions": len(sinks.subs) if sinks is not None else 0,
+        "sink_batches_pushed": sinks.pushed_batches if sinks is not None else 0,
         "hashes": f.hashes_at(epochs),
     }
 
@@ -145,8 +158,11 @@ class ReaderServer:
             sum(s.row_count() for s in storages),
             time.monotonic() - t0,
         )
-        self.follower = Follower(config.partitions, storages, restored)
+        self.follower = Follower(
+            config.partitions, storages, restored, retention_s=config.reader_retention_s
+        )
         self.queries = ReaderQueries(self.follower, self.name, time.monotonic)
+        self.sinks = ReaderSinks(self.follower, self.name)
         self.ctx = ctx or zmq.Context.instance()
         c = self.ctx
         sec = SocketSecurity.for_role(config, reader_role(reader))
@@ -267,8 +283,11 @@ class ReaderServer:
             except Exception:  # noqa: BLE001 - any undecodable frame is the client's
                 self.queries.on_client_frame(identity, frame)  # answered as malformed
                 continue
-            if isinstance(msg, tuple) and msg and msg[0] == rwire.REQ_READER_STATUS:
+            kind = msg[0] if isinstance(msg, tuple) and msg else None
+            if kind == rwire.REQ_READER_STATUS:
                 self._on_status_request(identity, msg)
+            elif kind in (rwire.REQ_SUBSCRIBE, rwire.REQ_UNSUBSCRIBE):
+                self.sinks.on_message(identity, msg, time.monotonic())
             else:
                 self.queries.on_client_message(identity, msg)
         self._send_replies()
@@ -276,7 +295,7 @@ class ReaderServer:
     def _on_status_request(self, identity: bytes, msg: tuple) -> None:
         problem = rwire.status_request_problem(msg)
         epochs = () if problem is not None or len(msg) < 2 else msg[1]
-        report = reader_status(self.reader, self.follower, self.queries, epochs)
+        report = reader_status(self.reader, self.follower, self.queries, epochs, self.sinks)
         if problem is not None:
             report["error"] = problem
         try:
@@ -294,6 +313,12 @@ class ReaderServer:
                 )
             except zmq.ZMQError:
                 pass  # the client went away: its answers go with it
+        for identity, pushes in self.sinks.take().items():
+            for push in pushes:
+                try:
+                    self.qsock.send_multipart([identity, rwire.encode(push)], zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    break  # gone, or its queue is full: pushed again when it acknowledges
 
     def _report_progress(self, now: float) -> None:
         f = self.follower
@@ -312,11 +337,16 @@ class ReaderServer:
 
     # Loop ------------------------------------------------------------------------------
     def _apply(self) -> None:
-        """Apply the batches next in order, for at most APPLY_TURN_S."""
-        f = self.follower
+        """Apply the batches next in order, for at most APPLY_TURN_S; then push what
+        they made to the sinks' subscribers."""
+        f, on_applied = self.follower, self.queries.on_applied
         until = time.monotonic() + APPLY_TURN_S
-        while f.apply_ready(1) and time.monotonic() < until:
-            pass
+        while f.apply_ready(1):
+            on_applied()  # the queries parked for this epoch (read-your-writes)
+            if time.monotonic() >= until:
+                break
+        if self.sinks.subs:
+            self.sinks.after_apply(time.monotonic())
 
     def run(self) -> None:
         poller = zmq.Poller()

@@ -434,11 +434,11 @@ class SequencerServer:
                 self.client.send_multipart([identity, wire.encode(body)], flags=zmq.NOBLOCK)
             except zmq.ZMQError:
                 log.warning("client gone; dropped a control reply")
-        for identity, replies in seq.take_client_out().items():
+        out, epochs = seq.take_client_replies()
+        for identity, replies in out.items():
+            frame = wire.encode_results_reply(replies, epochs.get(identity))
             try:
-                self.client.send_multipart(
-                    [identity, wire.encode_results_reply(replies)], flags=zmq.NOBLOCK
-                )
+                self.client.send_multipart([identity, frame], flags=zmq.NOBLOCK)
             except zmq.ZMQError:
                 log.warning("client gone; dropped %d replies", len(replies))
         for (r, p), queries in seq.take_query_out().items():

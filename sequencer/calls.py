@@ -113,6 +113,7 @@ class PendingCall:
     derived_txns: int = 0
     lookup: bool = False  # fetching a logged call's result after a restart
     query: tuple | None = None  # (query id, recon, partition, body) of its last query
+    epoch: int = 0  # the batch it was (last) sequenced in; 0: not sequenced
 
 
 @dataclass

@@ -184,6 +184,7 @@ class Epochs:
         epoch = self.epoch + 1
         for i, c in enumerate(calls):
             self._inflight[first + i] = InFlight(c)
+            c.epoch = epoch  # its answer names it (the client's read-your-writes token)
         # Batch time never goes back, even when a new leader's clock is behind.
         now_ms = max(now_ms, self._last_timestamp_ms)
         flags = self._checkpoint_flag(epoch, now_ms)

@@ -300,7 +300,7 @@ class Intake:
     def _on_retry(self, identity: bytes, key: tuple[bytes, int], seen: Any) -> None:
         self.stats.duplicate_calls += 1
         if isinstance(seen, Done):
-            self.reply(identity, key[1], seen.status, seen.value)
+            self.reply(identity, key[1], seen.status, seen.value, seen.epoch)
         elif isinstance(seen, Logged):
             # Logged before a restart: fetch the original result, never re-execute (a
             # fail-stopped sequencer cannot read its log: the client retries elsewhere).
@@ -377,6 +377,7 @@ class Intake:
         reporter = placement.reporter(fp.writes, txn.participants, self.partitions)
         call = PendingCall(identity, key[0], key[1], proc, args, txn.participants, entry.digest)
         call.lookup = True
+        call.epoch = entry.epoch
         self.retries.start(key, call)
         body = (RESULT_LOOKUP, (entry.txn_id,), entry.txn_id)
         self._query(call, False, self._next_replica(), reporter, body)

@@ -23,6 +23,10 @@ Invariants:
   times.
 - Nothing a partition sends raises out of ``on_results_frame`` /
   ``on_results_message``: a malformed report is counted and changes nothing.
+- Every answer names the epoch its call was (last) sequenced in, the client's
+  read-your-writes token (``PendingCall.epoch``, set when epochs.py cuts its batch);
+  the retry cache keeps it for a retry's answer. Errors and calls never sequenced (a
+  single-partition read answered through the query table) name 0.
 """
 
 from __future__ import annotations
@@ -195,7 +199,7 @@ class Results:
                 if isinstance(seen, PendingCall):
                     self._deliver(seen, status, Packed(packed))
                 elif isinstance(seen, Logged):
-                    self.retries.finish(key, status, Packed(packed), seen.digest)
+                    self.retries.finish(key, status, Packed(packed), seen.digest, seen.epoch)
             return  # all replicas answered long ago, or evicted from the backlog
         bit = 1 << replica
         if f.answered & bit:
@@ -244,9 +248,10 @@ class Results:
                     status, value = ERROR, (e.code, f"restart prediction invalid: {e.message}")
                 else:
                     return
-        self._reply(call.identity, call.req_id, status, value)
+        epoch = call.epoch if status != ERROR else 0  # an error is no Result to read back
+        self._reply(call.identity, call.req_id, status, value, epoch)
         if call.client_id:
-            self.retries.finish((call.client_id, call.req_id), status, value, call.digest)
+            self.retries.finish((call.client_id, call.req_id), status, value, call.digest, epoch)
 
     def _on_query_result(self, qid: int, status: int, value: Any) -> None:
         entry = self._query_table.pop(qid, None)

@@ -72,6 +72,7 @@ class Done(NamedTuple):
     packed: bytes  # the value, msgpack-encoded (see the module docstring)
     digest: int | None  # None: recovered from a log written before digests were kept
     nbytes: int
+    epoch: int = 0  # the batch the call was sequenced in (a retry's answer names it too)
 
     @property
     def value(self) -> Any:
@@ -152,12 +153,12 @@ class RetryCache:
         self._drop_answered(key)
         self._inflight[key] = call
 
-    def finish(self, key: Key, status: int, value: Any, digest: int | None) -> None:
+    def finish(self, key: Key, status: int, value: Any, digest: int | None, epoch: int = 0) -> None:
         self._inflight.pop(key, None)
         # A partition's value as it packed it, or the sequencer's own (which encodes).
         packed = bytes(value) if type(value) is Packed else msgpack.packb(value)
         # A Done's fields, stored as the plain tuple _entry turns back into a Done.
-        self._put(key, (status, packed, digest, len(packed) + ENTRY_OVERHEAD_BYTES))
+        self._put(key, (status, packed, digest, len(packed) + ENTRY_OVERHEAD_BYTES, epoch))
 
     def log(self, key: Key, entry: Logged) -> None:
         self._put(key, tuple(entry))

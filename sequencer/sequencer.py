@@ -80,7 +80,7 @@ class Sequencer:
       epochs   has_pending, batch_full, request_checkpoint, tick, unapplied_bytes,
                log_fetch_reply, log_reply, step_down
       results  on_results_frame, on_results_message, on_results
-      outbox   take_client_out, take_control_out, take_query_out
+      outbox   take_client_out, take_client_replies, take_control_out, take_query_out
     """
 
     def __init__(
@@ -182,6 +182,7 @@ class Sequencer:
         self.on_results_message = results.on_results_message
         self.on_results = results.on_results
         self.take_client_out = outbox.take_client_out
+        self.take_client_replies = outbox.take_client_replies
         self.take_control_out = outbox.take_control_out
         self.take_query_out = outbox.take_query_out
 

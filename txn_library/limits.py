@@ -346,6 +346,12 @@ heavy write load; a query older than what is kept gets `bad_arguments` as above.
 query_watermark_wait_s = 2.0
 """How long a query naming an epoch not completed yet at a partition waits for it.
 Past it the query gets `not_ready` (its epoch is ahead of the partition's)."""
+query_after_epoch_wait_s = 2.0
+"""How long a query naming an epoch its answer must reflect (`after_epoch`:
+read-your-writes, the epoch of the caller's last committed call) waits at a reader or
+partition until that epoch is applied there. Past it: `not_ready` naming the epoch
+applied and the newest known (the client moves the query to the next reader or
+replica); so an epoch the cluster never sequenced is refused, never waited for."""
 queries_waiting_max = 10_000
 """Snapshot queries one partition holds while they wait (for an epoch, or for their
 peers' reads). Past it a new one gets `overloaded`."""
@@ -361,10 +367,16 @@ _check(window_batches_max <= window_tuples_max, "windows are bounded alike")
 
 # Readers: replicas that follow the log in one process and answer queries (executor/reader/)
 
-reader_versions_epochs_max = 500
-"""Epochs of row versions a reader keeps before its applied epoch (5 s at 10 ms
-epochs), per partition and within `versions_bytes_max` bytes. A query naming an older
-epoch gets `bad_arguments` naming the retention."""
+reader_retention_s_default = 5.0
+"""How far back a reader serves snapshots (`ClusterConfig.reader_retention_s`),
+measured in the batches' logged time, never the reader's clock: an epoch whose batch
+is at most this much older than the newest applied one's, within `versions_bytes_max`
+bytes of row versions per partition (past them the oldest epochs go early). A query
+naming an older epoch gets `bad_arguments` naming the oldest epoch still served."""
+reader_retention_s_max = 600.0
+"""The most `ClusterConfig.reader_retention_s` may be (a cluster.json asking more does
+not load): a reader keeps each epoch's batch time within its retention, and longer
+histories are `ordo replay state --epoch`'s."""
 reader_hashes_epochs_max = 10_000
 """Epochs whose per-partition state hashes a reader keeps, to compare with the
 replicas' (a status naming an older epoch is not compared)."""
@@ -372,7 +384,39 @@ reader_held_batches_max = 20_000
 """Published batches a reader holds ahead of a gap while it catches up from the log.
 Past it newer ones are dropped: the log service gives them again."""
 
-_check(reader_versions_epochs_max >= versions_epochs_max, "a reader keeps at least a partition's")
+_check(
+    reader_retention_s_default * 1000 >= versions_epochs_max * epoch_duration_ms_default,
+    "a reader keeps at least a partition's versions",
+)
+_check(0 < reader_retention_s_default <= reader_retention_s_max, "the default is allowed")
+_check(query_after_epoch_wait_s < client_timeout_s_default, "a client outwaits one target")
+
+# Sinks pushed from readers (executor/reader/sinks.py, txn_library/client/sinks.py)
+
+reader_subscriptions_max = 1_024
+"""Sink subscriptions one reader serves at once. Past it a new one gets `overloaded`
+(the client tries the next reader)."""
+reader_subscriptions_per_client_max = 64
+"""Sink subscriptions one client connection holds at one reader, so that no client
+takes every place."""
+sink_window_batches = 2_000
+"""Batches a reader pushes to one subscription beyond what the subscriber has
+acknowledged; it pushes more as acknowledgements come."""
+sink_renew_s = 1.0
+"""How often a subscriber tells its reader where it is (its next batch id), also when
+nothing comes: the reader's answer tells it the reader is alive."""
+sink_lease_s = 5.0
+"""A subscription the reader has not heard of for this long is dropped."""
+sink_silence_s = 3.0
+"""A subscriber whose reader has not answered for this long moves to the next reader,
+from the batch after the last it took."""
+sink_resend_s = 1.0
+"""A reader whose pushes go unacknowledged for this long pushes again from the
+subscriber's next batch id (the subscriber drops what it has seen)."""
+
+_check(sink_silence_s < sink_lease_s, "a subscriber moves on before its lease ends")
+_check(sink_renew_s < sink_silence_s, "a live reader answers before the subscriber gives up")
+_check(sink_window_batches >= stream_read_batches_max, "a window holds a page")
 
 # ZooKeeper ensemble (cluster/zookeeper.py): what one local server may hold
 

@@ -15,6 +15,13 @@ coordinator picks the epoch: the one named (time travel within retention), else 
 for its reads at that epoch (MSG_QUERY_READS); with all of them it runs the body
 (executor.deterministic.snapshot) and answers [query_id, status, value, epoch].
 
+Read-your-writes: a query naming ``after_epoch`` E (the epoch of the caller's last
+committed call) is read at an epoch >= E: a snapshot's coordinator picks at least E
+(and picks again, later, while it waits: the newest it may read then), read committed
+reads at each participant once it has completed E (MSG_QUERY_READS carries E). Each
+waits as for a named epoch, at most ``limits.query_after_epoch_wait_s``, then gets
+``not_ready`` saying how far the partition got.
+
 Invariants:
 - A query never takes a lock, enters the lock manager or delays a batch: it reads the
   Storage and its versions between the role's other work.
@@ -85,6 +92,8 @@ class _Job:
     remote: list[tuple[Exact, Prefixes]] = field(default_factory=list)
     waiting: set[int] = field(default_factory=set)
     own_read: bool = False  # this partition's reads are in ``remote`` (a fan-out)
+    after: int = 0  # read at an epoch >= this (read-your-writes; 0: any)
+    pick: bool = False  # a snapshot whose epoch the coordinator picks (none named)
 
 
 def _packed(value: Any) -> bytes:
@@ -125,11 +134,18 @@ class QueryService:
         if problem is not None:
             self._error(identity, 0, ERR_MALFORMED, problem)
             return
-        for qid, proc_name, args, isolation, at_epoch in msg[2]:
-            self._start(identity, qid, proc_name, args, isolation, at_epoch)
+        for qid, proc_name, args, isolation, at_epoch, after_epoch in wire.query_entries(msg):
+            self._start(identity, qid, proc_name, args, isolation, at_epoch, after_epoch)
 
     def _start(
-        self, identity: bytes, qid: int, proc_name: str, args: tuple, isolation: str, at: int
+        self,
+        identity: bytes,
+        qid: int,
+        proc_name: str,
+        args: tuple,
+        isolation: str,
+        at: int,
+        after: Any = 0,
     ) -> None:
         try:
             proc, parts = query_procedure(proc_name, args, self.partitions)
@@ -145,6 +161,12 @@ class QueryService:
                 f"(strict goes through the sequencer, ordered with the transactions)",
             )
             return
+        problem = wire.after_epoch_problem(after)
+        if problem is None and isolation == SNAPSHOT and 0 <= at < after:
+            problem = f"at_epoch {at} is before after_epoch {after}: it cannot show those writes"
+        if problem is not None:
+            self._error(identity, qid, ERR_BAD_ARGUMENTS, problem)
+            return
         if isolation == SNAPSHOT and not self.live:
             self._error(
                 identity,
@@ -158,10 +180,13 @@ class QueryService:
             self._error(identity, qid, ERR_OVERLOADED, "too many queries waiting here")
             return
         epoch: int | None = None
+        pick = isolation == SNAPSHOT and at < 0
         if isolation == SNAPSHOT:
-            epoch = at if at >= 0 else self._snapshot_epoch(parts)
-        job = _Job(identity, qid, proc, args, epoch, self.clock() + limits.query_watermark_wait_s)
-        job.parts = parts
+            epoch = max(after, self._snapshot_epoch(parts)) if pick else at
+        named = isolation == SNAPSHOT and not pick
+        wait_s = limits.query_watermark_wait_s if named else limits.query_after_epoch_wait_s
+        job = _Job(identity, qid, proc, args, epoch, self.clock() + wait_s)
+        job.parts, job.after, job.pick = parts, after, pick
         self._run(job)
 
     def _snapshot_epoch(self, parts: tuple) -> int:
@@ -174,20 +199,34 @@ class QueryService:
 
     def _ready(self, job: _Job) -> bool:
         """Whether ``job`` can read here now; answers (and drops) it if it never can."""
+        completed = self.part.completed_epoch()
+        problem: tuple[str, str] | None
         if job.epoch is None:
-            return True
-        versions = self.part.storage.versions
-        oldest = versions.oldest if versions is not None else self.part.completed_epoch()
-        problem = epoch_problem(
-            job.epoch, oldest, self.part.completed_epoch(), versions is not None
-        )
-        if problem is None:
-            return True
+            if job.after <= completed:
+                return True
+            problem = (
+                ERR_NOT_READY,
+                f"after_epoch {job.after} is not completed at partition {self.me} "
+                f"(completed: {completed})",
+            )
+        else:
+            if job.pick:  # the newest it may read now, at least the epoch waited for
+                job.epoch = max(job.after, self._snapshot_epoch(job.parts))
+            versions = self.part.storage.versions
+            oldest = versions.oldest if versions is not None else completed
+            problem = epoch_problem(job.epoch, oldest, completed, versions is not None)
+            if problem is None:
+                return True
         code, message = problem
         if code == ERR_NOT_READY and self.clock() < job.deadline:
             if job not in self._waiting:
                 self._waiting.append(job)
             return False
+        if code == ERR_NOT_READY and job.after and (job.pick or job.epoch is None):
+            message += (
+                f": after_epoch {job.after} not reached within "
+                f"{limits.query_after_epoch_wait_s:g} s (limits.query_after_epoch_wait_s)"
+            )
         self._fail(job, code, message)
         return False
 
@@ -213,7 +252,9 @@ class QueryService:
         job.deadline = self.clock() + PEER_TIMEOUT_S
         self._fanout[iid] = job
         epoch = NO_EPOCH if job.epoch is None else job.epoch
-        msg = ewire.encode(ewire.QueryReads(self.me, iid, job.proc.name, job.args, epoch))
+        msg = ewire.encode(
+            ewire.QueryReads(self.me, iid, job.proc.name, job.args, epoch, job.after)
+        )
         for q in others:
             self.send_peer(q, msg)
 
@@ -267,10 +308,11 @@ class QueryService:
             )
             return
         epoch = None if msg.epoch == NO_EPOCH else msg.epoch
-        job = _Job(
-            None, msg.query_id, proc, msg.args, epoch, self.clock() + limits.query_watermark_wait_s
-        )
-        job.coordinator = q
+        wait_s = limits.query_watermark_wait_s
+        if epoch is None and msg.after_epoch > 0:
+            wait_s = limits.query_after_epoch_wait_s
+        job = _Job(None, msg.query_id, proc, msg.args, epoch, self.clock() + wait_s)
+        job.coordinator, job.after = q, msg.after_epoch
         if epoch is not None and not self.live:
             self._fail(job, ERR_NOT_READY, f"partition {self.me} is recovering from the log")
             return

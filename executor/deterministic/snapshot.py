@@ -39,7 +39,7 @@ from txn_library.errors import (
     ERROR,
     BadRequest,
 )
-from txn_library.procedure import Procedure, lookup
+from txn_library.procedure import Footprint, Procedure, lookup
 
 SNAPSHOT, READ_COMMITTED, STRICT = "snapshot", "read_committed", "strict"
 ISOLATIONS = (SNAPSHOT, READ_COMMITTED, STRICT)
@@ -47,6 +47,26 @@ NO_EPOCH = -1  # on the wire: read committed (the state now)
 
 Exact = list[tuple[str, tuple, Any]]  # [(table, key, row or None)]
 Prefixes = list[tuple[str, tuple, list[tuple[tuple, tuple]]]]  # [(table, prefix, rows)]
+
+
+def query_footprint(proc_name: Any, args: Any) -> tuple[Procedure, Footprint]:
+    """The read-only procedure a query calls and its footprint, checked as the
+    sequencer checks a call (BadRequest otherwise), placed nowhere: for a reader,
+    which holds every partition."""
+    proc = _read_only(proc_name)
+    proc.validate(args)
+    return proc, proc.footprint_of(tuple(args), limits.footprint_entries_max)
+
+
+def _read_only(proc_name: Any) -> Procedure:
+    proc = lookup(proc_name)
+    if not proc.read_only:
+        raise BadRequest(
+            ERR_BAD_ARGUMENTS,
+            f"{proc.name} is not read-only: a query calls a read-only procedure (a write "
+            f"goes through the sequencer)",
+        )
+    return proc
 
 
 def query_procedure(proc_name: Any, args: Any, partitions: int) -> tuple[Procedure, tuple]:

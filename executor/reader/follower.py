@@ -28,13 +28,22 @@ Invariants:
 - ``hashes`` holds each partition's state hash at the end of each of the last
   ``limits.reader_hashes_epochs_max`` applied epochs; ``compare`` checks the
   replicas' hashes against it, and every disagreement is a determinism violation.
-- Row versions are kept back to ``applied_epoch - limits.reader_versions_epochs_max``
-  (within ``limits.versions_bytes_max`` bytes per partition): ``versions_oldest``.
+- Retention is measured in the batches' logged time (``Batch.timestamp_ms``, the
+  sequencer's), never this process's clock, so every reader with the same history
+  serves the same window. A snapshot is served at every epoch from
+  ``versions_oldest`` to ``applied_epoch``: the state at the end of epoch X lasted
+  until the batch of X + 1, and X is served while that batch was logged at most
+  ``retention_s`` before the newest applied batch (the applied epoch always), unless
+  ``limits.versions_bytes_max`` bytes of a partition's versions retired older epochs
+  early. ``epoch_ends`` holds (X, the time its state ended) for exactly the served
+  epochs before the applied one, consecutive, oldest first; batch times are taken
+  as never decreasing (one older than the newest seen counts as the newest), so the
+  window never moves back.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -83,9 +92,19 @@ class Follower:
         partitions: int,
         storages: list[Storage] | None = None,
         restored: Sequence[Restored] | None = None,
+        retention_s: float = limits.reader_retention_s_default,
     ) -> None:
         """``storages``: every partition's state at the start (default: empty tables),
-        at genesis or, with ``restored``, at the end of one checkpointed epoch."""
+        at genesis or, with ``restored``, at the end of one checkpointed epoch.
+        ``retention_s``: how far back snapshots are served, in batch time
+        (``ClusterConfig.reader_retention_s``)."""
+        invariant(0 < retention_s <= limits.reader_retention_s_max, "reader retention")
+        self.retention_s = retention_s
+        self._retention_ms = retention_s * 1000
+        # (epoch, when its state ended: the next batch's time, ms) of each epoch
+        # before the applied one that a snapshot is served at, oldest first.
+        self.epoch_ends: deque[tuple[int, int]] = deque()
+        self.newest_batch_ms = 0  # the newest batch time applied (never decreases)
         self.partitions = partitions
         self.storages = storages if storages is not None else [Storage() for _ in range(partitions)]
         invariant(len(self.storages) == partitions, "one storage per partition")
@@ -263,13 +282,31 @@ class Follower:
         self.applied_epoch = epoch
         self.next_txn_id = txn_id
         self.txns_applied += len(txns)
-        # Keep versions back reader_versions_epochs_max epochs (Versions.bound retires
-        # up to its argument - versions_epochs_max), within the bytes bound.
-        horizon = epoch - (limits.reader_versions_epochs_max - limits.versions_epochs_max)
-        for s in storages:
-            assert s.versions is not None
-            s.versions.bound(horizon)
+        self._retain(epoch, batch.timestamp_ms)
         self._note_hashes()
+
+    def _retain(self, epoch: int, timestamp_ms: int) -> None:
+        """Retire the row versions no snapshot within the retention needs, now that
+        ``epoch`` (its batch logged at ``timestamp_ms``) is applied."""
+        ends = self.epoch_ends
+        now_ms = self.newest_batch_ms = max(self.newest_batch_ms, timestamp_ms)
+        ends.append((epoch - 1, now_ms))  # the state of epoch - 1 lasted until now
+        cutoff = now_ms - self._retention_ms
+        while ends and ends[0][1] < cutoff:
+            ends.popleft()
+        horizon = ends[0][0] if ends else epoch
+        for s in self.storages:
+            assert s.versions is not None
+            # Versions.bound(c) retires up to c - versions_epochs_max, then the oldest
+            # epochs while the partition's versions are over versions_bytes_max.
+            s.versions.bound(horizon + limits.versions_epochs_max)
+        oldest = self.versions_oldest
+        while ends and ends[0][0] < oldest:
+            ends.popleft()
+        invariant(
+            len(ends) == epoch - oldest and (not ends or ends[0][0] == oldest),
+            f"reader retention: {len(ends)} epochs kept before {epoch}, versions from {oldest}",
+        )
 
     def _apply_writes(self, writes: list) -> None:
         storages, n = self.storages, self.partitions

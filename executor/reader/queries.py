@@ -3,8 +3,12 @@ every partition held in one process (docs/QUERIES.md, "Readers").
 
 The role owns no socket: ``on_client_frame`` takes a client's REQ_QUERY frame (the
 frame a partition's query socket takes, txn_library.wire.sequencer.QueryRequest) and replies
-accumulate in ``replies`` by client identity; ``tick()`` retries the queries that
-wait for an epoch, and the owner calls it after every batch it applies too.
+accumulate in ``replies`` by client identity. A query whose epoch is not applied yet
+(``at_epoch`` ahead, or ``after_epoch``: read-your-writes) is parked, keyed by that
+epoch; the owner calls ``on_applied`` after each batch it applies, which answers the
+parked queries the batch made ready, in epoch order, and ``tick`` now and then, which
+also refuses those whose wait is over. No query is looked at again before its epoch
+is applied or its wait ends.
 
 A snapshot across partitions is a local read: the body runs once, each key read from
 the partition that holds it (``Snapshot`` at the query's epoch: the reader's applied
@@ -13,17 +17,24 @@ Read committed reads the state now, which on a reader is the state at the end of
 applied epoch (batches are applied whole between queries).
 
 Invariants:
-- An answer names the epoch it reflects, and is the serial history's prefix up to it.
+- An answer names the epoch it reflects, and is the serial history's prefix up to it;
+  with ``after_epoch`` E that epoch is >= E.
 - A query at an epoch the reader has not applied yet waits, at most
-  ``limits.query_watermark_wait_s``, then gets ``not_ready``; one older than the
-  versions kept gets ``bad_arguments`` naming the retention.
+  ``limits.query_watermark_wait_s`` (``at_epoch``) or
+  ``limits.query_after_epoch_wait_s`` (``after_epoch``), then gets ``not_ready`` saying
+  how far the reader got; one older than the retention (``Follower.versions_oldest``)
+  gets ``bad_arguments`` naming the oldest epoch served. A bad ``after_epoch``
+  (negative, past int64, not an int, after a named ``at_epoch``) gets
+  ``bad_arguments`` and waits for nothing.
 - A reader that has not caught up since it started answers only queries naming an
   epoch it has applied (``not_ready`` otherwise: the client moves on).
-- At most ``limits.queries_waiting_max`` queries wait.
+- At most ``limits.queries_waiting_max`` queries wait; every one is answered exactly
+  once (``waiting`` counts those not yet answered).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +48,7 @@ from executor.deterministic.snapshot import (
     READ_COMMITTED,
     SNAPSHOT,
     Snapshot,
-    query_procedure,
+    query_footprint,
 )
 from executor.reader.follower import Follower
 from txn_library import limits, placement
@@ -50,6 +61,7 @@ from txn_library.errors import (
     ERROR,
     BadRequest,
     brief,
+    invariant,
 )
 from txn_library.procedure import Procedure
 from txn_library.wire import sequencer as wire
@@ -59,21 +71,32 @@ Reply = tuple[int, int, bytes, int]  # (query id, status, value packed, epoch)
 
 @dataclass(eq=False)
 class _Waiting:
+    """A query parked until ``wanted`` is applied (or ``deadline``)."""
+
     identity: bytes
     qid: int
     proc: Procedure
     args: tuple
-    epoch: int
+    epoch: int | None  # the epoch to read at; None: the applied one when it runs
+    wanted: int  # the epoch that must be applied first
+    after: int  # the after_epoch it named (0: none)
     deadline: float
+    done: bool = False
+    reads: frozenset | None = None  # the footprint's read cover set, checked at intake
 
 
 def run_at(
-    proc: Procedure, args: Sequence[Any], snaps: Sequence[Snapshot], partitions: int
+    proc: Procedure,
+    args: Sequence[Any],
+    snaps: Sequence[Snapshot],
+    partitions: int,
+    reads: frozenset | None = None,
 ) -> tuple[int, Any, bytes]:
     """Run a read-only body over every partition's snapshot. A key is only ever written
     at the partition that holds it (a replicated table's rows are the same at every
     partition), so a read takes the first partition that has the row: no placement is
-    computed per key. A scan reads the partition its prefix is placed at."""
+    computed per key. A scan reads the partition its prefix is placed at. ``reads``:
+    the footprint's read cover set, when the caller has it already."""
     getters = [s.storage.get if s.epoch is None else s.get for s in snaps]
 
     def get(t: str, key: tuple) -> tuple | None:
@@ -87,8 +110,9 @@ def run_at(
         p = placement.partition_of(t, prefix, partitions)
         return snaps[0 if p == REPLICATED else p].scan(t, prefix)
 
-    fp = proc.footprint(*args)
-    ctx = TxnContext(-1, 0, 0, cover_set(fp.reads), frozenset(), get, scan)
+    if reads is None:
+        reads = cover_set(proc.footprint(*args).reads)
+    ctx = TxnContext(-1, 0, 0, reads, frozenset(), get, scan)
     return run_body(proc, tuple(args), ctx)
 
 
@@ -98,7 +122,13 @@ class ReaderQueries:
         self.name = name  # "reader 0": how errors name this reader
         self.clock = clock
         self.replies: dict[bytes, list[Reply]] = {}
-        self._waiting: list[_Waiting] = []
+        # Parked queries, by the epoch they wait for and by deadline (heaps of
+        # (key, seq, job); an answered job's other entry is dropped when it surfaces,
+        # or when stale entries outnumber the waiting ones).
+        self._by_epoch: list[tuple[int, int, _Waiting]] = []
+        self._by_deadline: list[tuple[float, int, _Waiting]] = []
+        self._seq = 0
+        self._waiting = 0  # parked and not answered yet
         self.served = 0
         self.refused = 0
 
@@ -116,15 +146,24 @@ class ReaderQueries:
         if problem is not None:
             self._error(identity, 0, ERR_MALFORMED, problem)
             return
-        for qid, proc_name, args, isolation, at_epoch in msg[2]:
-            self._start(identity, qid, proc_name, args, isolation, at_epoch)
+        for qid, proc_name, args, isolation, at_epoch, after_epoch in wire.query_entries(msg):
+            self._start(identity, qid, proc_name, args, isolation, at_epoch, after_epoch)
 
     def _start(
-        self, identity: bytes, qid: int, proc_name: str, args: tuple, isolation: str, at: int
+        self,
+        identity: bytes,
+        qid: int,
+        proc_name: str,
+        args: tuple,
+        isolation: str,
+        at: int,
+        after: Any = 0,
     ) -> None:
         f = self.follower
         try:
-            proc, _ = query_procedure(proc_name, args, f.partitions)
+            # Checked as the sequencer checks a call, but placed nowhere: every
+            # partition is here.
+            proc, fp = query_footprint(proc_name, args)
         except BadRequest as e:
             self._error(identity, qid, e.code, e.message)
             return
@@ -138,6 +177,12 @@ class ReaderQueries:
             )
             return
         named = isolation == SNAPSHOT and at >= 0
+        problem = wire.after_epoch_problem(after)
+        if problem is None and named and at < after:
+            problem = f"at_epoch {at} is before after_epoch {after}: it cannot show those writes"
+        if problem is not None:
+            self._error(identity, qid, ERR_BAD_ARGUMENTS, problem)
+            return
         if not f.live and not (named and at <= f.applied_epoch):
             self._error(
                 identity,
@@ -147,45 +192,63 @@ class ReaderQueries:
                 f"of {f.known_last_epoch}): ask another reader or replica",
             )
             return
-        epoch = at if named else f.applied_epoch
-        self._run(_Waiting(identity, qid, proc, args, epoch, 0.0))
-
-    def _run(self, job: _Waiting) -> None:
-        f = self.follower
-        if job.epoch > f.applied_epoch:
-            if not job.deadline:
-                if len(self._waiting) >= limits.queries_waiting_max:
-                    self._error(job.identity, job.qid, ERR_OVERLOADED, "too many queries waiting")
-                    return
-                job.deadline = self.clock() + limits.query_watermark_wait_s
-            if self.clock() < job.deadline:
-                self._waiting.append(job)
-                return
-            self._error(
-                job.identity,
-                job.qid,
-                ERR_NOT_READY,
-                f"epoch {job.epoch} is not applied at {self.name} yet (applied: {f.applied_epoch})",
+        job = _Waiting(identity, qid, proc, args, at if named else None, 0, after, 0.0)
+        job.reads = cover_set(fp.reads)
+        job.wanted = max(at, after) if named else after
+        if job.wanted <= f.applied_epoch:
+            self._answer(job)
+        else:
+            self._park(
+                job, limits.query_watermark_wait_s if named else limits.query_after_epoch_wait_s
             )
+
+    def _park(self, job: _Waiting, wait_s: float) -> None:
+        if self._waiting >= limits.queries_waiting_max:
+            self._error(job.identity, job.qid, ERR_OVERLOADED, "too many queries waiting")
             return
+        job.deadline = self.clock() + wait_s
+        self._seq += 1
+        heapq.heappush(self._by_epoch, (job.wanted, self._seq, job))
+        heapq.heappush(self._by_deadline, (job.deadline, self._seq, job))
+        self._waiting += 1
+
+    def _unpark(self, job: _Waiting) -> None:
+        job.done = True
+        self._waiting -= 1
+        invariant(self._waiting >= 0, "reader queries: waiting count")
+
+    def _compact(self) -> None:
+        """Drop answered jobs' entries once they outnumber the waiting ones (a query
+        refused at its deadline may wait for an epoch that never comes)."""
+        stale = len(self._by_epoch) + len(self._by_deadline) - 2 * self._waiting
+        if stale > 2 * self._waiting + 64:
+            self._by_epoch = [e for e in self._by_epoch if not e[2].done]
+            self._by_deadline = [e for e in self._by_deadline if not e[2].done]
+            heapq.heapify(self._by_epoch)
+            heapq.heapify(self._by_deadline)
+
+    def _answer(self, job: _Waiting) -> None:
+        """Answer a query whose epoch is applied: at its named epoch, else the applied one."""
+        f = self.follower
+        epoch = f.applied_epoch if job.epoch is None else job.epoch
+        invariant(job.wanted <= f.applied_epoch, "a query answered before its epoch")
         oldest = f.versions_oldest
-        if job.epoch < oldest:
+        if epoch < oldest:
             self._error(
                 job.identity,
                 job.qid,
                 ERR_BAD_ARGUMENTS,
-                f"epoch {job.epoch} is older than the versions kept at {self.name} (from "
-                f"epoch {oldest}: limits.reader_versions_epochs_max = "
-                f"{limits.reader_versions_epochs_max} epochs, versions_bytes_max = "
-                f"{limits.versions_bytes_max} bytes per partition); "
-                f"`ordo replay state --epoch` reaches any epoch",
+                f"epoch {epoch} is older than the oldest epoch {self.name} still serves, "
+                f"{oldest} (retention: {f.retention_s:g} s of batch time, within "
+                f"limits.versions_bytes_max = {limits.versions_bytes_max} bytes of versions "
+                f"per partition); `ordo replay state --epoch` reaches any epoch",
             )
             return
         # At the applied epoch the state now is the snapshot: no version is probed.
-        at = None if job.epoch == f.applied_epoch else job.epoch
+        at = None if epoch == f.applied_epoch else epoch
         snaps = [Snapshot(s, at) for s in f.storages]
-        status, _, packed = run_at(job.proc, job.args, snaps, f.partitions)
-        self.replies.setdefault(job.identity, []).append((job.qid, status, packed, job.epoch))
+        status, _, packed = run_at(job.proc, job.args, snaps, f.partitions, job.reads)
+        self.replies.setdefault(job.identity, []).append((job.qid, status, packed, epoch))
         self.served += 1
 
     def _error(self, identity: bytes, qid: int, code: str, message: str) -> None:
@@ -194,12 +257,44 @@ class ReaderQueries:
             (qid, ERROR, msgpack.packb([code, message]), NO_EPOCH)
         )
 
+    def on_applied(self) -> None:
+        """A batch was applied: answer the parked queries it made ready, oldest epoch
+        first (in arrival order within one)."""
+        heap = self._by_epoch
+        applied = self.follower.applied_epoch
+        while heap and heap[0][0] <= applied:
+            job = heapq.heappop(heap)[2]
+            if not job.done:
+                self._unpark(job)
+                self._answer(job)
+        self._compact()
+
     def tick(self) -> None:
-        """Retry the queries waiting for an epoch (answered, or refused past their wait)."""
-        if self._waiting:
-            waiting, self._waiting = self._waiting, []
-            for job in waiting:
-                self._run(job)
+        """Answer what is ready; refuse the parked queries whose wait is over."""
+        self.on_applied()
+        heap = self._by_deadline
+        now = self.clock()
+        while heap and heap[0][0] <= now:
+            job = heapq.heappop(heap)[2]
+            if not job.done:
+                self._unpark(job)
+                self._refuse_late(job)
+        self._compact()
+
+    def _refuse_late(self, job: _Waiting) -> None:
+        f = self.follower
+        how_far = f"applied: {f.applied_epoch}, newest known sequenced: {f.known_last_epoch}"
+        if job.epoch is not None and job.epoch == job.wanted:
+            message = f"epoch {job.wanted} is not applied at {self.name} yet ({how_far})"
+        else:
+            wait = limits.query_after_epoch_wait_s
+            message = (
+                f"after_epoch {job.after} is not applied at {self.name} within {wait:g} s "
+                f"(limits.query_after_epoch_wait_s; {how_far})"
+            )
+            if job.after > f.known_last_epoch:
+                message += f": no epoch {job.after} is known to be sequenced"
+        self._error(job.identity, job.qid, ERR_NOT_READY, message)
 
     def take_replies(self) -> dict[bytes, list[Reply]]:
         out, self.replies = self.replies, {}
@@ -207,4 +302,4 @@ class ReaderQueries:
 
     @property
     def waiting(self) -> int:
-        return len(self._waiting)
+        return self._waiting

@@ -18,6 +18,8 @@ serves the checks in order:
   answered by the replica meanwhile (never wrong), the restarted reader replays the
   log from genesis (``--from-genesis``) or from the replica's newest checkpoint,
   catches up, and its hashes agree with the replica's again;
+- read-your-writes: a call, then a query naming its epoch, answered by the reader
+  always shows the write;
 - a client given one sequencer's address (``Client(addr)``, ``ordo query --host``) learns
   the reader from it and queries it;
 - under ``ordo up --ha``'s layout (ZooKeeper, 3 sequencers, CURVE) a reader follows,
@@ -186,6 +188,27 @@ def test_reader_snapshots_equal_the_money_and_the_log_replayed_to_their_epoch(
             rows.update(part.storage.whole_tables().get("account", {}))
         assert balances == {k[0]: r[0] for k, r in rows.items()}, f"epoch {e}"
         assert sum(balances.values()) == TOTAL
+
+
+def test_a_client_always_reads_its_own_writes_from_the_reader(bank: LocalCluster) -> None:
+    """call -> query(read_your_writes=True), repeated under transfers: the reader
+    answers once it has applied the call's epoch, so the answer always shows the
+    write and names an epoch at or after the call's (pinned to the reader, and sent
+    to it by default)."""
+    cfg = bank.config
+    served = report(cfg)["queries_served"]
+    with Transfers(cfg, seed=15) as load, cluster_client(cfg, timeout_s=30) as c:
+        load.wait_answered(load.answered + 100)
+        last = 0
+        for i in range(100):
+            r = c.call("kv.put", "read-your-writes", i)
+            assert r.ok and r.epoch >= max(last, 1) and r.epoch == c.last_epoch, (r, last)
+            last = r.epoch
+            pinned = {"reader": 0} if i % 2 else {}
+            a = c.query("kv.get", "read-your-writes", read_your_writes=True, **pinned)
+            assert a.ok and a.value == i and a.epoch is not None and a.epoch >= r.epoch, (i, r, a)
+        load.stop()
+    assert report(cfg)["queries_served"] >= served + 100  # the reader answered them
 
 
 def test_one_sequencer_address_is_enough_to_query_the_reader(

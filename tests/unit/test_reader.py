@@ -113,9 +113,9 @@ def test_the_reader_follows_out_of_order_batches_and_agrees_with_replica_and_ora
 
 
 def test_retention_future_epochs_and_a_reader_still_catching_up(tmp_path: Path) -> None:
-    batches = history(tmp_path, limits.reader_versions_epochs_max + 30)
+    batches = history(tmp_path, 60)  # a batch every 10 ms
     clock = [0.0]
-    f = Follower(PARTITIONS)
+    f = Follower(PARTITIONS, retention_s=0.2)  # 20 epochs' worth of batch time
     q = ReaderQueries(f, "reader 3", lambda: clock[0])
     for data in batches[:10]:
         f.offer(data, published=True)
@@ -150,12 +150,16 @@ def test_retention_future_epochs_and_a_reader_still_catching_up(tmp_path: Path) 
     q.tick()
     [(_, status, packed, _)] = q.take_replies()[b"id"]
     assert status == ERROR and msgpack.unpackb(packed)[0] == ERR_NOT_READY
-    # Past the retention: refused, naming it.
-    assert f.versions_oldest == f.applied_epoch - limits.reader_versions_epochs_max
-    [(_, status, packed, _)] = ask(q, "bank.total", (0, ACCOUNTS), at=f.versions_oldest - 1)
+    # Past the retention: refused, naming the oldest epoch served. Epoch X is served
+    # while the batch after it is at most 0.2 s older than the newest: X + 1 >= E - 20.
+    oldest = f.applied_epoch - 21
+    assert f.versions_oldest == oldest
+    [(_, status, _, epoch)] = ask(q, "bank.total", (0, ACCOUNTS), at=oldest)
+    assert (status, epoch) == (OK, oldest)
+    [(_, status, packed, _)] = ask(q, "bank.total", (0, ACCOUNTS), at=oldest - 1)
     code, message = msgpack.unpackb(packed)
     assert status == ERROR and code == ERR_BAD_ARGUMENTS
-    assert "reader_versions_epochs_max" in message
+    assert f"still serves, {oldest}" in message and "0.2 s of batch time" in message
     # Writes are refused as queries.
     [(_, status, packed, _)] = ask(q, "bank.transfer", (1, 2, 3))
     assert status == ERROR and "not read-only" in msgpack.unpackb(packed)[1]

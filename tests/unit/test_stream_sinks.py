@@ -62,7 +62,12 @@ class ReplicaSequencer(threading.Thread):
             while not self.stopping.is_set():
                 if sock.poll(20):
                     identity, frame = sock.recv_multipart()
-                    kind, client_id, calls = wire.unpack(frame)
+                    msg = wire.unpack(frame)
+                    if msg[0] == wire.REQ_CLUSTER_INFO:  # a sequencer with no reader
+                        reply = (wire.REP_CLUSTER_INFO, {})  # and no query address
+                        sock.send_multipart([identity, wire.pack(reply)])
+                        continue
+                    kind, client_id, calls = msg
                     assert kind == wire.REQ_CALLS, kind
                     results = [self._answer(client_id, *call) for call in calls]
                     sock.send_multipart([identity, wire.pack((wire.REP_RESULTS, results))])

@@ -37,12 +37,19 @@ found no answer at any target it knows. A reply it cannot use (malformed, hostil
 CURVE cluster and no key pair here) fails the waiting queries with CallFailed naming
 why; the next query asks again.
 
+Read-your-writes: a Result names the epoch its call was committed in (``epoch``; the
+sequencer's reply carries it); the client keeps the highest of its own calls'
+(``last_epoch``, raised before the call's future resolves, never lowered), and
+``query(read_your_writes=True)`` (or ``after_epoch=E``) asks the reader or partition
+to answer only once it has applied that epoch (docs/QUERIES.md).
+
 The encoding and reply reading are txn_library/client/protocol.py (``ClientProtocol``,
 ``Result``, ``to_outcome``, importable from here too: they are the client's public API).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -61,6 +68,14 @@ from txn_library.client.connection import close_watched, connect_dealer, drain_d
 from txn_library.client.failover import Failover
 from txn_library.client.protocol import CLIENT_ID_BYTES_MAX, ClientProtocol, Result, to_outcome
 from txn_library.client.queries import ISOLATIONS, QueryAnswer, QueryChannel, QueryItem
+from txn_library.client.sinks import (
+    NoReaders,
+    SinkChannel,
+    SinkCursor,
+    SinkOp,
+    new_sub,
+    subscription,
+)
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_NOT_LEADER,
@@ -179,8 +194,14 @@ class Client:
         self.retry_s = retry_s
         self.proto = ClientProtocol(client_id)
         self.malformed_replies = 0  # reply frames or entries dropped as unreadable
+        # The highest epoch any of this client's calls was committed in (Result.epoch):
+        # raised by the I/O thread before the call's future resolves, never lowered.
+        # ``query(read_your_writes=True)`` waits for it.
+        self.last_epoch = 0
         self._ctx: zmq.Context = zmq.Context.instance()
-        self._submit_q: queue.SimpleQueue[_Pending | _Control | QueryItem] = queue.SimpleQueue()
+        self._submit_q: queue.SimpleQueue[_Pending | _Control | QueryItem | SinkOp] = (
+            queue.SimpleQueue()
+        )
         # Without query addresses given, they come from the sequencer (cluster.info).
         self._query_fetch = not (query_addresses or reader_addresses)
         self._queries = QueryChannel(
@@ -192,6 +213,10 @@ class Client:
             reader_addresses,
         )
         self._info_waiting: list[QueryItem] = []  # I/O thread: queries awaiting cluster.info
+        # Sinks pushed by readers (I/O thread), and subscriptions awaiting cluster.info.
+        self._sinks = SinkChannel(self._ctx, reader_addresses, query_curves or {}, time.monotonic)
+        self._sinks_waiting: list[SinkOp] = []
+        self._sub_ids = itertools.count(1)
         self._info_asked_at: float | None = None  # I/O thread: an ask out since then
         self._info_refresh = False  # I/O thread: ask again though targets are known
         self._info_answered_at = -math.inf  # I/O thread: the last answer (refreshes wait)
@@ -283,12 +308,21 @@ class Client:
         replica: int | None = None,
         timeout_s: float | None = None,
         reader: int | None = None,
+        after_epoch: int | None = None,
+        read_your_writes: bool = False,
     ) -> QueryAnswer:
         """Call a read-only procedure as a query: ``snapshot`` (the default: a
         consistent serial prefix, every partition at one completed epoch, maybe a few
         epochs old), ``read_committed`` (each partition's committed state now, not one
         instant) or ``strict`` (through the sequencer, ordered with the transactions).
         ``at_epoch``: a past completed epoch within retention (snapshot only).
+        ``after_epoch``: the answer reflects at least this epoch (a Result's
+        ``epoch``: that call's writes are seen); the reader or partition waits for it,
+        at most ``limits.query_after_epoch_wait_s``, else ``not_ready`` saying how far
+        it got (and the query moves on to the next reader or replica, as any
+        ``not_ready``). ``read_your_writes``: after this client's own last committed
+        call (``last_epoch``, or ``after_epoch`` if that is later). ``strict`` sees
+        every call sequenced before it anyway.
         ``replica``: which replica answers (default: the readers, each in turn, if the
         cluster has some, else each replica in turn); ``reader``: which reader
         answers (its refusal is the answer). The answer has
@@ -298,7 +332,14 @@ class Client:
         t = (timeout_s or self.timeout_s) + 1.0
         try:
             return self.submit_query(
-                proc, *args, isolation=isolation, at_epoch=at_epoch, replica=replica, reader=reader
+                proc,
+                *args,
+                isolation=isolation,
+                at_epoch=at_epoch,
+                replica=replica,
+                reader=reader,
+                after_epoch=after_epoch,
+                read_your_writes=read_your_writes,
             ).result(timeout=t)
         except TimeoutError:
             raise CallTimeout(f"{proc}: no answer within {t:.1f}s") from None
@@ -311,6 +352,8 @@ class Client:
         at_epoch: int | None = None,
         replica: int | None = None,
         reader: int | None = None,
+        after_epoch: int | None = None,
+        read_your_writes: bool = False,
     ) -> Future:
         """``query`` without waiting: a future of its QueryAnswer."""
         if isolation not in ISOLATIONS:
@@ -319,6 +362,12 @@ class Client:
             isolation != "snapshot" or type(at_epoch) is not int or at_epoch < 0
         ):
             raise BadRequest(ERR_BAD_ARGUMENTS, "at_epoch: an epoch (int >= 0), snapshot only")
+        after = self._after_epoch(after_epoch, read_your_writes)
+        if at_epoch is not None and at_epoch < after:
+            raise BadRequest(
+                ERR_BAD_ARGUMENTS,
+                f"at_epoch {at_epoch} is before after_epoch {after}: it cannot show those writes",
+            )
         if isolation == "strict":
             out: Future = Future()
             inner = self.submit(proc, *args, replica=replica)
@@ -350,6 +399,7 @@ class Client:
             now,
             now + self.timeout_s,
             reader=reader,
+            after_epoch=after,
         )
         if not self._query_fetch:  # targets known now (fetched ones: the I/O thread checks)
             problem = self._queries.target_problem(item)
@@ -358,6 +408,18 @@ class Client:
         self._queries.encode(item)  # raises BadRequest here, on the caller's thread
         self._enqueue(item)
         return fut
+
+    def _after_epoch(self, after_epoch: int | None, read_your_writes: bool) -> int:
+        """The epoch a query waits for (0: none); BadRequest if it is not an epoch."""
+        if type(read_your_writes) is not bool:
+            raise BadRequest(ERR_BAD_ARGUMENTS, "read_your_writes: True or False")
+        after = 0
+        if after_epoch is not None:
+            problem = wire.after_epoch_problem(after_epoch)
+            if problem is not None:
+                raise BadRequest(ERR_BAD_ARGUMENTS, problem)
+            after = after_epoch
+        return max(after, self.last_epoch) if read_your_writes else after
 
     # Streams (txn_library.streams, docs/STREAMS.md) --------------------------------
     def push(
@@ -400,13 +462,19 @@ class Client:
         poll_max_s: float = 0.05,
         stop: Callable[[], bool] | None = None,
         on_gap: Callable[[BatchesGone], None] | None = None,
+        pushed: bool = True,
     ) -> Iterator[tuple[int, list[tuple]]]:
         """Each batch of ``stream`` once, in batch-id order, from ``from_batch`` on
         (None: the oldest the stream keeps when the first page is read):
-        ``(batch_id, tuples)``. It polls ``stream.read`` (quickly while batches come,
-        backing off to ``poll_max_s`` when none do) until ``stop()`` is true; to resume
-        after a disconnect or a restart, subscribe again from the batch after the last
-        one seen.
+        ``(batch_id, tuples)``, until ``stop()`` is true.
+
+        Where the cluster has readers (named by its directory, or learned from the
+        sequencer: ``cluster.info``), they push each new batch as they apply the epoch
+        that made it (txn_library.client.sinks): a reader that dies or falls silent is
+        left for the next, from the batch after the last one taken. Without readers (or
+        ``pushed=False``) it polls ``stream.read`` through the sequencer, quickly while
+        batches come, backing off to ``poll_max_s`` when none do. To resume after a
+        restart of this process, subscribe again from the batch after the last one seen.
 
         Never skips a batch silently: when the stream no longer keeps the next batch
         this subscriber is due (named in ``from_batch``, or dropped by the stream's
@@ -414,34 +482,18 @@ class Client:
         (a BadRequest) naming the missing ids and the oldest kept. With ``on_gap``, it
         calls ``on_gap(gap)`` instead, each time, and goes on from the oldest kept
         (``on_gap`` may raise to stop)."""
-        nxt = 0 if from_batch is None else from_batch
-        first_page = True
-        wait = poll_s
-        while stop is None or not stop():
-            r = self.call("stream.read", stream, nxt, limits.stream_read_batches_max)
-            if not r.ok:
-                raise BadRequest(ERR_BAD_ARGUMENTS, f"stream.read: {r.value}")
-            page = r.value
-            # One page is one read: its ``dropped`` and its batches are of one instant.
-            dropped = page.get("dropped")
-            if from_batch is None and first_page and dropped is not None:
-                nxt = max(nxt, dropped + 1)  # "the oldest kept": nothing is missing yet
-            first_page = False
-            if dropped is not None and nxt <= dropped:
-                gap = BatchesGone(stream, nxt, dropped, page.get("first"))
-                if on_gap is None:
-                    raise gap
-                on_gap(gap)
-                nxt = dropped + 1
-            batches = page.get("batches") or []
-            for batch_id, tuples in batches:
-                yield batch_id, [tuple(t) for t in tuples]
-                nxt = batch_id + 1
-            if batches:
-                wait = poll_s
-            else:
-                time.sleep(wait)
-                wait = min(poll_max_s, wait * 2)
+        self._check_usable()
+        sub = new_sub(next(self._sub_ids), stream, from_batch, time.monotonic()) if pushed else None
+        return subscription(
+            SinkCursor(stream, from_batch, on_gap),
+            sub,
+            self._enqueue,
+            lambda nxt: self.call("stream.read", stream, nxt, limits.stream_read_batches_max),
+            stop,
+            poll_s,
+            poll_max_s,
+            time.sleep,
+        )
 
     def status(self, timeout_s: float = 5.0) -> dict:
         """The sequencer's view: epochs, counters, every partition's status."""
@@ -496,7 +548,7 @@ class Client:
         err.__cause__ = self._io_failure
         return err
 
-    def _enqueue(self, item: _Pending | _Control | QueryItem) -> None:
+    def _enqueue(self, item: _Pending | _Control | QueryItem | SinkOp) -> None:
         self._submit_q.put(item)
         if self._io_stopped.is_set():
             # The thread may have drained the queue before our put: fail it ourselves.
@@ -510,7 +562,10 @@ class Client:
                 item = self._submit_q.get_nowait()
             except queue.Empty:
                 return
-            _settle(item.future, self._stopped_error())
+            if isinstance(item, SinkOp):
+                item.sub.pages.put(self._stopped_error())
+            else:
+                _settle(item.future, self._stopped_error())
 
     def _release_slot(self, _fut: Future) -> None:
         self._in_flight.release()
@@ -544,6 +599,10 @@ class Client:
                 _settle(item.future, self._stopped_error())
             self._queries.fail_all(self._stopped_error())
             self._queries.close()
+            for op in self._sinks_waiting:
+                op.sub.pages.put(self._stopped_error())
+            self._sinks.fail_all(self._stopped_error())
+            self._sinks.close_all()
             self._fail_queued()
             close_watched(self._sock, getattr(self, "_mon", None))
             self._wake_recv.close(linger=0)
@@ -580,12 +639,14 @@ class Client:
                 failover.heard(time.monotonic())
                 self._on_reply(sock.recv(), pending)
             self._queries.poll_ready(events, poller)
+            self._sinks.poll_ready(events, poller)
             now = time.monotonic()
             if len(self.addresses) > 1:
                 self._maybe_fail_over(poller, pending, now)
             if now >= next_check:
                 self._expire(self._sock, pending, now)
                 self._queries.expire(poller, now)
+                self._sinks.tick(poller, now)
                 self._info_tick(now)
                 next_check = now + 0.1
 
@@ -638,6 +699,9 @@ class Client:
             if isinstance(item, QueryItem):
                 self._dispatch_query(item, time.monotonic())
                 continue
+            if isinstance(item, SinkOp):
+                self._dispatch_sink(item, time.monotonic())
+                continue
             if isinstance(item, _Control):
                 if _send(sock, wire.encode(item.request)):
                     self._control_waiters.append(item.future)  # replies come in order
@@ -650,11 +714,11 @@ class Client:
             _send(sock, frame)  # not sent: its calls go again when their retry is due
 
     def _on_reply(self, frame: bytes, pending: dict[int, _Pending]) -> None:
-        reply = self.proto.parse_reply(frame)
+        reply = self.proto.read_reply(frame)
         if reply is None:
             self._malformed(f"undecodable reply frame of {len(frame)} bytes")
             return
-        kind, body = reply
+        kind, body = reply[0], reply[1]
         if kind == wire.REP_CLUSTER_INFO:  # not a control waiter's: asked by this thread
             self._on_cluster_info(body)
             return
@@ -666,7 +730,10 @@ class Client:
             self._malformed(f"unexpected reply kind {kind!r}")
             return
         now = time.monotonic()
-        for entry in body:
+        epochs = wire.results_epochs(reply, len(body))
+        if epochs is None and len(reply) > 2:
+            self._malformed("a results reply's epochs")  # the values stand, epochs unknown
+        for i, entry in enumerate(body):
             if not isinstance(entry, tuple) or len(entry) != 3:
                 self._malformed(f"unreadable result entry {entry!r:.100}")
                 continue
@@ -688,8 +755,14 @@ class Client:
                 self._failover.not_leader(hint, now)
                 continue
             p = pending.pop(req_id, None)
-            if p is not None and not p.future.done():
-                _settle(p.future, to_outcome(status, value, now - p.started))
+            if p is None:
+                continue  # answered already (a retry's second answer), or expired
+            epoch = epochs[i] if epochs is not None else 0
+            outcome = to_outcome(status, value, now - p.started, epoch)
+            if epoch > self.last_epoch and isinstance(outcome, Result):
+                self.last_epoch = epoch  # before the caller sees the result
+            if not p.future.done():
+                _settle(p.future, outcome)
 
     def _malformed(self, what: str) -> None:
         self.malformed_replies += 1
@@ -725,6 +798,18 @@ class Client:
             return
         q.send(item, self._poller, now)
 
+    def _dispatch_sink(self, op: SinkOp, now: float) -> None:
+        """Open or close a pushed subscription; one opened before cluster.info named the
+        readers waits for it (without readers, its subscriber polls: NoReaders)."""
+        if op.kind == "close":
+            self._sinks_waiting = [w for w in self._sinks_waiting if w.sub is not op.sub]
+            self._sinks.close(op.sub.sub_id, self._poller)
+        elif not self._sinks.readers and self._query_fetch and not self._queries.has_targets:
+            self._sinks_waiting.append(op)
+            self._ask_info(now)
+        else:
+            self._sinks.open(op.sub, self._poller)
+
     def _ask_info(self, now: float) -> None:
         """Send REQ_CLUSTER_INFO, unless an ask is out and not yet due again."""
         if self._info_asked_at is not None and now < self._info_asked_at + self.retry_s:
@@ -756,7 +841,9 @@ class Client:
                         CallTimeout(f"{item.proc}: no cluster.info answer from {self.address}"),
                     )
             self._info_waiting = keep
-        if self._info_waiting or self._info_refresh:
+        if self._sinks_waiting and now >= self._sinks_waiting[0].sub.heard + self.timeout_s:
+            self._fail_info_waiting(CallTimeout(f"no cluster.info answer from {self.address}"))
+        if self._info_waiting or self._info_refresh or self._sinks_waiting:
             self._ask_info(now)
 
     def _on_cluster_info(self, body: Any) -> None:
@@ -777,6 +864,10 @@ class Client:
             return
         assert isinstance(info, wire.ClusterInfo)
         self._queries.update(info.partitions, info.readers, curves, self._poller)
+        self._sinks.update(info.readers, curves, self._poller)
+        for op in self._sinks_waiting:
+            self._sinks.open(op.sub, self._poller)
+        self._sinks_waiting = []
         waiting, self._info_waiting = self._info_waiting, []
         now = time.monotonic()
         for item in waiting:
@@ -801,6 +892,9 @@ class Client:
         return {a: own.to_server(k) for a, k in pairs}
 
     def _fail_info_waiting(self, error: BaseException) -> None:
+        for op in self._sinks_waiting:
+            op.sub.pages.put(NoReaders())  # no readers learned: its subscriber polls
+        self._sinks_waiting = []
         waiting, self._info_waiting = self._info_waiting, []
         for item in waiting:
             _settle(item.future, error)

@@ -49,11 +49,15 @@ _ARRAY_HEADER_BYTES_MAX = 5  # msgpack array32 header; array16 (<= 65535 items) 
 
 @dataclass
 class Result:
-    """A call's outcome: ``ok`` with ``value``, or a logical abort with its reason."""
+    """A call's outcome: ``ok`` with ``value``, or a logical abort with its reason.
+    ``epoch``: the batch the call was committed in (0: not sequenced, e.g. a read
+    answered through a partition's lock manager, or a server that does not say); a
+    query naming it (``Client.query(after_epoch=...)``) reflects the call's writes."""
 
     status: int
     value: Any
     latency_s: float = 0.0
+    epoch: int = 0
 
     @property
     def ok(self) -> bool:
@@ -185,13 +189,20 @@ class ClientProtocol:
     @staticmethod
     def parse_reply(frame: bytes) -> tuple[int, Any] | None:
         """(kind, body) of a reply, or None if the frame is not a well-formed reply."""
+        msg = ClientProtocol.read_reply(frame)
+        return None if msg is None else (msg[0], msg[1])
+
+    @staticmethod
+    def read_reply(frame: bytes) -> tuple | None:
+        """A reply's whole array, ``[kind, body, ...]`` (a REP_RESULTS may carry its
+        epochs after the body: wire.results_epochs), or None if not well formed."""
         try:
             msg = wire.unpack(frame)
         except (ValueError, msgpack.UnpackException):
             return None  # msgpack's decoding errors (bad bytes, bad UTF-8, extra data)
         if not isinstance(msg, tuple) or len(msg) < 2 or type(msg[0]) is not int:
             return None
-        return msg[0], msg[1]
+        return msg
 
 
 def _unencodable(proc: str, args: list[Any], replica: int | None, e: Exception) -> str:
@@ -204,7 +215,7 @@ def _unencodable(proc: str, args: list[Any], replica: int | None, e: Exception) 
     return f"{proc}: call cannot be encoded (procedure {proc!r}, replica {replica!r}): {e}"
 
 
-def to_outcome(status: Any, value: Any, latency_s: float) -> Result | Exception:
+def to_outcome(status: Any, value: Any, latency_s: float, epoch: int = 0) -> Result | Exception:
     """A result entry -> Result (ok or aborted) or the exception the caller gets."""
     if status == ERROR:
         if isinstance(value, tuple) and len(value) == 2:
@@ -215,5 +226,5 @@ def to_outcome(status: Any, value: Any, latency_s: float) -> Result | Exception:
             return Overloaded(message)
         return CallFailed(code, message)
     if status in (OK, ABORTED) and type(status) is int:
-        return Result(status, value, latency_s)
+        return Result(status, value, latency_s, epoch)
     return CallFailed(ERR_MALFORMED, f"server sent an unknown status {status!r:.50}")

@@ -17,6 +17,10 @@ replica the caller did not name to the next replica. Sends never block the I/O t
 a socket that cannot take a frame (its peer refused our keys, or is gone) leaves the
 query pending until its next resend.
 
+A query may name an epoch its answer must reflect (``after_epoch``: read-your-writes
+with the epoch of the caller's last committed call); the reader or partition waits for
+it, bounded, and a ``not_ready`` past the wait moves the query on as any other.
+
 A client given no query addresses learns them from a sequencer (``cluster.info``,
 txn_library.client) and hands them to ``update``; ``exhausted`` tells it when a query
 found no answer at any target it knows (every one silent or refusing), so it asks again.
@@ -87,6 +91,7 @@ class QueryItem:
     tried: int = 0  # readers, then replicas, moved on from (not ready, or silent)
     reader: int | None = None  # named by the caller
     first_reader: int = -1  # the reader asked first (each in turn)
+    after_epoch: int = 0  # the answer reflects at least this epoch (0: any)
 
 
 READER = -1  # a target's first element: a reader, not a replica
@@ -172,14 +177,11 @@ class QueryChannel:
 
     def encode(self, item: QueryItem) -> bytes:
         """The query's frame (raises BadRequest if it cannot be sent)."""
+        entry = [item.qid, item.proc, list(item.args), item.isolation, item.at_epoch]
+        if item.after_epoch:  # absent when 0: what a server before after_epoch reads
+            entry.append(item.after_epoch)
         try:
-            frame = msgpack.packb(
-                [
-                    wire.REQ_QUERY,
-                    self.client_id,
-                    [[item.qid, item.proc, list(item.args), item.isolation, item.at_epoch]],
-                ]
-            )
+            frame = msgpack.packb([wire.REQ_QUERY, self.client_id, [entry]])
         except (TypeError, ValueError, OverflowError) as e:
             raise BadRequest("bad_arguments", f"arguments do not encode: {e}") from None
         if len(frame) > limits.request_bytes_max:

@@ -19,9 +19,10 @@ sequencer):
       it needs (reads sent to its previous incarnation were lost with it)
   [MSG_RESEND_GAP, from_partition, oldest_retained_txn_id]
       the peer no longer retains reads that far back
-  [MSG_QUERY_READS, from_partition, query_id, proc_name, args, epoch]
+  [MSG_QUERY_READS, from_partition, query_id, proc_name, args, epoch(, after_epoch)]
       a snapshot query's coordinator asks a participant for its reads of the
-      query's footprint at ``epoch`` (-1: its state now, read committed)
+      query's footprint at ``epoch`` (-1: its state now, read committed; with
+      ``after_epoch``, read committed once that epoch is completed there)
   [MSG_QUERY_READS_REPLY, from_partition, query_id, status, exact, prefixes]
       the answer: status OK with the reads (exact/prefixes as in MSG_READS), or
       ERROR with [code, message] in ``exact``
@@ -149,13 +150,16 @@ class ReadsFloor(NamedTuple):
 
 
 class QueryReads(NamedTuple):
-    """[MSG_QUERY_READS, from_partition, query_id, proc_name, args, epoch]"""
+    """[MSG_QUERY_READS, from_partition, query_id, proc_name, args, epoch(, after_epoch)]
+    (``after_epoch``: read committed reads only once this epoch is completed here; 0,
+    or absent: now)"""
 
     from_partition: int
     query_id: int
     proc_name: str
     args: tuple
     epoch: int
+    after_epoch: int = 0
 
 
 class QueryReadsReply(NamedTuple):
@@ -316,16 +320,20 @@ def resend_problem(msg: tuple) -> str | None:
 
 
 def query_reads_problem(msg: tuple) -> str | None:
-    """[MSG_QUERY_READS, from_partition, query_id, proc_name, args, epoch]"""
+    """[MSG_QUERY_READS, from_partition, query_id, proc_name, args, epoch(, after_epoch)]"""
     if not (
-        len(msg) == 6
+        len(msg) in (6, 7)
         and _is_int(msg[1])
         and _is_int(msg[2])
         and type(msg[3]) is str
         and type(msg[4]) is tuple
         and _is_int(msg[5])
+        and (len(msg) == 6 or _is_int(msg[6]))
     ):
-        return "query reads: not [kind, from_partition, query_id, proc_name, args, epoch]"
+        return (
+            "query reads: not [kind, from_partition, query_id, proc_name, args, epoch"
+            "(, after_epoch)]"
+        )
     return None
 
 

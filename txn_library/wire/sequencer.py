@@ -21,7 +21,14 @@ Client -> sequencer (DEALER -> ROUTER):
   [REQ_STATUS]
   [REQ_CLUSTER_INFO]   where queries go (any sequencer answers, followers too)
 Sequencer -> client:
-  [REP_RESULTS, [[req_id, status, value], ...]]       (req_id None: frame-level error)
+  [REP_RESULTS, [[req_id, status, value], ...](, [epoch, ...])]
+      (req_id None: frame-level error). The trailing array, present when any entry's
+      call was sequenced, gives each entry's epoch in the same order: the batch its
+      call was committed in (0: not sequenced: an error, a read answered through a
+      partition's lock manager). A client keeps the highest as its read-your-writes
+      token (``QueryRequest``'s after_epoch). A trailer rather than a fourth field per
+      entry, so that a reader of the two-field reply (older clients, scripts) reads
+      it unchanged.
   [REP_STATUS, {...}]                                  (human-facing, a map)
   [REP_CLUSTER_INFO, {"partitions": [[addr, ...], ...], "readers": [addr, ...],
                       "partition_keys": [[key, ...], ...] | None,
@@ -180,16 +187,29 @@ def batch_problem(raw: Any) -> str | None:
     return None
 
 
-# Client -> a partition's query socket (snapshot and read-committed queries)
+# Client -> a partition's query socket, or a reader's (snapshot and read committed)
 class QueryRequest(NamedTuple):
-    """[REQ_QUERY, client_id, [[query_id, proc_name, args, isolation, at_epoch], ...]]
-    (at_epoch -1: the newest the partitions can answer). The reply:
+    """[REQ_QUERY, client_id, [[query_id, proc_name, args, isolation, at_epoch
+    (, after_epoch)], ...]] (at_epoch -1: the newest the partitions can answer;
+    after_epoch, absent or 0: none: the answer reflects at least that epoch, waiting
+    at most ``limits.query_after_epoch_wait_s`` until it is applied: read-your-writes
+    with the epoch of the caller's last committed call). The reply:
     [REP_QUERY, [[query_id, status, value, epoch], ...]] with the value msgpack-packed
     (``Packed``) and ``epoch`` the completed epoch the answer reflects (read committed:
     the coordinator's completed epoch when it answered)."""
 
     client_id: bytes
     queries: tuple
+
+
+EPOCH_MAX = (1 << 63) - 1  # an epoch is a non-negative int64
+
+
+def after_epoch_problem(value: Any) -> str | None:
+    """Why ``value`` is not an epoch a query may wait for, or None."""
+    if type(value) is not int or not 0 <= value <= EPOCH_MAX:
+        return f"after_epoch must be an epoch (an int in 0..2^63-1), not {value!r:.40}"
+    return None
 
 
 def query_request_problem(msg: Any) -> str | None:
@@ -205,15 +225,21 @@ def query_request_problem(msg: Any) -> str | None:
     for q in msg[2]:
         if not (
             isinstance(q, tuple)
-            and len(q) == 5
+            and len(q) in (5, 6)
             and type(q[0]) is int
             and type(q[1]) is str
             and type(q[2]) is tuple
             and type(q[3]) is str
             and type(q[4]) is int
         ):
-            return "a query is not [query_id, proc_name, args, isolation, at_epoch]"
+            return "a query is not [query_id, proc_name, args, isolation, at_epoch(, after_epoch)]"
     return None
+
+
+def query_entries(msg: tuple) -> list[tuple[int, str, tuple, str, int, Any]]:
+    """A checked QueryRequest's queries, each with its after_epoch (0 when absent;
+    checked by the receiver, per query, with ``after_epoch_problem``)."""
+    return [(*q[:5], q[5] if len(q) == 6 else 0) for q in msg[2]]
 
 
 # Client -> sequencer
@@ -312,7 +338,8 @@ class PruneRequest(NamedTuple):
 
 # Sequencer -> client
 class ResultsReply(NamedTuple):
-    """[REP_RESULTS, [[req_id, status, value], ...]]"""
+    """[REP_RESULTS, [[req_id, status, value], ...]] (the epochs' trailer, when there is
+    one, is written by ``encode_results_reply`` and read by ``results_epochs``)"""
 
     results: Sequence[Any]
 
@@ -338,16 +365,43 @@ def encode_query_reply(replies: Sequence[tuple[int, int, bytes, int]]) -> bytes:
     return b"".join(parts)
 
 
-def encode_results_reply(replies: Sequence[tuple[Any, int, Any]]) -> bytes:
+def encode_results_reply(
+    replies: Sequence[tuple[Any, int, Any]], epochs: Sequence[int] | None = None
+) -> bytes:
     """``ResultsReply(replies)`` encoded, the same bytes as ``encode`` gives for the
-    decoded values, with each ``Packed`` value's bytes put in as they are."""
+    decoded values, with each ``Packed`` value's bytes put in as they are; with
+    ``epochs`` (one per reply) of which any is not 0, followed by them as the trailer."""
     p = _reply_packer
-    parts = [p.pack_array_header(2), p.pack(REP_RESULTS), p.pack_array_header(len(replies))]
+    trailer = epochs is not None and any(epochs)
+    parts = [
+        p.pack_array_header(3 if trailer else 2),
+        p.pack(REP_RESULTS),
+        p.pack_array_header(len(replies)),
+    ]
     header = p.pack_array_header(3)
     for req_id, status, value in replies:
         parts += (header, p.pack(req_id), p.pack(status))
         parts.append(value if type(value) is Packed else p.pack(value))
+    if trailer:
+        assert epochs is not None
+        parts.append(p.pack(list(epochs)))
     return b"".join(parts)
+
+
+def results_epochs(msg: tuple, entries: int) -> tuple[int, ...] | None:
+    """The epochs' trailer of a decoded REP_RESULTS message, one per entry, or None if
+    there is none (or it is malformed: not ``entries`` ints >= 0, the reply's values
+    stand and their epochs are unknown)."""
+    if len(msg) < 3:
+        return None
+    epochs = msg[2]
+    if (
+        type(epochs) is not tuple
+        or len(epochs) != entries
+        or not all(type(e) is int and 0 <= e <= EPOCH_MAX for e in epochs)
+    ):
+        return None
+    return epochs
 
 
 class StatusReply(NamedTuple):
