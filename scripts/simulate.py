@@ -9,12 +9,22 @@ the serial oracle. The same seed always replays the same run.
     .venv/bin/python scripts/simulate.py --seed 323               # replay one, with its story
     .venv/bin/python scripts/simulate.py --seed 323 --trace       # ... and every event
     .venv/bin/python scripts/simulate.py --plant swap --seeds 10  # a planted bug is caught
+    .venv/bin/python scripts/simulate.py --readers 2 --seeds 200  # readers, their answers checked
 
 Many seeds: one line per failing seed (the seed and its first failure), then a
 summary with seeds per minute; exit status 1 if any seed failed. ``--json PATH``
 also writes the summary and every failing seed there. Planted bugs (``--plant``):
-swap, drop-read, lose-synced, no-retry-rebuild; they live in the simulator, never in
-engine code. ``--strict-liveness`` also fails seeds in which a call was never answered.
+swap, drop-read, lose-synced, no-retry-rebuild, publish-before-commit (with
+``--sequencers 3``), reader-ahead and reader-skip (with ``--readers``); they live in the
+simulator, never in engine code. ``--strict-liveness`` also fails seeds in which a call
+was never answered.
+
+``--readers N`` adds N readers (executor/reader/sim_reader.py, handed to the
+simulator): they follow the publication and the log, are killed and restarted, and
+answer a share of the clients' read-only calls as queries (``--reader-query-share``);
+every answer is checked against the serial oracle at the epoch it names, and every
+reader's partition hashes at every epoch it applied against the oracle's and the
+replicas'. The summary says how many answers and hashes were checked.
 """
 
 from __future__ import annotations
@@ -29,8 +39,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from executor.deterministic.sim_options import SimResult  # noqa: E402
-from executor.deterministic.simulator import PLANTS, run_seed  # noqa: E402
+from executor.deterministic.simulator import PLANTS, READER_PLANTS, run_seed  # noqa: E402
 from executor.deterministic.workloads import WORKLOADS  # noqa: E402
+from executor.reader.sim_reader import ReaderNode  # noqa: E402
 
 STORY_WORDS = (
     "fault",
@@ -55,8 +66,17 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "strict_liveness": args.strict_liveness,
         "query_share": args.query_share,
         "dataflow_recovery": args.dataflow_recovery,
+        "reader_node": ReaderNode,
     }
-    for name in ("replicas", "partitions", "clients", "calls", "sequencers"):
+    for name in (
+        "replicas",
+        "partitions",
+        "clients",
+        "calls",
+        "sequencers",
+        "readers",
+        "reader_query_share",
+    ):
         value = getattr(args, name)
         if value is not None:
             options[name] = value
@@ -79,6 +99,8 @@ def replay(args: argparse.Namespace) -> int:
     for f in r.faults or ["none"]:
         print(f"  {f}")
     print("counters: " + ", ".join(f"{k}={v}" for k, v in sorted(r.counters.items())))
+    if r.counters.get("readers"):
+        print(_readers_line(r.counters))
     print("story (sim time in us):")
     for line in r.trace:
         if args.trace or any(w in line for w in STORY_WORDS):
@@ -92,15 +114,29 @@ def replay(args: argparse.Namespace) -> int:
     return 0 if r.ok else 1
 
 
+def _readers_line(c: dict[str, int]) -> str:
+    return (
+        f"readers: {c['reader_answers']} answers checked against the oracle at their epoch "
+        f"({c['reader_at_epoch_queries']} queries named one; {c['reader_refusals']} refusals), "
+        f"{c['reader_hashes_checked']} applied epochs' hashes checked "
+        f"({c['reader_partition_hashes_checked']} partition hashes against replicas'), "
+        f"{c['reader_crashes']} reader crashes"
+    )
+
+
 def sweep(args: argparse.Namespace) -> int:
     options = _options(args)
     failed: list[SimResult] = []
     stalled = 0
+    reader_totals: dict[str, int] = {}
     t0 = time.perf_counter()
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     for seed in seeds:
         r = run_seed(seed, args.workload, **options)
         stalled += bool(r.stalls)
+        for k, v in r.counters.items():
+            if k.startswith("reader"):
+                reader_totals[k] = reader_totals.get(k, 0) + v
         if not r.ok:
             failed.append(r)
             print(f"seed {seed} FAILED: {r.first_failure}", flush=True)
@@ -117,10 +153,14 @@ def sweep(args: argparse.Namespace) -> int:
         "seeds_per_minute": round(rate, 1),
         "failures": {r.seed: r.first_failure for r in failed},
     }
+    if reader_totals:
+        summary["readers"] = reader_totals
     print(
         f"{args.workload}: {len(seeds)} seeds from {args.first_seed}, {len(failed)} failed, "
         f"{stalled} with unanswered calls; {elapsed:.1f} s, {rate:.0f} seeds/minute"
     )
+    if reader_totals:
+        print(_readers_line(reader_totals))
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
     return 1 if failed else 0
@@ -133,7 +173,9 @@ def main() -> int:
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--seed", type=int, help="replay this one seed and tell its story")
     ap.add_argument("--trace", action="store_true", help="with --seed: print every event")
-    ap.add_argument("--plant", choices=PLANTS, help="plant a bug the checks must catch")
+    ap.add_argument(
+        "--plant", choices=PLANTS + READER_PLANTS, help="plant a bug the checks must catch"
+    )
     ap.add_argument("--replicas", type=int)
     ap.add_argument("--partitions", type=int)
     ap.add_argument("--clients", type=int)
@@ -142,6 +184,18 @@ def main() -> int:
         "--sequencers",
         type=int,
         help="> 1: a replicated ordering layer (leader kills and cut-offs, failover)",
+    )
+    ap.add_argument(
+        "--readers",
+        type=int,
+        help="readers following the log (killed and restarted too), their answers and "
+        "hashes checked against the oracle (default 0: none)",
+    )
+    ap.add_argument(
+        "--reader-query-share",
+        type=float,
+        help="with --readers: share of read-only calls also sent to a reader as a "
+        "snapshot, at_epoch or read-committed query (default 0.5)",
     )
     ap.add_argument("--no-faults", action="store_true")
     ap.add_argument(

@@ -19,6 +19,16 @@ of the keys of the workload's ``history_tables``. Then:
   transaction t with lo <= t <= hi, where lo is the newest txn acknowledged to any
   client before the read was sent and hi the newest txn logged before it was answered
   (the partition serves it once every txn up to its min_txn_id is done);
+- queries (snapshot queries to a replica's partitions, and every query to a reader):
+  each answer equals the answer the same read-only procedure gives on the oracle's
+  state at the end of the epoch the answer names (evaluated as the oracle replays the
+  log, exactly, not merely plausibly); an answer to a query naming an epoch names that
+  epoch; a refusal is only ``not_ready`` (or, for a reader query naming an epoch,
+  ``bad_arguments``: older than the versions kept);
+- readers: each reader's partition hashes at the end of every epoch it applied sum to
+  the oracle's state hash there and equal every replica's boundary hash of that
+  partition and epoch (the hash a partition records at a checkpoint drain); every
+  reader applied the whole log by the end;
 - the workload's own invariant on the oracle and on every replica;
 - the sequencers saw no determinism violation.
 
@@ -29,7 +39,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from executor.core.context import TxnContext, cover_set
@@ -42,6 +52,7 @@ from executor.deterministic.sim_client import CallRecord, QueryRecord
 from sequencer.calls import participants
 from txn_library import limits
 from txn_library.errors import (
+    ERR_BAD_ARGUMENTS,
     ERR_NOT_READY,
     ERR_PROCEDURE_FAILED,
     ERR_RESTARTS_EXHAUSTED,
@@ -60,6 +71,7 @@ OUTCOME_UNKNOWN = frozenset((ERR_UNAVAILABLE, ERR_RETRY_EXPIRED, "result_unknown
 # Errors that are a call's result (it ran); any other error means it was rejected.
 EXECUTED_ERRORS = frozenset((ERR_PROCEDURE_FAILED, ERR_RESTARTS_EXHAUSTED))
 RECOMPUTE_ROWS_MAX = 50_000
+FAILURES_PER_KIND_MAX = 5  # then one line saying how many more
 
 
 @dataclass
@@ -75,6 +87,12 @@ class RunRecord:
     determinism_violations: int
     partitions: int
     queries: list[QueryRecord]
+    reader_queries: list[QueryRecord] = field(default_factory=list)
+    # (reader, epoch, every partition's state hash at its end), per applied epoch
+    reader_hashes: list[tuple[int, int, tuple[int, ...]]] = field(default_factory=list)
+    reader_epochs: list[int | None] = field(default_factory=list)  # at the end; None: down
+    # (replica, partition, epoch, state hash) at every checkpoint drain
+    boundaries: list[tuple[int, int, int, int]] = field(default_factory=list)
 
 
 def normal(value: Any) -> Any:
@@ -119,37 +137,6 @@ class Oracle:
         except Exception:  # noqa: BLE001 - the body reports the same failure as a result
             return []
         return [(t, k) for t, k in fp.writes if t in self.history_tables]
-
-    def query_at(self, proc_name: str, args: tuple, txn_id: int) -> tuple[int, Any] | None:
-        """A read-only procedure's answer on the state after txn ``txn_id`` (the state
-        at the end of an epoch), from the per-key history; None if it reads a table
-        without history, or rows of more than one column (it cannot be rebuilt)."""
-        proc = lookup(proc_name)
-        fp = proc.footprint(*args)
-        if any(t not in self.history_tables for t, _ in fp.reads):
-            return None
-        storage = self.serial.storage
-        uncheckable = []
-
-        def get(t: str, key: tuple) -> tuple | None:
-            hist = self.history.get((t, key))
-            if hist is None:  # never written: the genesis row, still there
-                row = storage.get(t, key)
-                if row is not None and len(row) != 1:
-                    uncheckable.append(key)
-                return row
-            ids = [i for i, _ in hist]
-            j = bisect.bisect_right(ids, txn_id)
-            v = hist[j - 1][1] if j else self.initial.get((t, key))
-            return None if v is None else (v,)
-
-        def scan(t: str, prefix: tuple) -> list:
-            uncheckable.append(prefix)
-            return []
-
-        ctx = TxnContext(-1, 0, 0, cover_set(fp.reads), frozenset(), get, scan)
-        status, value, _ = run_body(proc, args, ctx)
-        return None if uncheckable else (status, normal(value))
 
     def values_between(self, key: tuple[str, tuple], lo: int, hi: int) -> list[Any]:
         """Values ``key`` held after some txn t, lo <= t <= hi (and just before lo+1)."""
@@ -356,42 +343,165 @@ def check_point_reads(
     return out
 
 
-def check_queries(
-    oracle: Oracle, batches: list[wire.Batch], queries: list[QueryRecord]
-) -> list[str]:
-    """Every snapshot query's answer is the oracle's answer on the state at the end of
-    the epoch it names (a serial prefix): exact, not merely plausible."""
-    last_txn = {0: -1}
-    for b in batches:
-        last_txn[b.epoch] = b.next_txn_id - 1
-    out = []
-    for q in queries:
-        what = f"query {q.proc}{q.args!r:.60}"
-        for _t, status, value, epoch in q.answers:
-            if status == ERROR:
-                if not (isinstance(value, tuple) and value[:1] == (ERR_NOT_READY,)):
-                    out.append(f"{what} refused: {value!r:.120}")
-                continue
-            txn_id = last_txn.get(epoch)
-            if txn_id is None:
-                out.append(f"{what} answered at epoch {epoch}, which the log does not have")
-                continue
-            want = oracle.query_at(q.proc, q.args, txn_id)
-            if want is not None and want != (status, normal(value)):
-                out.append(f"{what} at epoch {epoch}: {(status, value)!r:.80}, oracle {want!r:.80}")
-    return out
+def answer_on(storage: Storage, proc_name: str, args: tuple) -> tuple[int, Any]:
+    """A read-only procedure's answer on ``storage`` as it is, as after the wire."""
+    proc = lookup(proc_name)
+    fp = proc.footprint(*args)
+    ctx = TxnContext(-1, 0, 0, cover_set(fp.reads), frozenset(), storage.get, storage.scan)
+    status, value, _ = run_body(proc, tuple(args), ctx)
+    return status, normal(value)
+
+
+class Findings:
+    """Failure lines, at most FAILURES_PER_KIND_MAX of a kind (then a count)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._more: dict[str, int] = {}
+
+    def add(self, kind: str, line: str) -> None:
+        n = self._more.get(kind, 0)
+        self._more[kind] = n + 1
+        if n < FAILURES_PER_KIND_MAX:
+            self.lines.append(line)
+
+    def all(self) -> list[str]:
+        extra = [
+            f"... and {n - FAILURES_PER_KIND_MAX} more: {kind}"
+            for kind, n in self._more.items()
+            if n > FAILURES_PER_KIND_MAX
+        ]
+        return self.lines + extra
+
+
+class AtEpochChecks:
+    """What is checked on the oracle's state at the end of each epoch while it replays
+    the log (``visit``): every query answer naming that epoch, every reader's hashes
+    there. Then ``finish``: what named an epoch the log does not have, refusals, and
+    where each reader stopped."""
+
+    def __init__(self, run: RunRecord) -> None:
+        self.run = run
+        self.findings = Findings()
+        self.answers: dict[int, list[tuple[str, QueryRecord, int, Any]]] = {}
+        for q in run.queries:
+            for _t, status, value, epoch in q.answers:
+                if status != ERROR:
+                    self.answers.setdefault(epoch, []).append(("", q, status, value))
+        for q in run.reader_queries:
+            for (_t, status, value, epoch), r in zip(q.answers, q.readers, strict=True):
+                if status == ERROR:
+                    continue
+                self.answers.setdefault(epoch, []).append((f"reader {r}: ", q, status, value))
+                if q.at_epoch >= 0 and epoch != q.at_epoch:
+                    self.findings.add(
+                        f"reader {r}: answers at another epoch",
+                        f"reader {r}: query {q.proc}{q.args!r:.60} named epoch {q.at_epoch} "
+                        f"and was answered at epoch {epoch}",
+                    )
+        self.hashes: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
+        for r, epoch, hashes in run.reader_hashes:
+            self.hashes.setdefault(epoch, []).append((r, hashes))
+        self.boundaries: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        if run.reader_hashes:
+            for replica, p, epoch, h in run.boundaries:
+                self.boundaries.setdefault((epoch, p), []).append((replica, h))
+
+    def visit(self, epoch: int, storage: Storage) -> None:
+        """The oracle's ``storage`` is the state at the end of ``epoch`` now."""
+        for who, q, status, value in self.answers.pop(epoch, ()):
+            want = answer_on(storage, q.proc, q.args)
+            if want != (status, normal(value)):
+                self.findings.add(
+                    f"{who}wrong answers",
+                    f"{who}query {q.proc}{q.args!r:.60} ({_isolation(q)}) at epoch {epoch}: "
+                    f"{(status, value)!r:.80}, oracle {want!r:.80}",
+                )
+        for r, hashes in self.hashes.pop(epoch, ()):
+            self._reader_hashes(r, epoch, hashes, storage.state_hash)
+
+    def _reader_hashes(self, r: int, epoch: int, hashes: tuple[int, ...], want: int) -> None:
+        total = sum(hashes) & MASK64
+        if total != want:
+            self.findings.add(
+                f"reader {r} hashes",
+                f"reader {r} at epoch {epoch}: state hash {total:016x} != oracle {want:016x}",
+            )
+        for p, h in enumerate(hashes):
+            for replica, theirs in self.boundaries.get((epoch, p), ()):
+                if theirs != h:
+                    self.findings.add(
+                        f"reader {r} partition hashes",
+                        f"reader {r} partition {p} at epoch {epoch}: hash {h:016x} != "
+                        f"replica {replica}'s {theirs:016x}",
+                    )
+
+    def finish(self, last_epoch: int) -> list[str]:
+        for epoch, answers in sorted(self.answers.items()):
+            for who, q, _status, _value in answers:
+                self.findings.add(
+                    f"{who}answers at epochs not in the log",
+                    f"{who}query {q.proc}{q.args!r:.60} answered at epoch {epoch}, which "
+                    f"the log does not have",
+                )
+        for epoch, readers in sorted(self.hashes.items()):
+            for r, _ in readers:
+                self.findings.add(
+                    f"reader {r} epochs", f"reader {r} applied epoch {epoch}, not in the log"
+                )
+        self._refusals()
+        for r, applied in enumerate(self.run.reader_epochs):
+            if applied is None:
+                self.findings.add("readers", f"reader {r} is down at the end")
+            elif applied != last_epoch:
+                self.findings.add(
+                    "readers", f"reader {r} stopped at epoch {applied} of {last_epoch}"
+                )
+        return self.findings.all()
+
+    def _refusals(self) -> None:
+        """Refusals: only not_ready, or for a reader query that names an epoch,
+        bad_arguments (older than the versions it keeps)."""
+        for q in self.run.queries:
+            for _t, status, value, _epoch in q.answers:
+                if status == ERROR and not _is(value, ERR_NOT_READY):
+                    self.findings.add(
+                        "refusals", f"query {q.proc}{q.args!r:.60} refused: {value!r:.120}"
+                    )
+        for q in self.run.reader_queries:
+            for (_t, status, value, _epoch), r in zip(q.answers, q.readers, strict=True):
+                if status != ERROR or _is(value, ERR_NOT_READY):
+                    continue
+                if q.at_epoch >= 0 and _is(value, ERR_BAD_ARGUMENTS):
+                    continue
+                self.findings.add(
+                    f"reader {r}: refusals",
+                    f"reader {r}: query {q.proc}{q.args!r:.60} ({_isolation(q)}) refused: "
+                    f"{value!r:.120}",
+                )
+
+
+def _is(value: Any, code: str) -> bool:
+    return isinstance(value, tuple) and value[:1] == (code,)
+
+
+def _isolation(q: QueryRecord) -> str:
+    return f"at_epoch {q.at_epoch}" if q.at_epoch >= 0 else q.isolation
 
 
 def run_checks(run: RunRecord, workload: Workload) -> list[str]:
     batches, failures = check_log(run.log)
     oracle = Oracle(run.genesis, workload.history_tables)
+    at_epoch = AtEpochChecks(run)
+    at_epoch.visit(0, oracle.serial.storage)
     for batch in batches:
         oracle.apply(batch)
+        at_epoch.visit(batch.epoch, oracle.serial.storage)
     failures += check_replicas(oracle, run.replicas, len(batches))
     failures += check_reported(oracle, run.reported)
     failures += check_exactly_once(oracle, run.calls, run.partitions)
     failures += check_point_reads(oracle, workload, run.calls, run.logged_at, run.partitions)
-    failures += check_queries(oracle, batches, run.queries)
+    failures += at_epoch.finish(len(batches))
     final = FinalState(
         oracle.serial.storage,
         [[p.storage for p in parts if p is not None] for parts in run.replicas],

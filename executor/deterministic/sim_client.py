@@ -9,6 +9,16 @@ The ledger (``records``) keeps every call made and every answer received, in ord
 including second answers to a retried call: the checks compare them with the log and
 the serial oracle. ERR_NOT_LEADER (a deposed leader's answer) is not an answer: the
 call is resent, same ids, to the leader, as ``Client`` does.
+
+With readers (``SimOptions.readers``), a share of the read-only calls a client takes
+from its workload is also sent to a reader as a query (``reader_queries``): a
+snapshot at the reader's applied epoch, one at a named epoch (``at_epoch``: near the
+newest epoch an answer told this client, or a little ahead of it) or read committed.
+The call itself goes to the sequencer as without readers, and everything about the
+reader query (whether, which reader, which epoch, its retries) draws from the
+readers' generator and never wakes the client's calls: readers never change the
+history. A ``not_ready`` answer sends the query to another reader, at most
+``READER_NOT_READY_TRIES`` times (the live client tries each reader once).
 """
 
 from __future__ import annotations
@@ -25,6 +35,13 @@ from txn_library.procedure import lookup
 from txn_library.wire import sequencer as wire
 
 CLIENT_POLL_US = 50_000
+# A reader query's isolation, by weight: at the reader's applied epoch, at an epoch the
+# query names, read committed (also the applied epoch's state on a reader).
+READER_ISOLATIONS = (("snapshot", 4), ("at_epoch", 4), ("read_committed", 2))
+READER_AT_EPOCH_BACK_MAX = 30  # a named epoch: up to this many before the newest seen
+READER_AT_EPOCH_AHEAD_MAX = 2  # ... or up to this many after it (the reader waits)
+READER_AT_EPOCH_AHEAD_SHARE = 0.1
+READER_NOT_READY_TRIES = 4
 
 
 @dataclass
@@ -41,8 +58,8 @@ class CallRecord:
 
 @dataclass
 class QueryRecord:
-    """A snapshot query a client sent straight to a replica's partitions, and every
-    answer it got: (time, status, value, epoch)."""
+    """A query a client sent straight to a replica's partitions (a snapshot) or to a
+    reader, and every answer it got: (time, status, value, epoch)."""
 
     qid: int
     proc: str
@@ -51,6 +68,9 @@ class QueryRecord:
     answers: list[tuple[int, int, Any, int]] = field(default_factory=list)
     sends: int = 0
     timed_out: bool = False
+    isolation: str = "snapshot"
+    at_epoch: int = -1  # the epoch it names (-1: the one the answerer picks)
+    readers: list[int] = field(default_factory=list)  # the reader of each answer
 
 
 @dataclass
@@ -58,6 +78,7 @@ class _QueryPending:
     record: QueryRecord
     resend_us: int
     deadline_us: int
+    not_ready: int = 0
 
 
 @dataclass
@@ -97,6 +118,10 @@ class SimClient:
         self._pending: dict[int, _Pending] = {}
         self.queries: list[QueryRecord] = []
         self._qpending: dict[int, _QueryPending] = {}
+        self.reader_queries: list[QueryRecord] = []
+        self._rpending: dict[int, _QueryPending] = {}
+        self._reader_epoch_seen = 0  # the newest epoch a reader's answer named
+        self._reader_polling = False
         self.started = False
         self.retries = 0
         self.on_setup_done: Callable[[], None] | None = None
@@ -110,6 +135,12 @@ class SimClient:
             and not self._setup
             and self._left <= 0
         )
+
+    @property
+    def reader_queries_done(self) -> bool:
+        """Every reader query answered, refused for good or timed out (not part of
+        ``done``: the calls' run must not wait on readers)."""
+        return not self._rpending
 
     def start(self, setup: list[tuple[str, tuple]] | None = None) -> None:
         """Begin; ``setup`` calls go first, one at a time, before the workload's."""
@@ -136,6 +167,8 @@ class SimClient:
             elif self._left > 0:
                 self._left -= 1
                 proc, args = next(self._calls)
+                if self.sim.readers and lookup(proc).read_only:
+                    self._maybe_ask_reader(proc, args)
                 share = self.sim.opts.query_share
                 if share > 0 and lookup(proc).read_only and self.sim.rng.random() < share:
                     self._issue_query(proc, args)
@@ -213,6 +246,92 @@ class SimClient:
                 answered = True
         if answered:
             self._after_answer()
+
+    # Queries to readers (docs/QUERIES.md, "Readers") ----------------------------------
+    def _maybe_ask_reader(self, proc: str, args: tuple) -> None:
+        rng = self.sim.readers_rng
+        if rng.random() >= self.sim.opts.reader_query_share:
+            return
+        kinds = [k for k, _ in READER_ISOLATIONS]
+        kind = rng.choices(kinds, [w for _, w in READER_ISOLATIONS])[0]
+        at = -1
+        if kind == "at_epoch":
+            seen = self._reader_epoch_seen
+            if rng.random() < READER_AT_EPOCH_AHEAD_SHARE:
+                at = seen + rng.randint(1, READER_AT_EPOCH_AHEAD_MAX)
+            else:
+                at = max(0, seen - rng.randint(0, READER_AT_EPOCH_BACK_MAX))
+        isolation = "read_committed" if kind == "read_committed" else "snapshot"
+        now = self.sim.loop.now_us
+        record = QueryRecord(
+            len(self.reader_queries) + 1,
+            proc,
+            wire.unpack(wire.pack(args)),
+            now,
+            isolation=isolation,
+            at_epoch=at,
+        )
+        self.reader_queries.append(record)
+        if not self._reader_polling:
+            self._reader_polling = True
+            self.sim.loop.after(CLIENT_POLL_US, self._reader_poll)
+        self._rpending[record.qid] = _QueryPending(
+            record, now + self.retry_us, now + self.timeout_us
+        )
+        self._send_reader_query(record)
+
+    def _send_reader_query(self, record: QueryRecord) -> None:
+        """To a reader drawn anew (up or not: a query to a dead one is lost)."""
+        sim = self.sim
+        r = sim.readers_rng.randrange(len(sim.readers))
+        target = sim.readers[r]
+        call = [record.qid, record.proc, list(record.args), record.isolation, record.at_epoch]
+        frame = wire.pack([wire.REQ_QUERY, self.proto.client_id, [call]])
+        record.sends += 1
+        identity = self.identity
+
+        def deliver(f: Payload) -> None:
+            target.on_query_frame(identity, f)
+
+        sim.net.send(self.node, target.node, "rquery", frame, deliver)
+
+    def on_reader_reply(self, frame: Payload, reader: int) -> None:
+        assert isinstance(frame, bytes)
+        msg = wire.unpack(frame)
+        now = self.sim.loop.now_us
+        for qid, status, value, epoch in msg[1]:  # the value was spliced in packed
+            if not 1 <= qid <= len(self.reader_queries):
+                self.sim.failure(f"client {self.index}: reader answer for unknown query {qid}")
+                continue
+            record = self.reader_queries[qid - 1]
+            record.answers.append((now, status, value, epoch))
+            record.readers.append(reader)
+            if status != ERROR:
+                self._reader_epoch_seen = max(self._reader_epoch_seen, epoch)
+            p = self._rpending.get(qid)
+            if p is None:
+                continue  # a second answer (the query was resent): checked all the same
+            not_ready = (
+                status == ERROR and isinstance(value, tuple) and value[:1] == (ERR_NOT_READY,)
+            )
+            if not_ready and p.not_ready < READER_NOT_READY_TRIES:
+                p.not_ready += 1
+                p.resend_us = now  # to another reader, at the next poll
+                continue
+            del self._rpending[qid]
+
+    def _reader_poll(self) -> None:
+        now = self.sim.loop.now_us
+        for qid, q in list(self._rpending.items()):
+            if now >= q.deadline_us:
+                del self._rpending[qid]
+                q.record.timed_out = True
+            elif now >= q.resend_us:
+                q.resend_us = now + self.retry_us
+                self._send_reader_query(q.record)
+        self._reader_polling = bool(self._rpending)
+        if self._reader_polling:
+            self.sim.loop.after(CLIENT_POLL_US, self._reader_poll)
 
     def _deliver_to_sequencer(self, frame: Payload) -> None:
         assert isinstance(frame, bytes)

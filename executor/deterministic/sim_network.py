@@ -18,8 +18,14 @@ The network gives ZeroMQ's guarantees and nothing stronger:
   unless its sender dies first.
 Payloads are bytes (or a tuple of byte frames), exactly what goes on the wire.
 
+Observers (``Node.observer``: the readers) watch the cluster without changing its run:
+every delay and drop of a message to or from an observer is drawn from the
+observers' own generator (``observer_rng``), so adding observers to a seed leaves the
+draws of the cluster's own messages, and so its history, as they were.
+
 Invariants: time only grows; a node's incarnation only grows; a message is
-delivered at most once, to the incarnation that was up when it was sent.
+delivered at most once, to the incarnation that was up when it was sent; traffic of
+an observer never draws from the cluster's generator.
 """
 
 from __future__ import annotations
@@ -96,6 +102,7 @@ class Node:
     up: bool = True
     incarnation: int = 0
     crashed_at_us: int = -1
+    observer: bool = False  # its traffic draws from Network.observer_rng
 
 
 @dataclass
@@ -121,9 +128,17 @@ class NetStats:
 
 
 class Network:
-    def __init__(self, loop: EventLoop, rng: random.Random, profile: LinkProfile, trace: Trace):
+    def __init__(
+        self,
+        loop: EventLoop,
+        rng: random.Random,
+        profile: LinkProfile,
+        trace: Trace,
+        observer_rng: random.Random | None = None,
+    ):
         self.loop = loop
         self.rng = rng
+        self.observer_rng = observer_rng
         self.profile = profile
         self.trace = trace
         self.stats = NetStats()
@@ -131,8 +146,15 @@ class Network:
         self._parked: dict[str, list[tuple[Node, int, str, Payload, Deliver]]] = {}
         self.in_flight = 0
 
-    def _delay_us(self) -> int:
-        p, rng = self.profile, self.rng
+    def _rng(self, src: Node, dst: Node) -> random.Random:
+        if src.observer or dst.observer:
+            invariant(self.observer_rng is not None, "an observer needs observer_rng")
+            assert self.observer_rng is not None
+            return self.observer_rng
+        return self.rng
+
+    def _delay_us(self, rng: random.Random) -> int:
+        p = self.profile
         d = rng.randint(p.delay_min_us, p.delay_max_us)
         if p.spike_pct and rng.random() * 100.0 < p.spike_pct:
             d += rng.randint(0, p.spike_max_us)
@@ -153,7 +175,7 @@ class Network:
         stats.sent += 1
         stats.by_kind[kind] = stats.by_kind.get(kind, 0) + 1
         drop_pct = self.profile.pub_drop_pct
-        if lossy and drop_pct and self.rng.random() * 100 < drop_pct:
+        if lossy and drop_pct and self._rng(src, dst).random() * 100 < drop_pct:
             stats.dropped_pub += 1
             self.trace.note(self.loop.now_us, f"drop {kind} {src.name}>{dst.name}")
             return
@@ -175,7 +197,7 @@ class Network:
     ) -> None:
         channel = (src.name, dst.name, kind)
         now = self.loop.now_us
-        when = max(now + self._delay_us(), self._last_us.get(channel, 0))
+        when = max(now + self._delay_us(self._rng(src, dst)), self._last_us.get(channel, 0))
         self._last_us[channel] = when
         self.in_flight += 1
         self.loop.at(

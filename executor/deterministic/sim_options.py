@@ -30,6 +30,16 @@ class SimOptions:
     # to a replica's partitions (docs/QUERIES.md); each answer is checked against the
     # serial oracle at the epoch it names. 0: none (and no versions kept).
     query_share: float = 0.0
+    # Readers (executor/reader/: every partition in one process, following the log):
+    # how many; they need a reader node (Simulator's ``reader_node``). 0: none, and the
+    # run is what it was without them. Everything about them draws from their own
+    # generator, so readers never change the cluster's history.
+    readers: int = 0
+    # Share of the workload's read-only calls a client also sends to a reader as a
+    # snapshot, at_epoch or read-committed query; each answer is checked against the
+    # serial oracle at the epoch it names.
+    reader_query_share: float = 0.5
+    reader_crashes: int | None = None  # kill -9 and restart (empty) of readers
     session_timeout_ms: int = 1_000  # a lost leader's "ZooKeeper session" expires then
     pub_drop_pct: float | None = None
     checkpoint_every_epochs: int | None = None
@@ -59,6 +69,10 @@ class SimResult:
     strict_liveness: bool = False
     trace: list[str] = field(default_factory=list)
     log_lines: list[str] = field(default_factory=list)
+    # The outcome: (replica, partition, state hash) of every partition at the end, and a
+    # digest of every answer the clients' calls got (not their queries')
+    final_hashes: list[tuple[int, int, int]] = field(default_factory=list)
+    answers_digest: str = ""
 
     @property
     def ok(self) -> bool:
@@ -73,8 +87,15 @@ class SimResult:
     def summary(self) -> str:
         c = self.counters
         state = "ok" if self.ok else f"FAILED ({len(self.failures)} failures)"
+        readers = ""
+        if c.get("readers"):
+            readers = (
+                f"readers {c['readers']} (crashes {c['reader_crashes']}, answers checked "
+                f"{c['reader_answers']}, refused {c['reader_refusals']}, hashes checked "
+                f"{c['reader_hashes_checked']}), "
+            )
         return (
-            f"seed {self.seed} {self.workload} {self.shape}: {state}; "
+            f"seed {self.seed} {self.workload} {self.shape}: {state}; {readers}"
             f"epochs {c['epochs']}, txns {c['txns']} ({c['multi_partition_txns']} multi-partition, "
             f"{c['dependent_restarts']} restarts), calls {c['calls']} "
             f"({c['timeouts']} timed out, {c['client_retries']} retries), "
@@ -88,8 +109,8 @@ class SimResult:
 @dataclass(frozen=True)
 class Fault:
     at_us: int
-    kind: str  # "partition" or "sequencer"
-    replica: int = 0
+    kind: str  # "partition", "sequencer" or "reader"
+    replica: int = 0  # "reader": the reader
     partition: int = 0
     mode: str = "now"  # sequencer: "now", "in_sync", "before_publish", "sync_error";
     # replicated: "kill" (the leader, kill -9) or "cut" (the leader off the network)
@@ -97,6 +118,10 @@ class Fault:
     corrupt_checkpoint: bool = False
 
     def describe(self) -> str:
+        if self.kind == "reader":
+            return (
+                f"{self.at_us // 1000} ms: crash reader{self.replica} for {self.down_us // 1000} ms"
+            )
         if self.kind == "partition":
             extra = ", corrupt checkpoint" if self.corrupt_checkpoint else ""
             return (

@@ -6,7 +6,8 @@ replicated ordering layer the store's committed batches, of which every member's
 log must be a prefix, with terms that never decrease), calls no client ever got an
 answer to are listed as stalls, and the run's counters are summed from every node.
 Then the counters and the outcome (every partition's final state and every answer a
-client got) go into the trace, so that its digest fingerprints the run.
+client got; with readers, every hash they kept and answer they gave) go into the
+trace, so that its digest fingerprints the run.
 
 Invariant: reading the outcome changes nothing the checks read; it only adds trace
 lines, after the run.
@@ -23,9 +24,11 @@ from executor.deterministic.sim_client import CallRecord, SimClient
 from executor.deterministic.sim_network import EventLoop, NetStats, Trace
 from executor.deterministic.sim_partition import PartitionNode
 from executor.deterministic.sim_sequencer import SequencerNode
+from executor.deterministic.sim_world import ReaderPeer
 from sequencer.log import iter_frames
 from sequencer.replication import MemoryStore
 from sequencer.status import SequencerStats
+from txn_library.errors import ERROR
 from txn_library.wire import sequencer as wire
 
 
@@ -86,11 +89,12 @@ def run_counters(
     seq_nodes: Sequence[SequencerNode],
     leader: SequencerNode,
     parts: Sequence[Sequence[PartitionNode]],
+    readers: Sequence[ReaderPeer],
     net: NetStats,
     loop: EventLoop,
 ) -> dict[str, int]:
     """The simulator's own counters (faults, recoveries), then what every node and the
-    network counted."""
+    network counted (the readers' only when there are readers)."""
     records = [r for c in clients for r in c.records]
     logged = [wire.decode_batch(data).txns for data in record.log]
     counters = dict(sim_counters)
@@ -121,7 +125,39 @@ def run_counters(
         events=loop.events,
         sim_ms=loop.now_us // 1000,
     )
+    if readers:
+        counters.update(reader_counters(record, readers))
     return counters
+
+
+def reader_counters(record: RunRecord, readers: Sequence[ReaderPeer]) -> dict[str, int]:
+    """What the readers did and what of it the checks compared with the oracle."""
+    answers = [a for q in record.reader_queries for a in q.answers]
+    nodes = [r.counters() for r in readers]
+    return {
+        "readers": len(readers),
+        "reader_queries": len(record.reader_queries),
+        "reader_answers": sum(1 for a in answers if a[1] != ERROR),
+        "reader_refusals": sum(1 for a in answers if a[1] == ERROR),
+        "reader_queries_timed_out": sum(q.timed_out for q in record.reader_queries),
+        "reader_at_epoch_queries": sum(q.at_epoch >= 0 for q in record.reader_queries),
+        "reader_hashes_checked": len(record.reader_hashes),
+        "reader_partition_hashes_checked": _boundaries_checked(record),
+        "reader_batches_applied": sum(n["batches_applied"] for n in nodes),
+        "reader_starts": sum(n["starts"] for n in nodes),
+        "reader_log_fetches": sum(n["log_fetches"] for n in nodes),
+    }
+
+
+def _boundaries_checked(record: RunRecord) -> int:
+    """Reader partition hashes that met a replica's boundary hash of the same epoch."""
+    at = {(epoch, p) for _r, p, epoch, _h in record.boundaries}
+    return sum(
+        1
+        for _reader, epoch, hashes in record.reader_hashes
+        for p in range(len(hashes))
+        if (epoch, p) in at
+    )
 
 
 def note_outcome(
@@ -131,8 +167,9 @@ def note_outcome(
     records: Sequence[CallRecord],
     failures: list[str],
     counters: dict[str, int],
-) -> None:
-    """The failures, the counters and the outcome, as the trace's last lines."""
+) -> str:
+    """The failures, the counters and the outcome, as the trace's last lines; returns
+    the digest of every answer the clients' calls got."""
     for f in failures:
         trace.note(now_us, f"check failed: {f}")
     trace.note(now_us, f"counters {sorted(counters.items())}")
@@ -147,3 +184,19 @@ def note_outcome(
     answers = [(r.answers, r.timed_out) for r in records]
     answers_digest = hashlib.sha256(repr(answers).encode()).hexdigest()[:16]
     trace.note(now_us, f"final states {states} answers {answers_digest}")
+    if record.reader_hashes or record.reader_queries:
+        queries = [(q.answers, q.readers, q.timed_out) for q in record.reader_queries]
+        seen = repr((record.reader_hashes, queries)).encode()
+        digest = hashlib.sha256(seen).hexdigest()[:16]
+        trace.note(now_us, f"readers {record.reader_epochs} answers {digest}")
+    return answers_digest
+
+
+def final_hashes(record: RunRecord) -> list[tuple[int, int, int]]:
+    """(replica, partition, state hash) of every partition up at the end."""
+    return [
+        (r, i, p.storage.state_hash)
+        for r, replica in enumerate(record.replicas)
+        for i, p in enumerate(replica)
+        if p is not None
+    ]

@@ -446,6 +446,7 @@ class PartitionNode:
         if keep <= 0 or self._writing is not None:
             # As live: a boundary reached while the writer runs is recorded, not written.
             part.checkpoint_taken()
+            self.sim.note_boundary(self, *part.boundary)
             self._feed().apply_held()
             return
         epoch = part.checkpoint_due
@@ -453,6 +454,7 @@ class PartitionNode:
         self.store.stage(part)
         self._writing = part.checkpoint_writing = epoch
         part.checkpoint_taken()
+        self.sim.note_boundary(self, *part.boundary)
         self._feed().apply_held()
         delay = self.sim.rng.randint(200, self.sim.checkpoint_write_max_us)
         self.sim.loop.after(delay, self._checkpoint_written, self.node.incarnation, epoch)

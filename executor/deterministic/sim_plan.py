@@ -7,6 +7,9 @@ shape, the workload, the checkpoint interval, the network's link profile
 during the run it draws delays, drops, restart and restore times from the same ranges
 here. A SimOptions field that is set replaces its draw.
 
+Readers' crashes (``plan_reader_faults``) are drawn from the readers' own generator, so
+a run with readers keeps the cluster's draws, and its history, as without them.
+
 Invariants: the plan is a pure function of the seed and the options; faults fall in
 [FAULT_FIRST_US, horizon], while the clients work; a planted bug gets the faults it
 needs to show (``lose-synced`` and ``no-retry-rebuild``: a sequencer crash, of mode
@@ -48,6 +51,8 @@ CALL_LATENCY_GUESS_US = 25_000  # for the horizon: ~2 epochs per call
 SUPERVISOR_RESTART_US = (1_000, 100_000)  # a fail-stopped sequencer is restarted after
 REPLICA_RESTORE_US = (1_000, 50_000)  # the operator restores a replica after
 CLIENT_START_US = 5_000  # clients start within
+READER_CRASHES_MAX = 3  # drawn from the readers' generator
+READER_DOWN_US = (5_000, 400_000)
 
 
 def link_profile(rng: random.Random, opts: SimOptions) -> LinkProfile:
@@ -89,6 +94,37 @@ def make_clients(world: World, workload: Workload) -> list[SimClient]:
     return clients
 
 
+def fault_horizon_us(opts: SimOptions, clients: list[SimClient]) -> int:
+    """Faults fall before this: while the clients work (a guess from their knobs)."""
+    c0 = clients[0]
+    per_client = opts.calls / len(clients)
+    per_call_us = c0.think_max_us / 2 + CALL_LATENCY_GUESS_US
+    return int(max(HORIZON_MIN_US, per_client * per_call_us / c0.in_flight_max))
+
+
+def plan_reader_faults(
+    rng: random.Random, opts: SimOptions, clients: list[SimClient]
+) -> list[Fault]:
+    """The readers' crashes (kill -9, a restart ``down_us`` later), by time, drawn
+    from the readers' own generator ``rng`` (none without readers or faults)."""
+    if not opts.faults or opts.readers <= 0:
+        return []
+    horizon_us = fault_horizon_us(opts, clients)
+    n = opts.reader_crashes
+    if n is None:
+        n = rng.randint(0, READER_CRASHES_MAX)
+    faults = [
+        Fault(
+            rng.randint(FAULT_FIRST_US, horizon_us),
+            "reader",
+            rng.randrange(opts.readers),
+            down_us=rng.randint(*READER_DOWN_US),
+        )
+        for _ in range(n)
+    ]
+    return sorted(faults, key=lambda f: f.at_us)
+
+
 def plan_faults(
     rng: random.Random,
     opts: SimOptions,
@@ -100,10 +136,7 @@ def plan_faults(
     """The faults of the run, by time (none if ``opts.faults`` is off)."""
     if not opts.faults:
         return []
-    c0 = clients[0]
-    per_client = opts.calls / len(clients)
-    per_call_us = c0.think_max_us / 2 + CALL_LATENCY_GUESS_US
-    horizon_us = int(max(HORIZON_MIN_US, per_client * per_call_us / c0.in_flight_max))
+    horizon_us = fault_horizon_us(opts, clients)
     n_part = opts.partition_crashes
     if n_part is None:
         n_part = rng.randint(0, PARTITION_CRASHES_MAX)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from executor.deterministic.sim_log import SimCommandLog, SimulatedCrash
 from executor.deterministic.sim_network import Node, Payload
 from executor.deterministic.sim_ordering import MemberStore, PublishFirstLog
-from executor.deterministic.sim_world import PartitionPeer, World
+from executor.deterministic.sim_world import LogFetcher, World
 from sequencer.log import CommandLog
 from sequencer.replication import ReplicatedLog, copy_committed
 from sequencer.sequencer import HEARTBEAT_MS, Sequencer
@@ -181,8 +181,9 @@ class SequencerNode:
             self.sim.failure(f"sequencer refused a partition's report ({len(payload)} bytes)")
         self.flush()
 
-    def on_log_fetch(self, partition: PartitionPeer, payload: Payload) -> None:
-        """SequencerServer._on_log_fetch over the simulated DEALER/ROUTER pair."""
+    def on_log_fetch(self, partition: LogFetcher, payload: Payload) -> None:
+        """SequencerServer._on_log_fetch over the simulated DEALER/ROUTER pair (a
+        partition's or a reader's)."""
         assert isinstance(payload, bytes)
         reply = self.seq.log_fetch_reply(payload) if self.seq is not None else None
         if reply is None:
@@ -233,6 +234,8 @@ class SequencerNode:
         for replica in self.sim.parts:
             for p in replica:
                 net.send(self.node, p.node, "pub", payload, p.on_pub, lossy=True)
+        for reader in self.sim.readers:
+            net.send(self.node, reader.node, "pub", payload, reader.on_pub, lossy=True)
 
     def flush(self) -> None:
         seq = self.seq

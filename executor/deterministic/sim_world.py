@@ -1,6 +1,6 @@
 """What a simulated node sees of its world: the narrow interface the simulator's nodes
-(``sim_partition``, ``sim_sequencer``, ``sim_client``) are built on, instead of the
-``Simulator`` itself.
+(``sim_partition``, ``sim_sequencer``, ``sim_client``, and the readers' node,
+``executor.reader.sim_reader``) are built on, instead of the ``Simulator`` itself.
 
 A node reads the one clock and event loop, the simulated network, the seed's one
 ``random.Random``, the trace, the run's options and shape; it reaches its peers (the
@@ -12,6 +12,11 @@ planted bugs' hooks on its inputs. ``simulator.Simulator`` implements ``World``;
 nodes import this module and never the simulator (a lint-imports contract in
 pyproject.toml forbids it, type-only imports included).
 
+Readers sit above this package (executor/reader/), so the simulator cannot build
+them: it is handed a ``ReaderNodeFactory`` and reaches the nodes it makes through
+``ReaderPeer``. They are observers (``Node.observer``): whatever they or the clients
+do about them draws from ``readers_rng``, never from ``rng``.
+
 Invariants: a node changes the world only through these callbacks and the network;
 every member here is read-only to a node.
 """
@@ -19,7 +24,7 @@ every member here is read-only to a node.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -54,6 +59,55 @@ class PartitionPeer(Protocol):
         """ROUTER (query socket): a client's snapshot queries."""
 
 
+class LogFetcher(Protocol):
+    """Whoever asks the log service (a partition, a reader): where the reply goes."""
+
+    @property
+    def node(self) -> Node: ...
+
+    def on_log_reply(self, payload: Payload) -> None:
+        """DEALER: the log service's answer to a fetch."""
+
+
+class ReaderPeer(Protocol):
+    """A reader process as the sequencer, the clients and the simulator reach it."""
+
+    @property
+    def node(self) -> Node: ...
+    @property
+    def index(self) -> int: ...
+
+    def start(self) -> None:
+        """Start (empty: genesis) and catch up from the log service."""
+
+    def crash(self) -> None:
+        """kill -9: everything in memory is gone."""
+
+    def on_pub(self, payload: Payload) -> None:
+        """SUB: a batch or a heartbeat."""
+
+    def on_log_reply(self, payload: Payload) -> None:
+        """DEALER: the log service's answer to a fetch."""
+
+    def on_query_frame(self, identity: bytes, frame: Payload) -> None:
+        """ROUTER: a client's queries."""
+
+    def caught_up(self, last_epoch: int) -> bool:
+        """Up, live, applied ``last_epoch``, no query waiting."""
+
+    def describe(self) -> str: ...
+
+    def applied_hashes(self) -> list[tuple[int, tuple[int, ...]]]:
+        """(epoch, every partition's state hash at its end) for each epoch every
+        incarnation applied (and the state each started from), in order."""
+
+    def applied_epoch(self) -> int | None:
+        """The epoch applied now (None: down)."""
+
+    def counters(self) -> dict[str, int]:
+        """What the node counted (summed over its incarnations)."""
+
+
 class SequencerPeer(Protocol):
     """A sequencer process as partitions, clients and the simulator reach it."""
 
@@ -65,8 +119,8 @@ class SequencerPeer(Protocol):
     def on_results(self, payload: Payload) -> None:
         """PULL: a partition's results and status."""
 
-    def on_log_fetch(self, partition: PartitionPeer, payload: Payload) -> None:
-        """ROUTER: a partition asks the log service for epochs."""
+    def on_log_fetch(self, partition: LogFetcher, payload: Payload) -> None:
+        """ROUTER: a partition (or a reader) asks the log service for epochs."""
 
     def on_client_frame(self, identity: bytes, frame: bytes) -> None:
         """ROUTER: a client's frame of calls."""
@@ -84,6 +138,9 @@ class ClientPeer(Protocol):
     def on_query_reply(self, frame: Payload) -> None:
         """DEALER (to a partition's query socket): answers to queries."""
 
+    def on_reader_reply(self, frame: Payload, reader: int) -> None:
+        """DEALER (to a reader's socket): answers to queries."""
+
 
 class World(Protocol):
     """The run as a node sees it (see module docstring)."""
@@ -97,6 +154,9 @@ class World(Protocol):
     def rng(self) -> random.Random: ...
     @property
     def trace(self) -> Trace: ...
+    @property
+    def readers_rng(self) -> random.Random:
+        """The readers' own generator (see module docstring)."""
 
     def mono_s(self) -> float:
         """The roles' clock (time.monotonic in a live process)."""
@@ -130,6 +190,10 @@ class World(Protocol):
         """Every partition of every replica: ``parts[replica][partition]``."""
 
     @property
+    def readers(self) -> Sequence[ReaderPeer]:
+        """Every reader (none unless ``opts.readers``)."""
+
+    @property
     def seq_node(self) -> SequencerPeer:
         """The leader, where clients and partitions send."""
 
@@ -161,7 +225,17 @@ class World(Protocol):
     def on_resend_gap(self, node: PartitionPeer, peer: int, retained_from: int) -> None:
         """A restarted partition's peer no longer retains the reads it needs."""
 
+    def note_boundary(self, node: PartitionPeer, epoch: int, state_hash: int) -> None:
+        """A partition drained at a checkpoint boundary: its state hash at ``epoch``'s
+        end (what it reports as ``boundary_hash``; readers' hashes are checked on it)."""
+
     # Planted bugs (never engine code)
     def planted_batch(self, node: PartitionPeer, batch: wire.Batch) -> wire.Batch: ...
     def planted_reads(self, node: PartitionPeer, entries: list) -> list: ...
     def planted_sequencer(self, seq: Sequencer) -> None: ...
+    def planted_reader_batch(self, reader: ReaderPeer, data: bytes) -> bytes: ...
+    def planted_reader_replies(self, reader: ReaderPeer, replies: list) -> list: ...
+
+
+ReaderNodeFactory = Callable[[World, int], ReaderPeer]
+"""Builds reader ``index`` of a run (executor.reader.sim_reader.ReaderNode)."""

@@ -24,20 +24,34 @@ everything: the cluster's shape, the workload, delays and drops, and the faults:
   which lost its un-synced tail and may end in a torn frame; or its log's fdatasync
   fails (EIO), it fail-stops, and its supervisor restarts it;
 - a batch published on PUB/SUB is dropped (the partition repairs the gap);
-- a checkpoint file is corrupted before a restart (the previous one is used).
+- a checkpoint file is corrupted before a restart (the previous one is used);
+- with readers (``readers=N``; the node is handed in, ``reader_node``, since readers
+  sit above this package: executor.reader.sim_reader), a reader is killed and
+  restarted empty, and catches up from the log service.
 When peers no longer retain the reads a restarted partition needs (MSG_RESEND_GAP),
 the simulator does what the operator is told to: restore the whole replica from its
 newest common checkpoint (or genesis).
 
-When every client has its answers (or gave up) and the cluster is quiescent, the
-checks in ``checks`` run against the serial oracle. Same seed, same options: the same
+Readers follow the publication and the log service as partitions do, and clients send
+a share of their read-only calls to them as queries too (``reader_query_share``).
+Everything about readers (their network traffic, crashes, the clients' queries to
+them) draws from a generator of their own (``readers_rng``), so a seed's history is
+the same with readers or without.
+
+When every client has its answers (or gave up), every reader query is settled and the
+cluster (readers included) is quiescent, the checks in ``checks`` run against the
+serial oracle: for readers, every answer equals the oracle's at the epoch it names,
+and every reader's partition hashes at every epoch it applied equal the oracle's
+(summed) and the replicas' boundary hashes. Same seed, same options: the same
 run, event for event; ``trace_digest`` proves it.
 
 Planted bugs (``plant=``), injected by the simulator, never in engine code, to show
 that the checks catch them: ``swap`` (two txns of a batch swapped at one partition of
 one replica), ``drop-read`` (one txn's read exchange lost forever in one replica),
 ``lose-synced`` (a disk that loses the last synced frame of the log on a crash),
-``no-retry-rebuild`` (a restarted sequencer that forgot which calls its log holds).
+``no-retry-rebuild`` (a restarted sequencer that forgot which calls its log holds);
+with readers (``READER_PLANTS``): ``reader-ahead`` (reader 0's answers name the epoch
+after the one they read), ``reader-skip`` (reader 0 applies one batch as empty).
 
 Invariants: no wall clock, no sockets, no threads, no entropy besides the seed; the
 simulator drives the roles only through the inputs and outputs the live processes
@@ -61,6 +75,7 @@ from executor.deterministic.sim_network import EventLoop, Network, Trace
 from executor.deterministic.sim_options import Fault, SimOptions, SimResult
 from executor.deterministic.sim_outcome import (
     committed_log,
+    final_hashes,
     find_stalls,
     note_outcome,
     run_counters,
@@ -76,9 +91,15 @@ from executor.deterministic.sim_plan import (
     link_profile,
     make_clients,
     plan_faults,
+    plan_reader_faults,
 )
 from executor.deterministic.sim_sequencer import SequencerNode
-from executor.deterministic.sim_world import PartitionPeer, SequencerPeer
+from executor.deterministic.sim_world import (
+    PartitionPeer,
+    ReaderNodeFactory,
+    ReaderPeer,
+    SequencerPeer,
+)
 from executor.deterministic.workloads import (
     Workload,
     clone_storage,
@@ -88,12 +109,14 @@ from executor.deterministic.workloads import (
 from sequencer.replication import MemoryStore
 from sequencer.retry_cache import RetryCache
 from sequencer.sequencer import Sequencer
-from txn_library.procedure import load_modules
+from txn_library.errors import ERROR
+from txn_library.procedure import load_modules, lookup
 from txn_library.wire import partition as ewire
 from txn_library.wire import sequencer as wire
 
 PLANTS = ("swap", "drop-read", "lose-synced", "no-retry-rebuild", "publish-before-commit")
 REPLICATED_PLANTS = ("publish-before-commit",)  # need SimOptions.sequencers > 1
+READER_PLANTS = ("reader-ahead", "reader-skip")  # need SimOptions.readers > 0
 
 MONITOR_US = 100_000
 FAULT_RETRY_US = 50_000
@@ -121,9 +144,24 @@ class Simulator:
     """One run: builds the cluster, plays the fault plan, does what the supervisor,
     ZooKeeper and the operator do, and checks the outcome (implements sim_world.World)."""
 
-    def __init__(self, seed: int, workload: str, opts: SimOptions) -> None:
-        if opts.plant is not None and opts.plant not in PLANTS:
-            raise ValueError(f"unknown planted bug {opts.plant!r}; choose from {PLANTS}")
+    def __init__(
+        self,
+        seed: int,
+        workload: str,
+        opts: SimOptions,
+        reader_node: ReaderNodeFactory | None = None,
+    ) -> None:
+        if opts.plant is not None and opts.plant not in PLANTS + READER_PLANTS:
+            raise ValueError(
+                f"unknown planted bug {opts.plant!r}; choose from {PLANTS + READER_PLANTS}"
+            )
+        if opts.plant in READER_PLANTS and opts.readers < 1:
+            raise ValueError(f"{opts.plant} needs readers (readers >= 1)")
+        if opts.readers > 0 and reader_node is None:
+            raise ValueError(
+                "readers need a reader node: pass reader_node="
+                "executor.reader.sim_reader.ReaderNode (readers sit above the simulator)"
+            )
         if opts.checkpoint_store not in ("file", "memory"):
             raise ValueError("checkpoint_store is 'file' or 'memory'")
         self.seed = seed
@@ -147,7 +185,9 @@ class Simulator:
         self.loop = EventLoop()
         self.trace = Trace(opts.keep_trace)
         profile = link_profile(rng, opts)
-        self.net = Network(self.loop, rng, profile, self.trace)
+        # Not drawn from rng: readers leave the cluster's draws as they were.
+        self.readers_rng = random.Random(f"ordo-sim-readers-{seed}")
+        self.net = Network(self.loop, rng, profile, self.trace, self.readers_rng)
         self.root = Path(tempfile.mkdtemp(prefix=f"ordo-sim-{seed}-", dir=_temp_root()))
         self.log_dir = self.root / "log"
         if opts.sequencers < 1:
@@ -163,11 +203,16 @@ class Simulator:
             [PartitionNode(self, r, p) for p in range(self.partitions)]
             for r in range(self.replicas)
         ]
+        self.readers: list[ReaderPeer] = []
+        if reader_node is not None:
+            self.readers = [reader_node(self, i) for i in range(opts.readers)]
         self.clients = make_clients(self, self.workload)
         self.client_by_identity = {c.identity: c for c in self.clients}
         self.faults = plan_faults(
             rng, opts, self.clients, self.replicas, self.partitions, self.store is not None
         )
+        self.reader_faults = plan_reader_faults(self.readers_rng, opts, self.clients)
+        self.boundaries: list[tuple[int, int, int, int]] = []
         self._failures: list[str] = []
         self._finished = False
         self._clients_done_us: int | None = None
@@ -185,6 +230,7 @@ class Simulator:
                 "faults_skipped",
                 "sequencer_fail_stops",
                 *(("failovers", "leader_cutoffs") if self.store is not None else ()),
+                *(("reader_crashes", "reader_faults_skipped") if self.readers else ()),
             ),
             0,
         )
@@ -246,6 +292,8 @@ class Simulator:
         for replica in self.parts:
             for p in replica:
                 p.start()
+        for reader in self.readers:
+            reader.start()
         setup = self.workload.setup_calls()
         first = self.clients[0]
         rest = self.clients[1:]
@@ -262,6 +310,8 @@ class Simulator:
             start_rest()
         for fault in self.faults:
             self.loop.at(fault.at_us, self._apply_fault, fault, 0)
+        for fault in self.reader_faults:
+            self.loop.at(fault.at_us, self._apply_reader_fault, fault)
         self.loop.after(MONITOR_US, self._monitor)
 
     def failure(self, text: str) -> None:
@@ -289,7 +339,11 @@ class Simulator:
         seq = self.seq_node.seq
         if seq is None or self._restoring:
             return False
-        return all(p.caught_up(seq.epoch) for replica in self.parts for p in replica)
+        return (
+            all(p.caught_up(seq.epoch) for replica in self.parts for p in replica)
+            and all(r.caught_up(seq.epoch) for r in self.readers)
+            and all(c.reader_queries_done for c in self.clients)
+        )
 
     def _describe_cluster(self) -> None:
         seq = self.seq_node.seq
@@ -298,6 +352,9 @@ class Simulator:
             for p in replica:
                 if seq is None or not p.caught_up(seq.epoch):
                     self.failure(f"  {p.describe()}")
+        for r in self.readers:
+            if seq is None or not r.caught_up(seq.epoch):
+                self.failure(f"  {r.describe()}")
 
     # Faults ----------------------------------------------------------------------
     def _apply_fault(self, fault: Fault, attempt: int) -> None:
@@ -332,6 +389,19 @@ class Simulator:
             seq_node.crash_before_publish = True
         else:
             self.sequencer_crashed("between batches")
+
+    def _apply_reader_fault(self, fault: Fault) -> None:
+        """kill -9 of a reader, restarted (empty) ``down_us`` later; a reader needs
+        nobody else to recover, so any reader may fall at any time."""
+        reader = self.readers[fault.replica]
+        clients_done = self._clients_done_us is not None or all(c.done for c in self.clients)
+        if clients_done or not reader.node.up:  # down: a fault before restarted it
+            self.counters["reader_faults_skipped"] += 1
+            return
+        self.trace.note(self.loop.now_us, f"fault {fault.describe()}")
+        self.counters["reader_crashes"] += 1
+        reader.crash()
+        self.loop.after(fault.down_us, reader.start)
 
     def _fault_allowed(self, fault: Fault) -> bool:
         """Within what recovery alone handles: one partition of a replica at a time
@@ -474,6 +544,9 @@ class Simulator:
         self.logged_at.append((self.loop.now_us, batch.next_txn_id - 1))
         self.trace.note(self.loop.now_us, f"batch {batch.epoch} txns {len(batch.txns)}")
 
+    def note_boundary(self, node: PartitionPeer, epoch: int, state_hash: int) -> None:
+        self.boundaries.append((node.replica, node.partition, epoch, state_hash))
+
     def note_results(self, node: PartitionPeer, data: bytes) -> None:
         msg = ewire.Results._make(ewire.unpack(data)[1:])
         for txn_id, status, packed in msg.results:
@@ -519,6 +592,32 @@ class Simulator:
             seq.retries = RetryCache()
             seq._logged_txns.clear()
 
+    def planted_reader_batch(self, reader: ReaderPeer, data: bytes) -> bytes:
+        """``reader-skip``: reader 0 applies one batch (the first it sees from epoch 3
+        on that writes) as if it held no transaction, every time it gets it."""
+        if self.opts.plant != "reader-skip" or reader.index != 0:
+            return data
+        batch = wire.decode_batch(data)
+        target = self._plant_state.get("reader-skip")
+        if target is None:
+            writes = any(not lookup(t.proc).read_only for t in batch.txns)
+            if batch.epoch < 3 or batch.derived or not writes:
+                return data
+            target = self._plant_state["reader-skip"] = batch.epoch
+            self.trace.note(self.loop.now_us, f"PLANT reader-skip epoch {target}")
+        if batch.epoch != target:
+            return data
+        return wire.pack(batch._replace(txns=()))
+
+    def planted_reader_replies(self, reader: ReaderPeer, replies: list) -> list:
+        """``reader-ahead``: reader 0's answers name the epoch after the one they read."""
+        if self.opts.plant != "reader-ahead" or reader.index != 0:
+            return replies
+        return [
+            (qid, status, packed, epoch if status == ERROR else epoch + 1)
+            for qid, status, packed, epoch in replies
+        ]
+
     # Results -------------------------------------------------------------------------
     def _run_record(self) -> RunRecord:
         log = committed_log(self.log_dir, self.store, self.seq_nodes, self.failure)
@@ -535,6 +634,10 @@ class Simulator:
             sum(s.determinism_violations for s in sequencer_stats(self.seq_nodes)),
             self.partitions,
             [q for c in self.clients for q in c.queries],
+            [q for c in self.clients for q in c.reader_queries],
+            [(r.index, e, h) for r in self.readers for e, h in r.applied_hashes()],
+            [r.applied_epoch() for r in self.readers],
+            self.boundaries,
         )
 
     def _result(
@@ -548,10 +651,11 @@ class Simulator:
             self.seq_nodes,
             self.seq_node,
             self.parts,
+            self.readers,
             self.net.stats,
             self.loop,
         )
-        note_outcome(self.trace, self.loop.now_us, record, records, failures, counters)
+        answers = note_outcome(self.trace, self.loop.now_us, record, records, failures, counters)
         return SimResult(
             self.seed,
             self.workload.name,
@@ -560,11 +664,17 @@ class Simulator:
             stalls,
             counters,
             self.trace.digest(),
-            [f.describe() for f in self.faults],
+            [f.describe() for f in sorted(self.faults + self.reader_faults, key=_at)],
             self.opts.strict_liveness,
             self.trace.lines or [],
             log_lines,
+            final_hashes(record),
+            answers,
         )
+
+
+def _at(fault: Fault) -> int:
+    return fault.at_us
 
 
 def options_for(workload: str, **options: Any) -> SimOptions:
@@ -572,6 +682,12 @@ def options_for(workload: str, **options: Any) -> SimOptions:
     return SimOptions(**{**workload_class(workload).defaults, **options})
 
 
-def run_seed(seed: int, workload: str = "bank", **options: Any) -> SimResult:
-    """One simulated run; ``options`` are SimOptions fields."""
-    return Simulator(seed, workload, options_for(workload, **options)).run()
+def run_seed(
+    seed: int,
+    workload: str = "bank",
+    reader_node: ReaderNodeFactory | None = None,
+    **options: Any,
+) -> SimResult:
+    """One simulated run; ``options`` are SimOptions fields; ``reader_node`` builds the
+    readers (``readers=N``): executor.reader.sim_reader.ReaderNode."""
+    return Simulator(seed, workload, options_for(workload, **options), reader_node).run()
