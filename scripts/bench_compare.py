@@ -83,6 +83,12 @@ def parser() -> BenchParser:
     ap.add_argument("--base", required=True, help="git revision to compare against, or 'pure'")
     ap.add_argument("--runs", type=int, default=2, help="runs per tree, alternating")
     ap.add_argument("--args", default=DEFAULT_ARGS, help="arguments after 'tpcc run'")
+    ap.add_argument(
+        "--work-args",
+        default="",
+        help="extra arguments for the work tree's runs only (e.g. '--readers 1': New Order "
+        "with a reader against the base without)",
+    )
     ap.output("--out-dir", "results/compare", "each run's JSON, compare.json and .png")
     return ap
 
@@ -115,14 +121,19 @@ def main() -> None:
             rates: dict[str, list[float]] = {"base": [], "work": []}
             cpu: dict[str, list[float]] = {"base": [], "work": []}
             latency: dict[str, list[dict[str, float]]] = {"base": [], "work": []}
+            lags: list[dict] = []  # the work tree's readers, with --work-args --readers N
             for i in range(a.runs):
                 for name, tree in (("base", base), ("work", ROOT)):
                     run_pure = pure and name == "base"
-                    run = run_once(tree, args, out_dir / f"{name}-{i + 1}.json", run_pure)
+                    mine = args + (a.work_args.split() if name == "work" else [])
+                    run = run_once(tree, mine, out_dir / f"{name}-{i + 1}.json", run_pure)
                     rates[name].append(new_orders_per_s(run))
                     cpu[name].append(cpu_us_per_txn(run))
                     latency[name].append(new_order_latency_ms(run))
                     lat = latency[name][-1]
+                    lag = run["summary"].get("reader_lag_epochs")
+                    if lag:
+                        lags.append(lag)
                     print(
                         f"run {i + 1} {name:4s} ({rev if name == 'base' else 'work tree'}): "
                         f"{rates[name][-1]:,.0f} New Order/s, "
@@ -140,6 +151,8 @@ def main() -> None:
     result = {
         "base": rev,
         "args": a.args,
+        "work_args": a.work_args,
+        "reader_lag_epochs": lags,
         "new_order_per_s": rates,
         "cpu_us_per_txn": cpu,
         "new_order_latency_ms": latency,
@@ -153,6 +166,7 @@ def main() -> None:
         f"mean: base {mean['base']:,.0f}, work tree {mean['work']:,.0f} New Order/s; "
         f"work/base = {ratio:.3f}; median p99 base {p99['base']:.1f} ms, "
         f"work tree {p99['work']:.1f} ms"
+        + (f"; readers' lag p99 {max(x.get('p99', 0) for x in lags)} epochs" if lags else "")
     )
     wrote(out_dir / "compare.json", out_dir / "compare.png")
 

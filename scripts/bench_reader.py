@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -258,6 +259,9 @@ def tpcc(args: argparse.Namespace, tmp: Path) -> dict:
         stats = replayer.run(spec.log_dir, None)
         replica_cpus.append(time.process_time() - t0)
     reader_cpu, replica_cpu = min(reader_cpus), min(replica_cpus)
+    change_cpus, change_bytes = apply_change_records(cfg, batches, args.tpcc_runs, follower)
+    change_cpu = min(change_cpus)
+    new_orders = sum(1 for b in batches for t in b.txns if t.proc == "tpcc.new_order")
     mine = [f"{h:016x}" for h in follower.state_hashes()]
     theirs = [f"{p.storage.state_hash:016x}" for p in replica.parts]
     assert mine == theirs, f"the reader's hashes {mine} are not the partitions' {theirs}"
@@ -271,12 +275,67 @@ def tpcc(args: argparse.Namespace, tmp: Path) -> dict:
         "reader_cpu_us_per_txn": round(1e6 * reader_cpu / txns, 1),
         "partitions_code_cpu_s": [round(c, 2) for c in replica_cpus],
         "partitions_code_cpu_us_per_txn": round(1e6 * replica_cpu / stats.txns, 1),
+        "change_record_cpu_s": [round(c, 2) for c in change_cpus],
+        "change_record_cpu_us_per_txn": round(1e6 * change_cpu / txns, 1),
+        "change_record_bytes_per_txn": round(change_bytes / txns),
+        "new_orders": new_orders,
+        "cpu_us_per_new_order": {
+            "reader_reexecutes": round(1e6 * reader_cpu / max(1, new_orders), 1),
+            "reader_applies_change_records": round(1e6 * change_cpu / max(1, new_orders), 1),
+            "partitions_code": round(1e6 * replica_cpu / max(1, new_orders), 1),
+        },
         "state_hashes_equal": True,
         "made_by_the_cluster": made,
     }
     if made:
         out["reader_vs_cluster"] = round(txns / reader_cpu / made["txn_per_s"], 2)
+        out["change_records_vs_cluster"] = round(txns / change_cpu / made["txn_per_s"], 2)
     return out
+
+
+def apply_change_records(
+    cfg: ClusterConfig, batches: list, runs: int, reference: Any
+) -> tuple[list[float], int]:
+    """The other way to follow (FoundationDB's), measured before it is built: apply the
+    writes each partition records per epoch (its change record: every key written,
+    with its encoded row), no procedure run. The records are taken from a reader's run
+    (untimed), packed as one frame per partition per epoch, as partitions would send
+    them; then, timed: each frame decoded and its rows installed into fresh genesis
+    storages. Returns the CPU seconds of each run and the frames' bytes; the state
+    hashes must equal ``reference``'s (the reader's)."""
+    import msgpack
+
+    from executor.core.genesis import genesis_storage
+    from executor.reader.follower import Follower
+
+    n = cfg.partitions
+    capture = Follower(n, [genesis_storage(cfg.genesis, cfg.genesis_args, p, n) for p in range(n)])
+    for st in capture.storages:
+        st.track_changes()
+    frames: list[list[bytes]] = []
+    for b in batches:
+        capture.apply(b)
+        frames.append([msgpack.packb(st.take_changes()) for st in capture.storages])
+    size = sum(len(f) for per in frames for f in per)
+    cpus = []
+    for _ in range(runs):
+        storages = [genesis_storage(cfg.genesis, cfg.genesis_args, p, n) for p in range(n)]
+        unpack = msgpack.unpackb
+        t0 = time.process_time()
+        for per in frames:
+            for st, frame in zip(storages, per, strict=True):
+                writes = [
+                    (t, key, None if data is None else unpack(data, use_list=False)[2], data)
+                    for t, rows in unpack(frame, use_list=False, strict_map_key=False).items()
+                    for key, data in rows.items()
+                ]
+                if writes:
+                    st.apply(writes)
+        cpus.append(time.process_time() - t0)
+        got = [s.state_hash for s in storages]
+        want = list(reference.state_hashes())
+        assert got == want, f"change records reach {got}, the reader {want}"
+    return cpus, size
 
 
 def parser() -> BenchParser:

@@ -164,6 +164,13 @@ def up(
     help="Keep no row versions (ClusterConfig.query_versions off; embedded cluster): "
     "what keeping them costs. Snapshot queries are then refused.",
 )
+@click.option(
+    "--readers",
+    default=0,
+    show_default=True,
+    help="Readers beside the replicas (embedded cluster): they follow the log and the "
+    "replicas keep no row versions; the run reports their lag behind the sequencer.",
+)
 @click.option("--check/--no-check", default=True, show_default=True)
 @click.option(
     "--out",
@@ -195,6 +202,7 @@ def run(
     payment_rc: bool,
     read_only_as: str,
     no_versions: bool,
+    readers: int,
     check: bool,
     out: str | None,
     publish: bool,
@@ -240,6 +248,7 @@ def run(
         out=out or _default_out(publish),
         progress=not quiet,
         versions=not no_versions,
+        readers=readers,
         queries=read_only_as,
     )
     try:

@@ -93,6 +93,7 @@ class RunOptions:
     out: str | None = "results/tpcc/run.json"
     progress: bool = True
     versions: bool = True  # ClusterConfig.query_versions (embedded cluster)
+    readers: int = 0  # readers beside the replicas (embedded; the replicas keep no versions)
     queries: str = "sequenced"  # the read-only transactions: READ_ONLY_AS
 
 
@@ -107,7 +108,8 @@ def embedded_config(opts: RunOptions, data_dir: str, base_port: int) -> ClusterC
         data_dir=data_dir,
         epoch_duration_ms=opts.epoch_ms,
         fsync=opts.fsync,
-        query_versions=opts.versions,
+        query_versions=opts.versions and opts.readers == 0,
+        readers=opts.readers,
         procedure_modules=PROCEDURE_MODULES,
         genesis=GENESIS,
         genesis_args={
@@ -119,7 +121,8 @@ def embedded_config(opts: RunOptions, data_dir: str, base_port: int) -> ClusterC
 
 
 def start_cluster(cfg: ClusterConfig, progress: bool, log: Callable[[str], None]) -> Any:
-    """Start sequencer + partitions; show a progress bar while partitions load."""
+    """Start sequencer + partitions (and readers); show a progress bar while
+    partitions load."""
     from tqdm import tqdm
 
     from cluster.launcher import LocalCluster
@@ -131,6 +134,8 @@ def start_cluster(cfg: ClusterConfig, progress: bool, log: Callable[[str], None]
     for r in range(cfg.replicas):
         for p in range(cfg.partitions):
             lc.start_partition(r, p)
+    for i in range(cfg.readers):
+        lc.start_reader(i)  # it loads the genesis too, and follows from epoch 1
     want = cfg.replicas * cfg.partitions
     per_part = cfg.genesis_args["warehouses"] / cfg.partitions
     patience = 60.0 + 4 * LOAD_S_PER_WAREHOUSE * per_part * want
@@ -151,10 +156,10 @@ def start_cluster(cfg: ClusterConfig, progress: bool, log: Callable[[str], None]
                 except Exception:
                     n = 0
                 bar.update(n - bar.n)
-                if n >= want:
+                if n >= want and _readers_live(cfg):
                     break
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"partitions not loaded after {patience:.0f}s")
+                    raise TimeoutError(f"partitions (or readers) not loaded after {patience:.0f}s")
                 time.sleep(0.2)
     except BaseException:
         lc.stop()
@@ -219,6 +224,61 @@ class _Progress:
             f"errors {w.errors}"
         )
         self.last = (total, new_orders)
+
+
+def _readers_live(cfg: ClusterConfig) -> bool:
+    """Whether every reader has loaded its start and caught up (none: true)."""
+    from cluster.launcher import reader_report
+
+    for r in range(cfg.readers):
+        rep = reader_report(cfg, r, timeout_s=0.5)
+        if rep is None or not rep.get("live"):
+            return False
+    return True
+
+
+class _LagSampler:
+    """Every reader's lag behind the sequencer's epoch, sampled every LAG_EVERY_S while
+    the terminals run (the reader's own status: cluster.launcher.reader_report)."""
+
+    def __init__(self, cfg: ClusterConfig) -> None:
+        import threading
+
+        self.cfg = cfg
+        self.samples: list[int] = []
+        self.live = 0  # samples of a reader that had caught up since its start
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from cluster.launcher import reader_report
+
+        while not self._stop.wait(LAG_EVERY_S):
+            for r in range(self.cfg.readers):
+                rep = reader_report(self.cfg, r, timeout_s=1.0)
+                if rep is not None:  # catching up after its start too: lag is lag
+                    self.samples.append(int(rep["lag_epochs"]))
+                    self.live += bool(rep.get("live"))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def summary(self) -> dict[str, Any]:
+        xs = sorted(self.samples)
+        if not xs:
+            return {"samples": 0}
+        return {
+            "samples": len(xs),
+            "live_samples": self.live,
+            "p50": xs[len(xs) // 2],
+            "p99": xs[min(len(xs) - 1, int(len(xs) * 0.99))],
+            "max": xs[-1],
+        }
+
+
+LAG_EVERY_S = 0.05
 
 
 # --- Results -----------------------------------------------------------------------------
@@ -371,6 +431,7 @@ def run(opts: RunOptions, log: Callable[[str], None] = _stderr) -> dict[str, Any
         if tmp_dir is None:  # another launcher's cluster there is never touched
             owner = claim_cluster_dir(data_dir, fresh=opts.fresh)
         cfg = embedded_config(opts, data_dir, free_base_port())
+        opts.versions = cfg.replica_versions  # none when readers serve
     if opts.queries == "snapshot" and not opts.versions:
         raise ValueError(
             "snapshot queries read row versions: the cluster keeps none (--no-versions)"
@@ -400,9 +461,16 @@ def run(opts: RunOptions, log: Callable[[str], None] = _stderr) -> dict[str, Any
         )
         pids = {} if lc is None else {name: p.pid for name, p in lc.procs.items()}
         meter = CpuMeter(pids)
-        window = drive(cfg.client_addr, inputs, opts, log, meter, cfg.query_addrs())
+        lags = _LagSampler(cfg) if cfg.readers else None
+        try:
+            window = drive(cfg.client_addr, inputs, opts, log, meter, cfg.query_addrs())
+        finally:
+            if lags is not None:
+                lags.stop()
         load_after = os.getloadavg()
         summary = summarize(window, opts, cfg.partitions, cfg.replicas)
+        if lags is not None:
+            summary["reader_lag_epochs"] = lags.summary()
         summary["cpu_s_in_window"] = meter.used
         sequenced = _sequenced(window)
         if sequenced:
@@ -468,6 +536,12 @@ def print_summary(s: dict[str, Any], log: Callable[[str], None]) -> None:
         )
     for what, n in s["errors"].items():
         log(f"  error {what}: {n}")
+    lag = s.get("reader_lag_epochs")
+    if lag:
+        log(
+            f"  readers' lag behind the sequencer: p50 {lag.get('p50')} / p99 "
+            f"{lag.get('p99')} / max {lag.get('max')} epochs ({lag['samples']} samples)"
+        )
     if s.get("cpu_s_in_window"):
         used = ", ".join(f"{k} {v:.1f}s" for k, v in sorted(s["cpu_s_in_window"].items()))
         log(f"  CPU used in the window: {used} (of {s['measured_s']}s x {os.cpu_count()} cores)")
