@@ -364,6 +364,9 @@ def run(args: argparse.Namespace, parts: list[str], data: str) -> int:
         replicas=1,
         partitions=2,
         readers=1,
+        # The replica keeps versions here (with readers it would keep none: ClusterConfig.
+        # replica_versions), so its snapshots can be set beside the reader's.
+        query_versions=True,
         base_port=free_base_port(),
         data_dir=str(Path(data) / "data"),
     )

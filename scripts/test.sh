@@ -16,8 +16,12 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 step "ruff, mypy and lint-imports"
 # Two workers (pytest-xdist): most tests wait on processes, sockets or disks, so two
 # share this machine's cores well (--dist loadfile: a file's tests, which may share a
-# module fixture, run on one worker). ORDO_TEST_WORKERS=0: in this process, in turn.
-workers=(-n "${ORDO_TEST_WORKERS:-2}" --dist loadfile)
+# module fixture, run on one worker). Files are handed out in collection order (cluster,
+# sim, spark, unit): the slow integration files first, the short unit tests last to
+# even out the two workers' ends. xdist's default order (most tests first) ran the
+# single-test integration files, the slowest (~15-45 s each), last, one worker finishing
+# them alone. ORDO_TEST_WORKERS=0: in this process, in turn.
+workers=(-n "${ORDO_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
 if [ "${ORDO_TEST_WORKERS:-2}" = 0 ]; then workers=(-p no:xdist); fi
 .venv/bin/python -m pytest "${workers[@]}" --durations=25 "$@"
 step "the suite"
@@ -30,6 +34,7 @@ if [ "${ORDO_PURE_PASS:-1}" != 0 ]; then
     "$u/test_storage_apply.py" "$u/test_row_encoding.py" "$u/test_lock_manager.py" \
     "$u/test_ordered_index.py" "$u/test_placement.py" "$u/test_checkpoint.py" \
     "$u/test_bench_procedures.py" "$u/test_native.py" "$u/test_queries.py" \
+    "$u/test_reader.py" "$u/test_read_your_writes.py" "$u/test_reader_sinks.py" \
     --deselect "$u/test_native.py::test_compiled_and_pure_engines_compute_the_same_histories"
   step "the pure pass"
 fi

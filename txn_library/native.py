@@ -36,7 +36,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-# The compiled modules: the partition's hot path under TPC-C (docs/BENCHMARKS.md).
+# The compiled modules: the partition's hot path under TPC-C (docs/BENCHMARKS.md), and a
+# reader's (following the log, answering queries).
 MODULES = (
     "executor.core.changes",
     "executor.core.context",
@@ -48,6 +49,8 @@ MODULES = (
     "executor.core.storage",
     "executor.core.versions",
     "executor.deterministic.partition",
+    "executor.reader.follower",
+    "executor.reader.queries",
     "scheduler.lock_manager",
     "tpcc.transactions.check",
     "tpcc.transactions.common",

@@ -89,17 +89,19 @@ def epoch_problem(
 ) -> tuple[str, str] | None:
     """Why this partition cannot read at ``epoch`` now: (code, message), or None.
     ``not_ready``: the epoch is ahead of it (it may be, later); ``bad_arguments``: it is
-    older than the versions kept (``versions`` False: it keeps none, so only the epoch
-    it has completed can be read: the cluster's readers serve older snapshots)."""
-    if epoch > completed:
-        return ERR_NOT_READY, f"epoch {epoch} is not completed here yet (completed: {completed})"
-    if epoch < oldest and not versions:
+    older than the versions kept, or (``versions`` False) it keeps none: its state may
+    hold writes of the epoch after the one it has completed (a batch runs while the
+    next one starts), so no epoch can be read as a snapshot here; the cluster's readers
+    serve snapshots, and read committed needs no versions."""
+    if not versions:
         return (
             ERR_BAD_ARGUMENTS,
-            f"epoch {epoch}: this replica keeps no row versions, so it reads only the "
-            f"epoch it has completed ({completed}); snapshots at older epochs are the "
-            f"readers' (ClusterConfig.query_versions; `ordo up --readers N`)",
+            f"epoch {epoch}: this replica keeps no row versions, so it answers no snapshot "
+            f"(read committed works); snapshots are the readers' "
+            f"(ClusterConfig.query_versions; `ordo up --readers N`)",
         )
+    if epoch > completed:
+        return ERR_NOT_READY, f"epoch {epoch} is not completed here yet (completed: {completed})"
     if epoch < oldest:
         return (
             ERR_BAD_ARGUMENTS,
