@@ -3,15 +3,19 @@
 Hosts h1, h2, h3 (198.18.0.1-3, cluster.netns) each run a ZooKeeper server and a
 sequencer; replica 0's partitions run on h2, replica 1's on h3; CURVE is on. The load
 (cluster.ledger, a client-side ledger) runs inside a fourth host, ``client``. Each
-scenario from issue 12 ends with the checks of tests/ha_checks.py: no acknowledged
-call lost, none applied twice, equal replica hashes, equality with serial replay.
-These tests fail, never skip, where namespaces cannot be made.
+scenario from issue 12 injects its fault once transfers flow and ends with the checks
+of tests/ha_checks.py: no acknowledged call lost, none applied twice, equal replica
+hashes, equality with serial replay. The cluster's status (``ordo status --json``) is
+read from inside the client host by one process that runs the command once a request
+(one interpreter start-up a test instead of one a poll). These tests fail, never
+skip, where namespaces cannot be made.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -33,8 +37,23 @@ from tests.ha_checks import check_outcome
 HOSTS = ("h1", "h2", "h3", "client")
 BASE_PORT = 21000
 ACCOUNTS, START = 400, 10_000
-TRANSFERS = 15_000
+TRANSFERS = 8_000
+# A fault comes once the load has had this many transfers sequenced (the ledger opens
+# the accounts in one call first): well under way, far from done.
+FLOWING_TXNS = 1 + TRANSFERS // 16
 ROOT = str(Path(__file__).resolve().parents[2])
+STATUS_ANSWER_S = 60.0  # one `ordo status` (it waits 2 s for each silent sequencer)
+# Inside the client host: for each line read, `ordo status --json` once, its exit code
+# and output as one JSON line.
+STATUS_LOOP = """
+import json, sys
+from click.testing import CliRunner
+from cluster.cli import main
+args = ["status", "--json", "--data-dir", sys.argv[1]]
+for _ in sys.stdin:
+    r = CliRunner().invoke(main, args)
+    print(json.dumps([r.exit_code, r.stdout, r.output]), flush=True)
+"""
 
 
 class HostCluster:
@@ -60,6 +79,7 @@ class HostCluster:
         create_keys(self.cfg.data_dir, role_names(self.cfg), [ADMIN_CLIENT])
         ensure_secret(self.cfg)
         self.procs: dict[str, subprocess.Popen[Any]] = {}
+        self.status_probe: subprocess.Popen[str] | None = None
         self.ensemble = Ensemble(
             self.cfg.zookeeper_dir,
             self.cfg.zookeeper_base_port,
@@ -116,10 +136,28 @@ class HostCluster:
         return out.stdout
 
     def status(self) -> dict:
-        text = self.client(
-            ["-m", "cluster.cli", "status", "--json", "--data-dir", self.cfg.data_dir]
-        )
-        return dict(json.loads(text))
+        """``ordo status --json`` run inside the client host (by ``STATUS_LOOP``)."""
+        p = self.status_probe
+        if p is None or p.poll() is not None:
+            argv = [sys.executable, "-c", STATUS_LOOP, self.cfg.data_dir]
+            p = self.status_probe = self.net.run(
+                "client",
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=self._env(),
+            )
+        assert p.stdin is not None and p.stdout is not None
+        p.stdin.write("status\n")
+        p.stdin.flush()
+        ready, _, _ = select.select([p.stdout], [], [], STATUS_ANSWER_S)
+        assert ready, f"no status within {STATUS_ANSWER_S}s"
+        line = p.stdout.readline()
+        assert line, f"the status process exited with {p.wait()}"
+        code, out, shown = json.loads(line)
+        assert code == 0, shown
+        return dict(json.loads(out))
 
     def wait(self, cond: Callable[[dict], bool], what: str, timeout_s: float = 60) -> dict:
         deadline = time.monotonic() + timeout_s
@@ -167,7 +205,7 @@ class HostCluster:
         return self.wait(done, "every partition at the leader's epoch")
 
     def stop(self) -> None:
-        for p in self.procs.values():
+        for p in [*self.procs.values(), *filter(None, [self.status_probe])]:
             if p.poll() is None:
                 Hosts.kill9(p)
         self.ensemble.stop()
@@ -191,12 +229,12 @@ def run_scenario(
     tmp_path: Path,
     new_term: bool = False,
 ) -> None:
-    """Open accounts, start the ledgered load, inject ``fault`` under load, then check
-    (``new_term``: the fault must have made another sequencer lead)."""
+    """Open accounts, start the ledgered load, inject ``fault`` once transfers flow,
+    then check (``new_term``: the fault must have made another sequencer lead)."""
     ledger_path = tmp_path / "ledger.json"
     term = hc.wait(lambda st: st.get("role") == "leader", "a leader")["term"]
     load = hc.load(TRANSFERS, ledger_path, open_accounts=True)
-    time.sleep(2.0)  # accounts open, transfers flowing
+    hc.wait(lambda st: st.get("txns_sequenced", 0) >= FLOWING_TXNS, "transfers flowing")
     assert load.poll() is None, "the load ended before the fault"
     fault(hc)
     out, _ = load.communicate(timeout=300)

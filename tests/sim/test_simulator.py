@@ -49,9 +49,26 @@ def _explain(results: list[SimResult]) -> str:
     )
 
 
+@pytest.fixture(scope="module")
+def bank_runs() -> dict[int, SimResult]:
+    """Bank runs by seed, each made once per module: a run is a pure function of its
+    seed and options (test_same_seed_replays_the_same_run_in_any_process), so a test
+    that reads seeds another test ran gets those runs instead of the same runs again."""
+    return {}
+
+
+def _bank(runs: dict[int, SimResult], seeds: range) -> list[SimResult]:
+    for seed in seeds:
+        if seed not in runs:
+            runs[seed] = run_seed(seed, "bank")
+    return [runs[seed] for seed in seeds]
+
+
 @pytest.mark.parametrize("first", range(BANK_SEEDS.start, BANK_SEEDS.stop, CHUNK))
-def test_bank_seeds_pass_every_check_under_faults(first: int) -> None:
-    results = [run_seed(seed, "bank") for seed in range(first, first + CHUNK)]
+def test_bank_seeds_pass_every_check_under_faults(
+    bank_runs: dict[int, SimResult], first: int
+) -> None:
+    results = _bank(bank_runs, range(first, first + CHUNK))
     assert all(r.ok for r in results), _explain(results)
     totals = {k: sum(r.counters[k] for r in results) for k in results[0].counters}
     # The sweep exercises what it claims to, in every chunk.
@@ -64,10 +81,11 @@ def test_bank_seeds_pass_every_check_under_faults(first: int) -> None:
     assert totals["early_results"] >= 100  # results crossing mid-batch (even replicas)
 
 
-def test_partitions_write_checkpoint_chains_under_faults() -> None:
+def test_partitions_write_checkpoint_chains_under_faults(bank_runs: dict[int, SimResult]) -> None:
     """File checkpoints are the live process's chains: deltas, and bases that copy the
-    frames of tables that only grew, through crashes, torn writers and corrupt files."""
-    results = [run_seed(seed, "bank") for seed in range(50, 100)]
+    frames of tables that only grew, through crashes, torn writers and corrupt files.
+    (Seeds 50-99: one chunk of the sweep above, whose runs it reads when it ran.)"""
+    results = _bank(bank_runs, range(50, 100))
     assert all(r.ok for r in results), _explain(results)
     totals = {k: sum(r.counters[k] for r in results) for k in results[0].counters}
     assert totals["checkpoint_deltas"] >= 20 and totals["base_rows_copied"] >= 50
@@ -83,20 +101,28 @@ def test_rare_recovery_paths_pass_every_check() -> None:
     assert r.counters["resend_gaps"] >= 1 and r.counters["replica_restores"] == 1
 
 
-def test_tpcc_seed_passes_every_check_under_faults() -> None:
-    r = run_seed(100, "tpcc")  # the W=2 genesis image (~1 GB) stays for the worker's
-    # other TPC-C simulations: building it again cost ~20 s each
+@pytest.fixture(scope="module")
+def tpcc_run() -> SimResult:
+    """One TPC-C seed under faults, read by the tests below. Its fault plan has two
+    sequencer crashes and three partition crashes, one with a corrupt checkpoint (the
+    W=2 genesis image, ~1 GB, stays for the worker's other TPC-C simulations: building
+    it again cost ~20 s each)."""
+    return run_seed(118, "tpcc", calls=300, checkpoint_store="file", keep_trace=True)
+
+
+def test_tpcc_seed_passes_every_check_under_faults(tpcc_run: SimResult) -> None:
+    r = tpcc_run
     assert r.ok, _explain([r])
     c = r.counters
     assert r.shape == "2x2" and c["sequencer_crashes"] >= 1 and c["txns"] >= 100
     assert c["multi_partition_txns"] >= 5 and c["checkpoints"] >= 4
 
 
-def test_tpcc_partitions_restart_from_checkpoint_chains() -> None:
+def test_tpcc_partitions_restart_from_checkpoint_chains(tpcc_run: SimResult) -> None:
     """TPC-C with file checkpoints as a live partition writes them (bases, deltas and
     the replicated tables' file): crashed partitions start again from chains, one
     checkpoint is corrupted, and every check holds."""
-    r = run_seed(3, "tpcc", calls=300, checkpoint_store="file", keep_trace=True)
+    r = tpcc_run
     assert r.ok, _explain([r])
     c = r.counters
     assert c["checkpoint_deltas"] >= 10 and c["corrupted_checkpoints"] >= 1

@@ -8,8 +8,10 @@ msgpack. After every batch the sim asserts that both replicas and the serial exe
 return identical results and state hashes, so every test below also checks
 determinism across replicas and partition layouts.
 
-The database (W=2) is generated once per module; tests share one Sim and assert on
-differences, so each test also passes alone.
+The database (W=2) is the simulator's TPC-C genesis image, built once per process (a
+worker that ran a TPC-C simulation already holds it) and cloned for each replica's
+partitions and the oracle; tests share one Sim and assert on differences, so each test
+also passes alone.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pytest
 from executor.core.storage import Storage
 from executor.deterministic.oracle import SerialExecutor
 from executor.deterministic.replica import LocalReplica
+from executor.deterministic.workloads import GenesisImage, clone_storage, genesis_image
 from executor.replay.spark_jobs import write_table
 from executor.replay.tables import table_layout
 from sequencer.calls import make_batch
@@ -35,6 +38,7 @@ from tpcc.consistency import check_whole
 from tpcc.dump_check import NEEDED, check_dump
 from tpcc.inputs import TpccInputs, terminals_for
 from tpcc.loader import generate_items, generate_warehouse, genesis
+from tpcc.sim_workload import GENESIS, LOAD_SEED, LOAD_TS_MS
 from tpcc.tpcc_random import LAST_NAMES
 from tpcc.transactions.delivery import delivery_recon
 from tpcc.transactions.new_order import BP, ROLLBACK_REASON, UNUSED_I_ID
@@ -45,8 +49,7 @@ from txn_library.errors import ABORTED, ERROR, OK, RESTART
 from txn_library.wire import partition as ewire
 from txn_library.wire import sequencer as wire
 
-SEED = 424242
-LOAD_TS_MS = 1_700_000_000_000
+SEED = LOAD_SEED  # the simulator's TPC-C database (tpcc.sim_workload)
 WAREHOUSES = 2
 PARTITIONS = 2
 REPLICAS = 2
@@ -60,13 +63,13 @@ LoadRows = list[tuple[str, tuple, tuple]]
 class Sim:
     """Sequencer + REPLICAS LocalReplicas + serial oracle, stepped synchronously."""
 
-    def __init__(self, rows: dict[int, LoadRows], items: LoadRows, log_dir: Path) -> None:
+    def __init__(self, image: GenesisImage, log_dir: Path) -> None:
         self.seq = Sequencer(CommandLog(log_dir, fsync=False), REPLICAS, PARTITIONS)
         self.replicas = [
-            LocalReplica(PARTITIONS, [_storage(items, rows, p) for p in range(PARTITIONS)], r, r)
+            LocalReplica(PARTITIONS, [clone_storage(p) for p in image.partitions], r, r)
             for r in range(REPLICAS)
         ]
-        self.serial = SerialExecutor(_storage(items, rows, None))
+        self.serial = SerialExecutor(clone_storage(image.whole))
         self.proto = ClientProtocol(b"sim-client")
         self.now_ms = LOAD_TS_MS + 60_000
         # Rewrites a recon answer: (recon procedure, prediction) -> prediction.
@@ -167,33 +170,11 @@ def _roundtrip(value: Any) -> Any:
     return ewire.unpack(ewire.pack(value))
 
 
-def _storage(items: LoadRows, rows: dict[int, LoadRows], partition: int | None) -> Storage:
-    st = Storage()
-    st.load(items)
-    for w_id, warehouse_rows in rows.items():
-        if (
-            partition is None
-            or placement.partition_of(s.WAREHOUSE, (w_id,), PARTITIONS) == partition
-        ):
-            st.load(warehouse_rows)
-    return st
-
-
 @pytest.fixture(scope="module")
-def items() -> LoadRows:
-    return list(generate_items(SEED))
-
-
-@pytest.fixture(scope="module")
-def warehouse_rows() -> dict[int, LoadRows]:
-    return {w: list(generate_warehouse(w, SEED, LOAD_TS_MS)) for w in range(1, WAREHOUSES + 1)}
-
-
-@pytest.fixture(scope="module")
-def sim(
-    items: LoadRows, warehouse_rows: dict[int, LoadRows], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Sim]:
-    sim = Sim(warehouse_rows, items, tmp_path_factory.mktemp("tpcc-sim") / "log")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
+    args = {"warehouses": WAREHOUSES, "seed": SEED, "load_ts_ms": LOAD_TS_MS}
+    image = genesis_image(GENESIS, args, PARTITIONS)
+    sim = Sim(image, tmp_path_factory.mktemp("tpcc-sim") / "log")
     yield sim
     sim.seq.log.close()
 
@@ -201,11 +182,11 @@ def sim(
 # --- Genesis --------------------------------------------------------------------------------
 
 
-def test_genesis_loads_own_warehouses_and_every_item(
-    items: LoadRows, warehouse_rows: dict[int, LoadRows]
-) -> None:
+def test_genesis_loads_own_warehouses_and_every_item() -> None:
     rows = list(genesis(1, 2, warehouses=2, seed=SEED, load_ts_ms=LOAD_TS_MS))
-    assert rows == items + warehouse_rows[2]  # warehouse 2 lives on partition (2-1) % 2 = 1
+    items = list(generate_items(SEED))
+    # warehouse 2 lives on partition (2-1) % 2 = 1
+    assert rows == items + list(generate_warehouse(2, SEED, LOAD_TS_MS))
     assert placement.partition_of(s.WAREHOUSE, (2,), 2) == 1
     with pytest.raises(ValueError):
         next(genesis(2, 2, warehouses=2, seed=SEED, load_ts_ms=LOAD_TS_MS))

@@ -30,7 +30,7 @@ from executor.traditional.options import FAULT_SILENT, FAULT_VOTE_NO, Traditiona
 from executor.traditional.oracle import replay_history
 from executor.traditional.simulator import LocalTraditionalCluster
 from tests.heap_checks import no_cycles
-from txn_library import catalog, placement
+from txn_library import placement
 from txn_library.errors import ABORTED, ERR_UNAVAILABLE, ERROR, OK
 from txn_library.procedure import Abort, Arg, Footprint, Restart, procedure
 from txn_library.workloads.bank import make_transfers
@@ -467,27 +467,24 @@ def test_dependent_call_runs_recon_and_restarts_on_a_stale_prediction() -> None:
 
 def test_tpcc_standard_mix_is_serializable_and_consistent() -> None:
     """The same TPC-C procedures (incl. dependent Payment-by-name and Delivery) run
-    unchanged under 2PL: consistency conditions hold and the history is serializable."""
+    unchanged under 2PL: consistency conditions hold and the history is serializable.
+
+    The database is the simulator's TPC-C genesis image (W=2 over 2 partitions, built
+    once per process: a worker that ran a TPC-C simulation already holds it); the
+    cluster loads its own copy of each partition, the serial replay runs on a clone
+    of the whole database."""
     import tpcc.transactions  # noqa: F401  (registers TPC-C)
-    from executor.core.genesis import genesis_storage
-    from executor.core.storage import Storage
+    from executor.deterministic.workloads import clone_storage, genesis_image
     from tpcc.consistency import check_consistency
     from tpcc.inputs import TpccInputs, terminals_for
+    from tpcc.sim_workload import GENESIS, LOAD_SEED, LOAD_TS_MS
 
     warehouses, partitions = 2, 2
-    args = {"warehouses": warehouses, "seed": 1, "load_ts_ms": 0}
-    loaded = [genesis_storage("tpcc.loader:genesis", args, p, partitions) for p in range(2)]
-    before = Storage()
-    before.load(
-        (t, k, r)
-        for i, s in enumerate(loaded)
-        for t, rows in s.tables.items()
-        if i == 0 or not catalog.table(t).replicated
-        for k, r in rows.items()
-    )
+    args = {"warehouses": warehouses, "seed": LOAD_SEED, "load_ts_ms": LOAD_TS_MS}
+    image = genesis_image(GENESIS, args, partitions)  # templates: never written to
     opts = replace(SIM, active_max=8)
-    sim = LocalTraditionalCluster(partitions, seed=12, options=opts, storages=loaded)
-    inputs = TpccInputs(warehouses, partitions, seed=3, load_seed=1, mix="standard")
+    sim = LocalTraditionalCluster(partitions, seed=12, options=opts, storages=image.partitions)
+    inputs = TpccInputs(warehouses, partitions, seed=3, load_seed=LOAD_SEED, mix="standard")
     terminals = terminals_for(10, warehouses)
     calls = [inputs.next(terminals[i % 10]) for i in range(600)]
     ids = [sim.submit(c.proc, *c.args) for c in calls]
@@ -503,7 +500,7 @@ def test_tpcc_standard_mix_is_serializable_and_consistent() -> None:
         mine = [w for w in range(1, warehouses + 1) if (w,) in tables.get("warehouse", {})]
         assert mine and check_consistency(tables, mine) == []
     assert sim.history is not None
-    check = replay_history(sim.history, before)
+    check = replay_history(sim.history, clone_storage(image.whole))
     assert check.mismatches == []
     assert check.state_hash == sim.state_hash
     assert_clean(sim)
