@@ -228,6 +228,7 @@ def ha_layout(cfg: ClusterConfig) -> ClusterConfig:
 # a new field has to be placed here):
 # kept from its cluster.json (no flag sets these: they are the database's own)
 _KEPT_BY_UP = (
+    "reader_retention_s",
     "genesis",
     "genesis_args",
     "checkpoint_every_s",

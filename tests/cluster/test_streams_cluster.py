@@ -988,6 +988,8 @@ def test_ordo_stream_tail_stops_at_a_gap_or_with_skip_gaps_reports_it(
             tail.kill()
         assert rc == 0 and rest == [], err
         gaps = [(int(m[1]), int(m[2] or m[1])) for m in GAP_LINE.finditer(err)]
-        assert len(gaps) == 1 and len(err.splitlines()) == 1, err
+        # One gap, or two when a read the tail sent before it stopped was answered
+        # between the two pushes (as above): each reported on a line of its own.
+        assert 1 <= len(gaps) <= 2 and len(err.splitlines()) == len(gaps), err
         assert err.rstrip().endswith("; going on"), err
         _covers(first, 121, printed, gaps)  # type: ignore[arg-type]
