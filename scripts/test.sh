@@ -16,11 +16,11 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 step "ruff, mypy and lint-imports"
 # Two workers (pytest-xdist): most tests wait on processes, sockets or disks, so two
 # share this machine's cores well (--dist loadfile: a file's tests, which may share a
-# module fixture, run on one worker). Files are handed out in collection order (cluster,
-# sim, spark, unit): the slow integration files first, the short unit tests last to
-# even out the two workers' ends. xdist's default order (most tests first) ran the
-# single-test integration files, the slowest (~15-45 s each), last, one worker finishing
-# them alone. ORDO_TEST_WORKERS=0: in this process, in turn.
+# module fixture, run on one worker). Files are handed out in the order tests/conftest.py
+# sorts them (kind by kind, slow kinds first; most tests first within a kind), so the
+# run ends with short files: xdist's own order (most tests first over every kind) left
+# the single-test integration files, the slowest, for one worker to finish alone.
+# ORDO_TEST_WORKERS=0: in this process, in turn.
 workers=(-n "${ORDO_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
 if [ "${ORDO_TEST_WORKERS:-2}" = 0 ]; then workers=(-p no:xdist); fi
 .venv/bin/python -m pytest "${workers[@]}" --durations=25 "$@"

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -32,6 +33,7 @@ from txn_library import native
 __all__ = ["wait_quiescent", "free_base_port"]
 
 KINDS = ("unit", "sim", "cluster", "spark")
+RUN_ORDER = ("cluster", "sim", "spark", "unit")  # the kinds, slowest files first
 
 
 def pytest_report_header() -> str:
@@ -92,11 +94,20 @@ def no_leaked_clients() -> Iterator[None]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its kind, and order the files: by kind (RUN_ORDER: the slow
+    integration kinds first), then within a kind the files with the most tests first.
+    scripts/test.sh hands files to its two workers in this order (pytest-xdist
+    --no-loadscope-reorder), so a run ends with short files and both workers finish
+    at about the same time. (xdist's own order, most tests first over all kinds, left
+    the single-test integration files, the slowest, for last: one worker ran them alone.)
+    The sort is stable: a file's tests stay together and in their order."""
     for item in items:
         kind = item.path.parent.name
         if kind not in KINDS:
             raise pytest.UsageError(f"{item.nodeid}: a test file belongs in tests/<kind>/, {KINDS}")
         item.add_marker(getattr(pytest.mark, kind))
+    per_file = Counter(item.path for item in items)
+    items.sort(key=lambda item: (RUN_ORDER.index(item.path.parent.name), -per_file[item.path]))
 
 
 @pytest.fixture

@@ -35,9 +35,9 @@ ORDO = [sys.executable, "-m", "cluster.cli"]
 
 def _load(cfg: ClusterConfig) -> subprocess.Popen[bytes]:
     """New-Order terminals against the cluster until killed. Four keep rows changing
-    while checkpoints are written and pruned (as many files a second as sixteen did);
-    a base takes seconds for the state's size, not the load's, and more terminals only
-    take the cores the partitions, the dumps' exports and the other tests need."""
+    while checkpoints are written and pruned (the partitions wrote no fewer checkpoint
+    files than under sixteen); a base takes seconds for the state's size, not the
+    load's, and more terminals only take cores from the dumps' exports."""
     args = ["tpcc", "run", "--attach", cfg.data_dir, "--duration", "600", "--warmup", "0"]
     args += ["--terminals", "4", "--no-check", "--quiet", "--out", "/dev/null"]
     return subprocess.Popen([*ORDO, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
