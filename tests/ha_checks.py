@@ -10,6 +10,7 @@ serial replay's, and no determinism violation was seen.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from cluster.config import ClusterConfig
 from cluster.ledger import Ledger
@@ -26,9 +27,9 @@ def check_outcome(cfg: ClusterConfig, ledger: Ledger, st: dict, transfers: int) 
     # leader's holds the epoch its status reported.
     deadline = time.monotonic() + 10
     while True:
-        logs = [
-            [data for _e, data in iter_frames(cfg.sequencer_log_dir(m))]
-            for m in range(cfg.sequencers)
+        logs = [  # a member wiped and restarted may not have made its log yet: empty
+            [data for _e, data in iter_frames(d)] if d.is_dir() else []
+            for d in (Path(cfg.sequencer_log_dir(m)) for m in range(cfg.sequencers))
         ]
         leader_log = logs[st["member"]]
         if len(leader_log) >= st["epoch"] - st["log_first_epoch"] + 1:
