@@ -72,13 +72,7 @@ def _read_only(proc_name: Any) -> Procedure:
 def query_procedure(proc_name: Any, args: Any, partitions: int) -> tuple[Procedure, tuple]:
     """The read-only procedure a query calls and its participants, checked as the
     sequencer checks a call (BadRequest otherwise)."""
-    proc = lookup(proc_name)
-    if not proc.read_only:
-        raise BadRequest(
-            ERR_BAD_ARGUMENTS,
-            f"{proc.name} is not read-only: a query calls a read-only procedure (a write "
-            f"goes through the sequencer)",
-        )
+    proc = _read_only(proc_name)
     proc.validate(args)
     parts = proc.participants_of(tuple(args), partitions, limits.footprint_entries_max)
     return proc, parts
