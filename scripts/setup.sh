@@ -46,15 +46,16 @@ fi
 if ! command -v java >/dev/null 2>&1; then
   echo "warning: java not found; Spark replay needs Java 17 (apt-get install openjdk-17-jre-headless)" >&2
 fi
-# The hot modules compiled (txn_library/native.py, ~35 s of CPU, only when a source they
-# depend on changed since the last build; a failed build leaves pure Python) and the
-# Spark driver JVM's class-data archive (executor/replay/spark_session.py, ~20 s, once
-# per venv and pyspark release; `ordo replay` sessions then start ~3 s sooner). Each is
-# one process on one core, so they run side by side. On a fresh clone the core the
-# archive leaves free then type-checks the project as scripts/test.sh does, so that
-# mypy run finds its cache warm (~1 s instead of ~15 s; its verdict is test.sh's to
-# give). mypyc keeps its cache apart (build/mypyc-cache): its options differ from
-# mypy's, so neither tool's run rewrites the other's entries.
+# Three jobs of one process each, side by side: the hot modules compiled
+# (txn_library/native.py, ~35 s of CPU, only when a source they depend on changed since
+# the last build, and taken in ~1 s from ~/.cache/ordo/native when this machine built
+# the same sources before; a failed build leaves pure Python); the Spark driver JVM's
+# class-data archive (executor/replay/spark_session.py, ~20 s, once per venv and pyspark
+# release; `ordo replay` sessions then start ~3 s sooner); and, on a fresh clone, the
+# project type-checked as scripts/test.sh does, so that mypy run finds its cache warm
+# (~1 s instead of ~15 s; its verdict is test.sh's to give). mypyc keeps its cache apart
+# (build/mypyc-cache): its options differ from mypy's, so neither tool's run rewrites
+# the other's entries.
 build_native() {
   if ! MYPY_CACHE_DIR="$PWD/build/mypyc-cache" .venv/bin/python scripts/build_native.py \
     > .venv/native-build.log 2>&1; then
@@ -74,7 +75,9 @@ warm_type_cache() {
     .venv/bin/mypy > .venv/mypy-warm.log 2>&1 || true
   fi
 }
-{ build_spark_archive; warm_type_cache; } &
+build_spark_archive &
 archive=$!
+warm_type_cache &
+types=$!
 build_native
-wait "$archive"
+wait "$archive" "$types"
