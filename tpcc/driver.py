@@ -120,6 +120,12 @@ def embedded_config(opts: RunOptions, data_dir: str, base_port: int) -> ClusterC
     )
 
 
+def _bar_off(progress: bool) -> bool | None:
+    """tqdm's ``disable``: off when not asked for, and (None) off when stderr is not a
+    terminal, so a log gets no carriage-return redraws."""
+    return None if progress else True
+
+
 def start_cluster(cfg: ClusterConfig, progress: bool, log: Callable[[str], None]) -> Any:
     """Start sequencer + partitions (and readers); show a progress bar while
     partitions load."""
@@ -147,7 +153,9 @@ def start_cluster(cfg: ClusterConfig, progress: bool, log: Callable[[str], None]
     try:
         with (
             Client(cfg.client_addr, timeout_s=5) as c,
-            tqdm(total=want, desc="partitions loaded", unit="part", disable=not progress) as bar,
+            tqdm(
+                total=want, desc="partitions loaded", unit="part", disable=_bar_off(progress)
+            ) as bar,
         ):
             while True:
                 lc.check_alive()

@@ -76,7 +76,9 @@ def generate(
     warehouses: int, seed: int, load_ts_ms: int, progress: bool = False
 ) -> Iterator[LoadRow]:
     """The whole database for warehouses 1..warehouses: items first, then each warehouse."""
-    with tqdm(total=1 + warehouses, desc="tpcc load", unit="part", disable=not progress) as bar:
+    with tqdm(
+        total=1 + warehouses, desc="tpcc load", unit="part", disable=None if progress else True
+    ) as bar:
         yield from generate_items(seed)
         bar.update()
         for w_id in range(1, warehouses + 1):

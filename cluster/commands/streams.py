@@ -154,7 +154,7 @@ def push(
             for _, rows in read_batches(source, s.columns, s.types, batch_rows, first_batch)
         )
         batches = read_batches(source, s.columns, s.types, batch_rows, first_batch)
-        bar = tqdm(total=total, unit="row", disable=quiet, file=sys.stderr)
+        bar = tqdm(total=total, unit="row", disable=True if quiet else None, file=sys.stderr)
         futures: list[tuple[int, Any]] = []
         pushed = tuples = 0
         try:
