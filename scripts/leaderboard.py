@@ -5,11 +5,16 @@ them, keeps the top-3/bottom-3 board and trending-3 over the last 100 votes, and
 removes the last contestant every 1,000 votes (txn_library/workloads/leaderboard.py). Three ways
 to run it on the same engine (``--mode``, repeatable):
 
-  dataflow  one client pushes batches to ``lb_votes_in`` with increasing ids, many in
-            flight on one ordered connection; PE triggers run the steps; latency is
-            from a push's submission until its batch is in the sink ``lb_board``
-            (a subscriber thread polling ``stream.read``, ``--sink-poll-ms`` while
-            nothing is new). ``--variant lbe`` (EE triggers) or ``lbn`` (nested).
+  dataflow  one client pushes batches to ``lb_votes_in`` with increasing ids on one
+            ordered connection: closed loop (``--window`` in flight) or, with ``--rate
+            R``, open loop (push i due at i / R s, latency counted from then); PE
+            triggers run the steps. Latency: push to acknowledged, and push to sink
+            (its batch seen in ``lb_board`` by a subscriber thread polling
+            ``stream.read``, ``--sink-poll-ms`` while nothing is new). ``--variant
+            lbe`` (EE triggers) or ``lbn`` (nested). ``--latency``: then the
+            saturating rate, found by open-loop probes, and latency at
+            ``--latency-at`` fractions of it (scripts/leaderboard_latency.py: why the
+            closed loop's figure is not that rate).
   chained   H-Store's ordered way (variant lbc, no triggers): per batch, synchronous
             calls push, lbc.validate, lbc.record, lbc.board, lbc.trending.
   async     the same calls for many batches at once, unordered (REQ_CALLS_UNORDERED)
@@ -21,7 +26,8 @@ Experiments: ``--chains 1,2,...`` (batches/s against dataflow length, chain<n> w
 triggers against chainc<n> chained by the client), ``--ee`` (lb against lbe, and lbn),
 ``--recovery-batches N`` (weak against strong recovery: log bytes, time to live, same
 state hash), ``--tpcc-cost`` (New Order throughput beside a dataflow at ``--rate``,
-and the CPU each process used), ``--all`` (everything the docs cite, a few minutes).
+and the CPU each process used), ``--all`` (everything the docs cite, ``--latency``
+included, a few minutes).
 
 Each way and experiment starts its own embedded cluster (``--replicas`` x
 ``--partitions``, default 1 x 1: the leaderboard lives on one partition, as S-Store ran
@@ -36,6 +42,8 @@ same votes (scripts/leaderboard_check.py). Exit status 1 if a check failed; the 
 way fails it by design (unordered calls), which ``--all`` expects and does not count.
 
     .venv/bin/python scripts/leaderboard.py --mode dataflow --seconds 10 --check
+    .venv/bin/python scripts/leaderboard.py --mode dataflow --latency --check
+    .venv/bin/python scripts/leaderboard.py --mode dataflow --rate 1000 --seconds 10
     .venv/bin/python scripts/leaderboard.py --mode chained --mode async --seconds 5 --check
     .venv/bin/python scripts/leaderboard.py --chains 1,2,5,10 --chain-seconds 3
     .venv/bin/python scripts/leaderboard.py --all --check --publish  # results/streaming/
@@ -73,6 +81,7 @@ from leaderboard_cluster import (  # noqa: E402
     prepare,
     source_for,
 )
+from leaderboard_latency import latency_experiment, parse_fractions  # noqa: E402
 from leaderboard_load import SINK_POLL_S, Run, chained, pipelined, unordered  # noqa: E402
 from leaderboard_recovery import recovery  # noqa: E402
 from leaderboard_report import SSTORE, plot, print_tables, write_json  # noqa: E402
@@ -111,7 +120,7 @@ def measure(
             first,
             warmup_s=a.warmup,
             seconds=seconds,
-            in_flight=a.window,
+            in_flight=a.open_loop_window if a.rate else a.window,
             rate=a.rate,
             sink_poll_s=a.sink_poll_ms / 1000,
         )
@@ -185,8 +194,42 @@ def run_ways(a: argparse.Namespace, ways: list[str]) -> tuple[list[dict[str, Any
         with cluster_for(a) as t:
             run, row = measure(t, way, flow, a, a.seconds)
             verdicts += checked(t, [run], [row], a)
+            if way == "dataflow" and a.latency:
+                row["latency"] = run_latency(t, flow, a, row["batches_per_s"])
         rows.append(row)
     return rows, verdicts
+
+
+def run_latency(t: Target, flow: Flow, a: argparse.Namespace, first_guess: float) -> dict[str, Any]:
+    """The saturating rate by open-loop probes from ``first_guess`` (the closed loop's
+    figure), then latency at fractions of it (scripts/leaderboard_latency.py)."""
+
+    def run_at(rate: float, seconds: float) -> dict[str, Any]:
+        first = prepare(t, flow)
+        cpu = Cpu(t.pids()).start()
+        run = pipelined(
+            t.address,
+            flow,
+            source_for(flow, a.seed, a.votes_per_batch),
+            first,
+            warmup_s=a.warmup,
+            seconds=seconds,
+            in_flight=a.open_loop_window,
+            rate=rate,
+            sink_poll_s=a.sink_poll_ms / 1000,
+        )
+        row = run.summary()
+        row["cpu"] = cpu.stop()
+        return row
+
+    return latency_experiment(
+        run_at,
+        max(first_guess, 1.0),
+        probe_s=a.probe_seconds,
+        seconds=a.seconds,
+        fractions=a.latency_at,
+        say=lambda line: print(f"{flow.dataflow:<8} {line}", flush=True),
+    )
 
 
 def run_ee(a: argparse.Namespace) -> tuple[list[dict[str, Any]], list[Verdict]]:
@@ -227,7 +270,29 @@ def parser() -> BenchParser:
     ap.add_argument(
         "--async-connections", type=int, default=8, help="async: unordered client connections"
     )
-    ap.add_argument("--rate", type=float, default=0.0, help="dataflow: batches/s (0: at will)")
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="dataflow: open loop, batches/s (0: closed loop, --window in flight)",
+    )
+    ap.add_argument(
+        "--latency",
+        action="store_true",
+        help="dataflow: the saturating rate by open-loop probes, latency at --latency-at",
+    )
+    ap.add_argument(
+        "--latency-at",
+        default="0.5,0.8",
+        help="dataflow, --latency: fractions of the saturating rate to measure latency at",
+    )
+    ap.add_argument("--probe-seconds", type=float, default=4.0, help="--latency: each probe")
+    ap.add_argument(
+        "--open-loop-window",
+        type=int,
+        default=4096,
+        help="open loop (--rate, --latency): pushes unanswered at most",
+    )
     ap.add_argument(
         "--sink-poll-ms",
         type=float,
@@ -264,12 +329,25 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         a.chains = a.chains or ",".join(str(n) for n in range(1, 11))
         a.recovery_batches = a.recovery_batches or 5000
         a.tpcc_cost = True
+        a.latency = True
+    if a.latency and not a.mode:
+        a.mode = ["dataflow"]
     if not (a.mode or a.chains or a.ee or a.recovery_batches or a.tpcc_cost):
         a.mode = list(WAYS)
     if a.data_dir and (a.recovery_batches or a.tpcc_cost):
         ap.error("--recovery-batches and --tpcc-cost start clusters of their own: no --data-dir")
     if a.window < 1 or a.votes_per_batch < 1 or a.seconds <= 0 or a.sink_poll_ms <= 0:
         ap.error("--window and --votes-per-batch >= 1, --seconds and --sink-poll-ms > 0")
+    if a.rate < 0 or a.probe_seconds <= 0 or a.open_loop_window < 1:
+        ap.error("--rate >= 0, --probe-seconds > 0, --open-loop-window >= 1")
+    try:
+        a.latency_at = parse_fractions(a.latency_at)
+    except ValueError as e:
+        ap.error(f"--latency-at: {e}")
+    if a.latency and "dataflow" not in (a.mode or []):
+        ap.error("--latency measures the dataflow way: add --mode dataflow")
+    if a.latency and a.rate:
+        ap.error("--latency finds its own rates: no --rate")
     return a
 
 

@@ -2,9 +2,14 @@
 pushed and when it was done.
 
 - ``pipelined`` (the dataflow way): one client pushes batches with increasing ids on
-  one ordered connection, up to ``in_flight`` unanswered (optionally at a fixed rate);
-  a subscriber thread on its own connection follows the flow's sink. A batch is done
-  when its output is in the sink: its latency covers the whole chain.
+  one ordered connection; a subscriber thread on its own connection follows the flow's
+  sink. A batch is done when its output is in the sink: its latency covers the whole
+  chain. Closed loop (``rate`` 0): up to ``in_flight`` unanswered pushes, the next sent
+  when one is answered; its throughput is the saturating rate. Open loop (``rate``
+  R > 0): push i is due at ``t0 + i / R`` whatever came back (``OpenLoop``), and
+  latencies count from when it was due, so a sender that falls behind shows in them
+  (no coordinated omission); ``in_flight`` still bounds what is unanswered, and a push
+  held back by it is counted (``late``).
 - ``chained`` (H-Store's ordered way): per batch, synchronous calls push, then each
   step (``Client.call``); the next batch after the last step answered.
 - ``unordered`` (asynchronous, no order guaranteed): the push and every step of many
@@ -13,12 +18,15 @@ pushed and when it was done.
 
 Measurement: a run is ``warmup_s`` then a window of ``seconds`` (or, with ``batches``,
 exactly that many batches and the whole run as the window). Batches/s counts batches
-done inside the window; latency percentiles are of batches submitted inside it.
+done inside the window; latency percentiles are of batches submitted inside it: push to
+sink (``latency_ms``) and, for the dataflow way, push to acknowledged
+(``ack_latency_ms``). ``timeline`` is batches done per second of the whole run, warm-up
+included, so a figure that drifts with the run's length shows where.
 
 Invariants: batch ids are consecutive from ``first``; every batch a loop submits is in
 ``Run.submitted`` and the loop ends only when each is done or the drain time is over
 (``Run.undone`` says how many were not); every call's outcome is counted, none decided
-here.
+here; an open loop's due times only grow, by exactly ``1 / rate`` a push.
 """
 
 from __future__ import annotations
@@ -26,7 +34,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from leaderboard_cluster import Flow, Source
@@ -42,6 +52,7 @@ from txn_library.streams import PUSH
 QUANTILES = (0.5, 0.99)
 DRAIN_S = 60.0  # after the last push, how long a run waits for the rest to be done
 SINK_POLL_S = 0.002  # Client.subscribe's default
+LATE_S = 0.001  # an open-loop push sent this long after its due time counts as late
 
 
 @dataclass
@@ -52,8 +63,9 @@ class Run:
     flow: Flow
     source: Source
     first: int
-    submitted: dict[int, float] = field(default_factory=dict)
-    done: dict[int, float] = field(default_factory=dict)
+    submitted: dict[int, float] = field(default_factory=dict)  # sent, or due (open loop)
+    done: dict[int, float] = field(default_factory=dict)  # its sink batch seen
+    acked: dict[int, float] = field(default_factory=dict)  # its push answered (dataflow)
     outputs: dict[int, list[tuple]] = field(default_factory=dict)  # sink batches seen
     refused: int = 0  # pushes answered "aborted" (an id that did not increase)
     skipped: int = 0  # step answers that processed nothing (chained, async)
@@ -61,6 +73,8 @@ class Run:
     errors: Counter[str] = field(default_factory=Counter)
     window: tuple[float, float] = (0.0, 0.0)
     rate: float = 0.0
+    late: int = 0  # open loop: pushes sent after their due time (the in-flight bound)
+    began: float = 0.0  # when the first push was due
 
     @property
     def batch_ids(self) -> list[int]:
@@ -74,10 +88,9 @@ class Run:
         w0, w1 = self.window
         span = max(w1 - w0, 1e-9)
         done_in = sum(1 for t in self.done.values() if w0 <= t < w1)
-        lat = [
-            self.done[b] - t for b, t in self.submitted.items() if w0 <= t < w1 and b in self.done
-        ]
-        return {
+        inside = [b for b, t in self.submitted.items() if w0 <= t < w1]
+        lat = [self.done[b] - self.submitted[b] for b in inside if b in self.done]
+        row: dict[str, Any] = {
             "way": self.way,
             "flow": self.flow.dataflow,
             "batches": len(self.submitted),
@@ -92,7 +105,44 @@ class Run:
             "step_answers_skipped": self.skipped,
             "sink_gaps": self.sink_gaps,
             "errors": dict(self.errors),
+            "timeline_per_s": timeline(self.done.values(), self.began or w0),
         }
+        if self.acked:
+            ack = [self.acked[b] - self.submitted[b] for b in inside if b in self.acked]
+            row["ack_latency_ms"] = latency_percentiles_ms(ack, QUANTILES)
+            # answers per second: a closed loop's convoys show as multiples of its window
+            row["ack_timeline_per_s"] = timeline(self.acked.values(), self.began or w0)
+        if self.rate:
+            row["pushes_late"] = self.late
+        return row
+
+
+def timeline(times: Iterable[float], start: float) -> list[int]:
+    """How many of ``times`` fall in each whole second from ``start`` (earlier ones
+    are left out; the last second may be partial)."""
+    counts: list[int] = []
+    for t in times:
+        if t < start:
+            continue
+        i = int(t - start)
+        if i >= len(counts):
+            counts.extend([0] * (i + 1 - len(counts)))
+        counts[i] += 1
+    return counts
+
+
+class OpenLoop:
+    """When each push of an open loop is due: ``start + i / rate`` for the i-th, fixed
+    in advance (a late push does not move the ones after it)."""
+
+    def __init__(self, rate: float, start: float) -> None:
+        if not rate > 0:
+            raise ValueError(f"an open loop needs a rate > 0, not {rate!r}")
+        self.rate = rate
+        self.start = start
+
+    def due(self, i: int) -> float:
+        return self.start + i / self.rate
 
 
 def _error_name(e: BaseException) -> str:
@@ -114,8 +164,9 @@ def pipelined(
     sink_poll_s: float = SINK_POLL_S,
 ) -> Run:
     """Push batches ``first``, ``first + 1``, ... until the window ends (or ``batches``
-    are pushed), at most ``in_flight`` unanswered, every ``1 / rate`` s if ``rate``;
-    the subscriber polls the sink every ``sink_poll_s`` while it has nothing new."""
+    are pushed), at most ``in_flight`` unanswered; with ``rate``, open loop: push i due
+    at ``t0 + i / rate`` (module docstring). The subscriber polls the sink every
+    ``sink_poll_s`` while it has nothing new."""
     run = Run("dataflow", flow, source, first, rate=rate)
     slots = threading.BoundedSemaphore(in_flight)
     stop = threading.Event()
@@ -126,19 +177,27 @@ def pipelined(
     futures = []
     with Client(address) as c:
         t0 = time.perf_counter()
+        run.began = t0
+        schedule = OpenLoop(rate, t0) if rate else None
         end = t0 + warmup_s + seconds
         b = first
         while _more(b, first, batches, end):
-            if rate:
-                due = t0 + (b - first) / rate
+            tuples = source.tuples(b)
+            if schedule is not None:
+                due = schedule.due(b - first)
                 wait = due - time.perf_counter()
                 if wait > 0:
                     time.sleep(wait)
-            slots.acquire()
-            tuples = source.tuples(b)
-            run.submitted[b] = time.perf_counter()
+                slots.acquire()
+                sent = time.perf_counter()
+                if sent - due > LATE_S:
+                    run.late += 1
+                run.submitted[b] = due
+            else:
+                slots.acquire()
+                run.submitted[b] = time.perf_counter()
             f = c.submit_push(flow.border, b, tuples)
-            f.add_done_callback(lambda _f: slots.release())
+            f.add_done_callback(partial(_acked, run, slots, b))
             futures.append(f)
             b += 1
         pushed_until = time.perf_counter()
@@ -160,6 +219,12 @@ def pipelined(
     if batches is not None and run.done:  # the whole run: until the last batch was done
         run.window = (t0, max(run.done.values()))
     return run
+
+
+def _acked(run: Run, slots: threading.BoundedSemaphore, batch_id: int, _f: Any) -> None:
+    """A push answered (on the client's I/O thread): note when, free its slot."""
+    run.acked[batch_id] = time.perf_counter()
+    slots.release()
 
 
 def _more(b: int, first: int, batches: int | None, end: float) -> bool:

@@ -63,6 +63,9 @@ def print_tables(result: dict[str, Any]) -> None:
         print(
             "  S-Store's figures (one core): " + "; ".join(f"{k} {v:,}" for k, v in SSTORE.items())
         )
+    for row in result.get("ways") or []:
+        if row.get("latency"):
+            print_latency(row["flow"], row["latency"], row)
     if result.get("ee"):
         print("\nEE triggers (dataflow way): lb = PE steps only, lbe = EE triggers, lbn = nested")
         print(HEADER)
@@ -122,6 +125,29 @@ def print_tables(result: dict[str, Any]) -> None:
                 f"p50 {_ms(lat.get('p50'))} ms, p99 {_ms(lat.get('p99'))} ms"
             )
         print(f"  {cost['verdict']}")
+
+
+def print_latency(flow: str, lat: dict[str, Any], saturated: dict[str, Any]) -> None:
+    """The saturating rate found by open-loop probes and latency below it, beside the
+    closed loop's figure."""
+    rate = lat["saturating_rate_per_s"]
+    print(
+        f"\n{flow}: saturating rate (open loop, highest sustained of {len(lat['probes'])} "
+        f"probes of {lat['probe_s']:g} s) {'-' if rate is None else f'{rate:,.0f}'} batches/s; "
+        f"closed loop {saturated['batches_per_s']:,.1f}"
+    )
+    print(
+        f"  {'offered':>14} {'got b/s':>9} {'ack p50':>8} {'ack p99':>8} {'sink p50':>9} "
+        f"{'sink p99':>9}  late"
+    )
+    for row in lat["at"]:
+        ack, sink = row.get("ack_latency_ms") or {}, row["latency_ms"]
+        offered = f"{row['fraction']:.0%} {row['rate_per_s']:,.0f}"
+        print(
+            f"  {offered:>14} {row['batches_per_s']:>9,.1f} {_ms(ack.get('p50')):>8} "
+            f"{_ms(ack.get('p99')):>8} {_ms(sink['p50']):>9} {_ms(sink['p99']):>9}  "
+            f"{row.get('pushes_late', 0)}"
+        )
 
 
 def write_json(result: dict[str, Any], path: str) -> None:

@@ -16,6 +16,10 @@ Invariants:
   in one frame raises BadRequest(ERR_TOO_LARGE); nothing is sent and the client stays
   usable. The I/O thread only concatenates pre-encoded calls (a resend reuses the
   bytes), so it cannot fail on a caller's arguments.
+- A queued call is never left waiting for a wake-up: a submitter wakes the I/O
+  thread unless a wake-up is already on its way, and the thread clears that mark
+  after taking the wake-ups sent and before it drains the queue (one wake-up per
+  burst of submits, not one per call).
 - Every frame sent holds at most ``limits.calls_per_frame_max`` calls and
   ``limits.request_bytes_max`` bytes: the sequencer's intake bounds.
 - Nothing a server sends stops the I/O thread: a reply it cannot read is dropped and
@@ -225,6 +229,10 @@ class Client:
         self._wake_recv = self._ctx.socket(zmq.PULL)
         self._wake_recv.bind(self._wake_addr)
         self._wake_send_lock = threading.Lock()
+        # A wake-up is on its way to the I/O thread: set by a submitter that sends one,
+        # cleared by the I/O thread before it drains the queue, so a burst of submits
+        # costs one wake-up, not one each (see _wake).
+        self._wake_due = False
         self._wake_send = self._ctx.socket(zmq.PUSH)
         self._wake_send.connect(self._wake_addr)
         # Made here, not in the I/O thread: a socket that cannot be made (the process's
@@ -572,6 +580,12 @@ class Client:
 
     # I/O thread ---------------------------------------------------------------
     def _wake(self) -> None:
+        """Wake the I/O thread, unless a wake-up is on its way already: the thread
+        clears ``_wake_due`` before it drains the queue, so whatever was queued before
+        a submitter saw it set is drained after that wake-up is taken."""
+        if self._wake_due:
+            return
+        self._wake_due = True
         with self._wake_send_lock:
             if not self._wake_send.closed:
                 try:
@@ -621,6 +635,11 @@ class Client:
             if self._wake_recv in events:
                 while self._wake_recv.poll(0):
                     self._wake_recv.recv()
+                # Cleared after the wake-ups are taken and before _send_new drains the
+                # queue (see _wake): a submitter that sets it from here on sends a
+                # wake-up this loop has not taken, so the mark is never left set with
+                # no wake-up on its way (which would leave calls to the poll timeout).
+                self._wake_due = False
             if self._mon is not None and self._mon in events and drain_drops(self._mon):
                 if single:
                     # The sequencer went away (a restart): what it had not answered may
