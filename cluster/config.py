@@ -14,6 +14,11 @@ are distinct even when several hosts are one machine:
                       1 peer, 2 election)
   query (r, p)        after the ZooKeeper servers' ports: + r * partitions + p
   reader i            after the query ports: + i (its one socket: queries, status)
+  metrics             Prometheus endpoints (HTTP, cluster.metrics), from
+                      ``metrics_base_port`` (0: right after the readers' ports):
+                      + 0 the launcher (``ordo up``), + 1 + i sequencer i,
+                      + 1 + SEQUENCERS_MAX + r * partitions + p partition (r, p) (the
+                      traditional mode's partition p: (0, p)), then + i reader i
 
 Invariants: at most ``SEQUENCERS_MAX`` sequencers (their ports stay below base + 16);
 more than one sequencer needs a ZooKeeper ensemble (1 or 3 servers), which elects the
@@ -38,6 +43,7 @@ CONFIG_FILE = "cluster.json"
 SEQUENCERS_MAX = 4
 READERS_MAX = 64
 SEQUENCER_PORTS = 4
+METRICS_FIXED_PORTS = 1 + SEQUENCERS_MAX  # the launcher's, then one per sequencer
 ZOOKEEPER_PORTS = 3
 ZOOKEEPER_SERVER_COUNTS = (0, 1, 3)
 DEFAULT_BASE_PORT = 17100
@@ -98,6 +104,10 @@ class ClusterConfig:
     # How far back a reader serves snapshots, in the batches' logged time (seconds;
     # within limits.versions_bytes_max bytes per partition): docs/QUERIES.md.
     reader_retention_s: float = limits.reader_retention_s_default
+    # First port of the Prometheus endpoints (cluster.metrics; layout above). 0: right
+    # after the readers' ports. cluster.json also lists every endpoint
+    # (``metrics_addrs``, written for the reader; ignored when loaded).
+    metrics_base_port: int = 0
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or self.partitions < 1:
@@ -108,8 +118,19 @@ class ClusterConfig:
             + ZOOKEEPER_PORTS * self.zookeeper_servers
             + self.readers
         )
+        if not self.metrics_base_port:
+            top += self.metrics_ports
         if not (1024 <= self.base_port <= 65535 - top):
             raise ValueError(f"base_port {self.base_port} out of range")
+        if self.metrics_base_port:
+            first, last = self.metrics_base_port, self.metrics_base_port + self.metrics_ports
+            if not (1024 <= first <= 65535 - self.metrics_ports):
+                raise ValueError(f"metrics_base_port {first} out of range")
+            if first < self.base_port + top and self.base_port < last:
+                raise ValueError(
+                    f"metrics ports {first}..{last - 1} overlap the cluster's ports "
+                    f"{self.base_port}..{self.base_port + top - 1}"
+                )
         if self.epoch_duration_ms < 1:
             raise ValueError("epoch_duration_ms must be >= 1")
         if not 1 <= self.sequencers <= SEQUENCERS_MAX:
@@ -288,6 +309,57 @@ class ClusterConfig:
     def reader_addrs(self) -> list[str]:
         return [self.reader_addr(i) for i in range(self.readers)]
 
+    # Metrics endpoints ---------------------------------------------------------
+    @property
+    def metrics_ports(self) -> int:
+        """How many ports the Prometheus endpoints take (layout: module docstring)."""
+        return METRICS_FIXED_PORTS + self.replicas * self.partitions + self.readers
+
+    @property
+    def metrics_port_first(self) -> int:
+        if self.metrics_base_port:
+            return self.metrics_base_port
+        return (
+            self.zookeeper_base_port
+            + ZOOKEEPER_PORTS * self.zookeeper_servers
+            + self.replicas * self.partitions
+            + self.readers
+        )
+
+    @property
+    def launcher_metrics_addr(self) -> tuple[str, int]:
+        """(host, port) of ``ordo up``'s own endpoint (its children's states)."""
+        return HOST, self.metrics_port_first
+
+    def sequencer_metrics_addr(self, member: int) -> tuple[str, int]:
+        if not 0 <= member < self.sequencers:
+            raise ValueError(f"no sequencer {member} (the cluster has {self.sequencers})")
+        return self.sequencer_host(member), self.metrics_port_first + 1 + member
+
+    def partition_metrics_addr(self, replica: int, partition: int) -> tuple[str, int]:
+        port = self.metrics_port_first + METRICS_FIXED_PORTS + replica * self.partitions
+        return self.partition_host(replica, partition), port + partition
+
+    def reader_metrics_addr(self, reader: int) -> tuple[str, int]:
+        if not 0 <= reader < self.readers:
+            raise ValueError(f"no reader {reader} (the cluster has {self.readers})")
+        port = self.metrics_port_first + METRICS_FIXED_PORTS + self.replicas * self.partitions
+        return self.reader_host(reader), port + reader
+
+    def metrics_addrs(self) -> dict[str, str]:
+        """Every Prometheus endpoint, by process name ("launcher", "sequencer-0",
+        "r0p1", "reader-0"), as HOST:PORT: what ``ordo up`` prints and a Prometheus
+        scrape configuration lists."""
+        addrs = {"launcher": self.launcher_metrics_addr}
+        for m in range(self.sequencers):
+            addrs[f"sequencer-{m}"] = self.sequencer_metrics_addr(m)
+        for r in range(self.replicas):
+            for p in range(self.partitions):
+                addrs[f"r{r}p{p}"] = self.partition_metrics_addr(r, p)
+        for i in range(self.readers):
+            addrs[f"reader-{i}"] = self.reader_metrics_addr(i)
+        return {name: f"{host}:{port}" for name, (host, port) in addrs.items()}
+
     # Files ---------------------------------------------------------------------
     @property
     def log_dir(self) -> Path:
@@ -307,11 +379,12 @@ class ClusterConfig:
         return Path(self.data_dir) / f"replica-{replica}" / "checkpoints"
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
+        return json.dumps({**asdict(self), "metrics_addrs": self.metrics_addrs()}, indent=2)
 
     @classmethod
     def from_json(cls, text: str) -> ClusterConfig:
         d = json.loads(text)
+        d.pop("metrics_addrs", None)  # derived from the fields (to_json)
         for name in ("procedure_modules", "sequencer_hosts", "zookeeper_hosts", "reader_hosts"):
             d[name] = tuple(d.get(name, ()))
         d["partition_hosts"] = tuple(tuple(row) for row in d.get("partition_hosts", ()))

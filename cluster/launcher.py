@@ -15,11 +15,13 @@ import subprocess
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cluster.config import ClusterConfig
+from cluster.metrics import Endpoint, LauncherMetrics, serve
 from cluster.processes import kill_process, last_line, spawn_python, stop_processes
 from txn_library import limits
 from txn_library.client import Client
@@ -37,6 +39,14 @@ class ProcessGroup(ABC):
         self.config = config
         self.procs: dict[str, subprocess.Popen] = {}
         self.log_files: dict[str, Path] = {}
+        self.restart_counts: Counter[str] = Counter()  # by the supervisor, per child
+        self._metrics: Endpoint | None = None
+
+    def serve_metrics(self) -> None:
+        """Serve the children's states (cluster.metrics.LauncherMetrics) at the
+        launcher's metrics address, while the group runs."""
+        if self._metrics is None:
+            self._metrics = serve(LauncherMetrics(self), *self.config.launcher_metrics_addr)
 
     @property
     def logs_dir(self) -> Path:
@@ -70,6 +80,9 @@ class ProcessGroup(ABC):
     def stop(self) -> None:
         stop_processes(list(self.procs.values()))
         self.procs.clear()
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
 
     @abstractmethod
     def start(self, wait_s: float = 60.0) -> ProcessGroup:
@@ -104,6 +117,7 @@ class LocalCluster(ProcessGroup):
         """Start ZooKeeper (if replicated), every sequencer and the partitions of
         ``replicas`` (default: all)."""
         self.config.save()
+        self.serve_metrics()
         if self.config.curve:
             from cluster.security import ADMIN_CLIENT, create_keys, role_names
 
@@ -149,6 +163,7 @@ class LocalCluster(ProcessGroup):
                         f"{limits.supervisor_window_s:.0f} s; see {self.logs_dir}"
                     )
                 restarts[name] = [*recent, now]
+                self.restart_counts[name] += 1
                 print(f"ordo up: {name} exited with {code}; starting it again", flush=True)
                 self._restart(name)
             time.sleep(poll_s)

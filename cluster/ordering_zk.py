@@ -50,6 +50,7 @@ from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
 
 from cluster.config import ClusterConfig
+from cluster.metrics.buckets import LATENCY_BOUNDS_S, Buckets
 from cluster.zookeeper import Ensemble
 from sequencer.replication import CommitUnknown, Deposed
 from txn_library import limits
@@ -128,6 +129,7 @@ class ZooKeeperStore:
         self.zk.add_listener(self._on_state)
         self._term_version: dict[int, int] = {}  # claimed term -> version of ``term``
         self._last_version = -1
+        self.commit_seconds = Buckets(LATENCY_BOUNDS_S)  # committed batches (cluster.metrics)
         self._election_node: str | None = None
         # Set (from kazoo's thread) when the election's members change: a follower
         # looks at the election then, not on every check (sequencer_election_check_s).
@@ -239,6 +241,7 @@ class ZooKeeperStore:
         version = self._term_version.get(term)
         if version is None:
             raise Deposed(f"term {term} was not claimed by this sequencer")
+        t0 = time.monotonic()
         for _attempt in range(2):
             try:
                 results = self._commit_once(version, epoch, data)
@@ -257,6 +260,7 @@ class ZooKeeperStore:
             if failed:
                 raise Deposed(f"commit of epoch {epoch} refused: {type(failed[0]).__name__}")
             self._last_version = results[2].version
+            self.commit_seconds.add(time.monotonic() - t0)
             return
         raise CommitUnknown(f"commit of epoch {epoch}: the connection failed twice")
 

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from cluster.config import ClusterConfig
+from cluster.metrics.buckets import LATENCY_BOUNDS_S, Buckets
 from executor.core import checkpoint
 from executor.deterministic.partition import Partition
 
@@ -33,6 +34,7 @@ log = logging.getLogger("ordo.replica")
 
 WRITER_STEP_S = 0.004  # checkpoint packing per loop turn while transactions run ...
 WRITER_STEP_IDLE_S = 0.03  # ... and while the partition is idle
+CHECKPOINT_BOUNDS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 class PartitionCheckpoints:
@@ -54,6 +56,10 @@ class PartitionCheckpoints:
         self.part = part
         self.checkpoint_dir = checkpoint_dir
         self.skipped = 0  # boundaries not written: the previous writer was busy
+        self.failed = 0  # checkpoint files whose writing failed
+        # For cluster.metrics: boundary to durable, and the batches' stop (drain, capture).
+        self.write_seconds = Buckets(CHECKPOINT_BOUNDS_S)
+        self.pause_seconds = Buckets(LATENCY_BOUNDS_S)
         # What the next checkpoint is (a delta since the newest written one, or a base).
         self._chain = checkpoint.CheckpointChain(
             part.storage, restored if restored is not None and config.checkpoint_keep > 0 else None
@@ -124,6 +130,7 @@ class PartitionCheckpoints:
         self._drain_s = drain_s
         self._capture_s = time.monotonic() - t0
         self._writer_cpu_s = 0.0
+        self.pause_seconds.add(drain_s + self._capture_s)
         part.checkpoint_taken()  # boundary recorded, batches resume; not durable yet
         return True
 
@@ -157,9 +164,11 @@ class PartitionCheckpoints:
                 outcome,
             )
             self._chain.failed()
+            self.failed += 1
             return False
         self._chain.written(planned)
         self.part.checkpoint_durable(planned.epoch)
+        self.write_seconds.add(time.monotonic() - self._writer_started)
         removed = checkpoint.prune(
             self.checkpoint_dir, self.partition_id, self.config.checkpoint_keep
         )

@@ -58,6 +58,7 @@ from pathlib import Path
 import zmq
 
 from cluster.config import ClusterConfig
+from cluster.metrics import PartitionMetrics, serve
 from cluster.ownership import partition_owner, start_role
 from cluster.partition_checkpoints import PartitionCheckpoints
 from cluster.processes import SpareCores, batch_scheduling
@@ -105,6 +106,7 @@ class PartitionServer:
         self.partition_id = partition
         load_modules(config.procedure_modules)
         self.checkpoint_dir = Path(config.checkpoint_dir(replica))
+        started = time.monotonic()
         restored = None
         if storage is None:
             t0 = time.monotonic()
@@ -157,6 +159,7 @@ class PartitionServer:
         self._started = time.monotonic()
         self._start_epoch = self.part.last_epoch
         self._live = False
+        self.recovered_s: float | None = None  # start of the loop to live, once live
         self._next_progress = time.monotonic() + PROGRESS_EVERY_S
         self.ctx = ctx or zmq.Context.instance()
         c = self.ctx
@@ -215,6 +218,7 @@ class PartitionServer:
         self._derived_failures_logged = 0
         self._derived_failures_next_log = 0.0
         self._status_requested = False  # MSG_STATUS_REQUEST, or a checkpoint became durable
+        self.metrics = PartitionMetrics(self, self._started - started)  # served by main
 
     def stop(self, *_: object) -> None:
         self._stop = True
@@ -454,6 +458,7 @@ class PartitionServer:
                 part.txns_applied,
             )
             self._live = True
+            self.recovered_s = elapsed
         elif now >= self._next_progress:
             self._next_progress = now + PROGRESS_EVERY_S
             log.info(
@@ -521,6 +526,7 @@ class PartitionServer:
                 next_status = now + STATUS_EVERY_S
                 self._status_requested = False
             self._flush(force)
+            self.metrics.turn(now)
             settle_turn()  # what outlived this turn is never scanned (see settle_turn)
         self.close()
 
@@ -589,4 +595,5 @@ def main(config: ClusterConfig, replica: int, partition: int) -> None:
     signal.signal(signal.SIGTERM, server.stop)
     signal.signal(signal.SIGINT, server.stop)
     log.info("partition r%d p%d up", replica, partition)
+    serve(server.metrics, *config.partition_metrics_addr(replica, partition))
     server.run()

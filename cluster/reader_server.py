@@ -46,6 +46,7 @@ from pathlib import Path
 import zmq
 
 from cluster.config import ClusterConfig
+from cluster.metrics import ReaderMetrics, serve
 from cluster.ownership import start_role
 from cluster.processes import batch_scheduling
 from cluster.security import SocketSecurity, reader_role, sequencer_role
@@ -203,6 +204,7 @@ class ReaderServer:
         self._live_logged = False
         self._stop = False
         self.dropped = DroppedMessages(log, "inbound messages")
+        self.metrics = ReaderMetrics(self)  # served by main (cluster.metrics)
 
     def stop(self, *_: object) -> None:
         self._stop = True
@@ -384,6 +386,7 @@ class ReaderServer:
             self._ask_status(now)
             self._report_progress(now)
             self.dropped.report(now, 0)
+            self.metrics.turn(now)
             settle_turn()
         self.close()
 
@@ -403,4 +406,5 @@ def main(config: ClusterConfig, reader: int, from_genesis: bool = False) -> None
     signal.signal(signal.SIGTERM, server.stop)
     signal.signal(signal.SIGINT, server.stop)
     log.info("reader %d up at %s", reader, config.reader_addr(reader))
+    serve(server.metrics, *config.reader_metrics_addr(reader))
     server.run()

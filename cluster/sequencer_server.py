@@ -49,6 +49,7 @@ import zmq
 
 from cluster.cluster_info import cluster_info
 from cluster.config import ClusterConfig
+from cluster.metrics import SequencerMetrics, serve
 from cluster.ownership import start_role
 from cluster.security import SocketSecurity, partition_role, sequencer_role
 from sequencer.calls import is_req_id, parse_log_fetch, serve_log_fetch
@@ -118,6 +119,7 @@ class SequencerServer:
             )
         else:
             self._lead(term=0)
+        self.metrics = SequencerMetrics(self)  # served by main (cluster.metrics)
 
     def _bind_sockets(self) -> None:
         """Every socket; with CURVE (cluster.security) the client socket admits role and
@@ -441,6 +443,7 @@ class SequencerServer:
                 self.client.send_multipart([identity, frame], flags=zmq.NOBLOCK)
             except zmq.ZMQError:
                 log.warning("client gone; dropped %d replies", len(replies))
+        self.metrics.on_replies(out, epochs)  # once sent: outcomes, latencies
         for (r, p), queries in seq.take_query_out().items():
             self._send_queries(seq, r, p, queries)
 
@@ -531,7 +534,8 @@ class SequencerServer:
                 if data is not None:
                     self.pub.send_multipart([wire.TOPIC_BATCH, data])
                     next_heartbeat = now + HEARTBEAT_MS / 1000.0
-                elif seq.deposed is not None:
+                self.metrics.on_tick(seq, data)  # once published: counts, sizes, waits
+                if data is None and seq.deposed is not None:
                     self._follow(seq.deposed)
                     seq = None
             if now >= next_tick:
@@ -547,6 +551,7 @@ class SequencerServer:
                 next_heartbeat = now + HEARTBEAT_MS / 1000.0
             self._flush()
             self._junk.report(now)
+            self.metrics.turn(now)
         self.close()
 
     def close(self) -> None:
@@ -594,6 +599,7 @@ def main(config: ClusterConfig, member: int = 0) -> None:
         raise SystemExit(3) from None
     signal.signal(signal.SIGTERM, server.stop)
     signal.signal(signal.SIGINT, server.stop)
+    serve(server.metrics, *config.sequencer_metrics_addr(member))
     server.run()
 
 

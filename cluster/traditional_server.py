@@ -47,6 +47,8 @@ import zmq
 
 from cluster.config import HOST, ClusterConfig
 from cluster.launcher import ProcessGroup
+from cluster.metrics import TraditionalMetrics
+from cluster.metrics import serve as serve_metrics
 from cluster.ownership import start_role
 from cluster.processes import batch_scheduling
 from cluster.sockets import replica_mesh
@@ -158,6 +160,7 @@ class TraditionalServer:
         self.queries.setsockopt(zmq.MAXMSGSIZE, limits.frame_bytes_hard_max)
         self.queries.bind(config.query_addr(0, partition))
         self._stop = False
+        self.metrics = TraditionalMetrics(self)  # served by serve() (cluster.metrics)
 
     def _fault(self) -> PrepareFault | None:
         o = self.options
@@ -283,6 +286,7 @@ class TraditionalServer:
                 self._refuse_queries()
             self.part.tick()
             self._flush()
+            self.metrics.turn(time.monotonic())
             settle_turn()  # what outlived this turn is never scanned (see settle_turn)
         self.close()
 
@@ -332,6 +336,7 @@ def serve(config: ClusterConfig, partition: int) -> None:
     signal.signal(signal.SIGTERM, server.stop)
     signal.signal(signal.SIGINT, server.stop)
     log.info("traditional partition %d up at %s", partition, client_addr(config, partition))
+    serve_metrics(server.metrics, *config.partition_metrics_addr(0, partition))
     server.run()
 
 
@@ -354,6 +359,7 @@ class TraditionalCluster(ProcessGroup):
     def start(self, wait_s: float = 60.0) -> TraditionalCluster:
         self.config.save()
         self.options.save(self.config.data_dir)
+        self.serve_metrics()
         for p in range(self.config.partitions):
             self.start_partition(p)
         self.wait_ready(wait_s)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create (or reuse) the project's virtualenv in .venv and install Ordo with every
-# pinned dependency, and Debian's zookeeper package when its jar is missing.
+# pinned dependency, and Debian's zookeeper and prometheus packages when missing.
 # Then compiles the engine's hot modules with mypyc (scripts/build_native.py; once per
 # change of their sources; without a C compiler the engine runs pure Python).
 # Idempotent: re-installs the venv only when pyproject.toml changed.
@@ -26,21 +26,31 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   fi
   echo "$want" > "$stamp"
 fi
-# ZooKeeper (Debian's package): the cluster tests start real ensembles from its jars
-# (cluster/zookeeper.py). Installed once; later runs see the jar and do nothing.
-if [ ! -e /usr/share/java/zookeeper.jar ]; then
-  zk_hint="run as root: apt-get update && apt-get install -y --no-install-recommends zookeeper"
+# ZooKeeper and Prometheus (Debian's packages): the cluster tests start real ZooKeeper
+# ensembles from its jars (cluster/zookeeper.py) and a real Prometheus server against a
+# live cluster (tests/cluster/test_metrics_cluster.py; promtool checks
+# docs/ordo-alerts.yml). Installed once; later runs find them and do nothing.
+debs=()
+[ -e /usr/share/java/zookeeper.jar ] || debs+=(zookeeper)
+{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || debs+=(prometheus)
+if [ ${#debs[@]} -gt 0 ]; then
+  deb_hint="run as root: apt-get update && apt-get install -y --no-install-recommends ${debs[*]}"
   if [ "$(id -u)" != 0 ]; then
-    echo "setup: ZooKeeper is missing and the cluster tests need it; $zk_hint" >&2
+    echo "setup: ${debs[*]} missing and the cluster tests need it; $deb_hint" >&2
     exit 1
   fi
-  echo "setup: installing Debian's zookeeper package (log: .venv/zookeeper-install.log)"
+  echo "setup: installing Debian's ${debs[*]} package(s) (log: .venv/debian-install.log)"
   if ! { apt-get update &&
-         DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends zookeeper
-       } > .venv/zookeeper-install.log 2>&1; then
-    tail -n 20 .venv/zookeeper-install.log >&2
-    echo "setup: apt-get failed (log: .venv/zookeeper-install.log) and the cluster tests need ZooKeeper; $zk_hint" >&2
+         DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${debs[@]}"
+       } > .venv/debian-install.log 2>&1; then
+    tail -n 20 .venv/debian-install.log >&2
+    echo "setup: apt-get failed (log: .venv/debian-install.log) and the cluster tests need ${debs[*]}; $deb_hint" >&2
     exit 1
+  fi
+  # Debian's package starts a system-wide Prometheus (port 9090) where systemd runs; the
+  # tests start their own, so the one just installed is stopped and left disabled.
+  if [[ " ${debs[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null 2>&1; then
+    systemctl disable --now prometheus >/dev/null 2>&1 || true
   fi
 fi
 if ! command -v java >/dev/null 2>&1; then

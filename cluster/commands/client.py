@@ -290,14 +290,25 @@ def _status(c: Client) -> dict:
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--watch", is_flag=True, help="A live view, redrawn every second: throughput, lag, states."
+)
+@click.option("--interval", default=1.0, show_default=True, help="With --watch: seconds.")
+@click.option("--count", type=int, default=None, help="With --watch: stop after N screens.")
 @data_dir_option
-def status(as_json: bool, data_dir: str) -> None:
+def status(as_json: bool, watch: bool, interval: float, count: int | None, data_dir: str) -> None:
     """Per partition of every replica: last applied epoch, txns applied, transactions
     active and blocked on locks now, lock requests that had to queue so far, state hash.
-    Replicated: every sequencer's role, term and lag, and each ZooKeeper server's mode."""
+    Replicated: every sequencer's role, term and lag, and each ZooKeeper server's mode.
+    --watch: the same, live (cluster/commands/watch.py)."""
     from cluster.launcher import cluster_client
 
     cfg = load_config(data_dir)
+    if watch:
+        from cluster.commands.watch import watch as live_view
+
+        live_view(cfg, interval, count, tty=sys.stdout.isatty(), write=click.echo)
+        return
     ha: dict = {}
     if cfg.replicated:
         ha = _ha_status(cfg)

@@ -84,6 +84,13 @@ from cluster.config import CONFIG_FILE, DEFAULT_BASE_PORT, ClusterConfig
     "Default: they do without readers and keep none with --readers (the readers keep "
     "their own, so transactions stop paying for them). cluster.json records the choice.",
 )
+@click.option(
+    "--metrics-port",
+    default=0,
+    show_default=True,
+    help="First port of the processes' Prometheus endpoints (0: after the cluster's "
+    "other ports). `ordo up` prints them and writes DATA_DIR/prometheus.yml.",
+)
 @data_dir_option
 def up(
     replicas: int,
@@ -100,6 +107,7 @@ def up(
     ha: bool,
     readers: int,
     replica_versions: bool | None,
+    metrics_port: int,
     data_dir: str,
 ) -> None:
     """Start a local cluster and stay in the foreground until Ctrl-C.
@@ -112,19 +120,23 @@ def up(
 
         from cluster.launcher import LocalCluster, ProcessGroup, stop_requested_on_signals
 
-        cfg = _config_for_up(
-            data_dir,
-            replicas,
-            partitions,
-            base_port,
-            epoch_ms,
-            not no_fsync,
-            modules,
-            checkpoint_every,
-            dataflow_recovery,
-            readers,
-            replica_versions,
-        )
+        try:
+            cfg = _config_for_up(
+                data_dir,
+                replicas,
+                partitions,
+                base_port,
+                epoch_ms,
+                not no_fsync,
+                modules,
+                checkpoint_every,
+                dataflow_recovery,
+                readers,
+                replica_versions,
+                metrics_port,
+            )
+        except ValueError as e:  # a shape or port the config refuses
+            raise click.UsageError(str(e)) from None
         if ha:
             if mode == "traditional":
                 raise click.ClickException(
@@ -170,10 +182,26 @@ def up(
         try:
             cluster.start()
             click.echo(f"ordo up: {banner}, data in {data_dir} (Ctrl-C to stop)")
+            click.echo(_metrics_banner(cfg, mode == "traditional"))
             cluster.run_foreground(stopping)
         finally:
             click.echo("ordo up: stopping")
             cluster.stop()
+
+
+def _metrics_banner(cfg: ClusterConfig, traditional: bool) -> str:
+    """Where Prometheus scrapes each process, and the configuration written for it."""
+    from cluster.metrics.scrape import write_prometheus_config
+
+    path = write_prometheus_config(cfg, traditional)
+    addrs = cfg.metrics_addrs()
+    if traditional:
+        addrs = {n: a for n, a in addrs.items() if n == "launcher" or n.startswith("r0p")}
+    shown = ", ".join(f"{name} {addr}" for name, addr in addrs.items())
+    return (
+        f"ordo up: Prometheus metrics at http://ADDRESS/metrics: {shown}\n"
+        f"ordo up: to scrape them all: prometheus --config.file={path}"
+    )
 
 
 @contextmanager
@@ -248,6 +276,7 @@ _SET_BY_UP_FLAGS = (
     "dataflow_recovery",
     "readers",
     "query_versions",
+    "metrics_base_port",
 )
 # --ha's layout (ha_layout; a switch between single and replicated is refused)
 _SET_BY_HA = (
@@ -277,6 +306,7 @@ def _config_for_up(
     dataflow_recovery: str = "strong",
     readers: int = 0,
     replica_versions: bool | None = None,
+    metrics_port: int = 0,
 ) -> ClusterConfig:
     """The config ``ordo up`` runs with: its flags, over what the data directory's
     cluster.json holds if there is one. The database's own settings are the directory's,
@@ -311,6 +341,7 @@ def _config_for_up(
         dataflow_recovery=dataflow_recovery,
         readers=readers,
         query_versions=readers == 0 if replica_versions is None else replica_versions,
+        metrics_base_port=metrics_port,
         **kept,
     )
 

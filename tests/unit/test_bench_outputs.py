@@ -31,6 +31,7 @@ NOT_BENCHMARKS = {
     "build_spark_archive": "builds Spark's class-data archive (set-up)",
     "demo": "a walk-through; writes nothing",
     "gen_limits_doc": "renders docs/LIMITS.md from the code",
+    "gen_metrics_doc": "renders docs/OPERATIONS.md's metric table from the code",
     "simulate": "writes only the --json PATH it is given",
 }
 # Where a script may name a results/ path: as the published path it hands the helper.
