@@ -35,8 +35,18 @@ from cluster.config import CONFIG_FILE, DEFAULT_BASE_PORT, ClusterConfig
 
 
 @click.command()
-@click.option("--replicas", default=2, show_default=True)
-@click.option("--partitions", default=2, show_default=True)
+@click.option(
+    "--replicas",
+    type=int,
+    default=None,
+    help="Replicas [default: the data directory's cluster's, else 2].",
+)
+@click.option(
+    "--partitions",
+    type=int,
+    default=None,
+    help="Partitions per replica [default: the data directory's cluster's, else 2].",
+)
 @click.option("--base-port", default=DEFAULT_BASE_PORT, show_default=True)
 @click.option("--epoch-ms", default=10, show_default=True, help="Epoch length.")
 @click.option("--no-fsync", is_flag=True, help="Skip fdatasync (benchmarks only: not durable).")
@@ -72,10 +82,11 @@ from cluster.config import CONFIG_FILE, DEFAULT_BASE_PORT, ClusterConfig
 )
 @click.option(
     "--readers",
-    default=0,
-    show_default=True,
+    type=int,
+    default=None,
     help="Readers: processes that follow the log holding every partition and answer "
-    "snapshot and read-committed queries (docs/QUERIES.md).",
+    "snapshot and read-committed queries (docs/QUERIES.md) [default: the data "
+    "directory's cluster's, else 0].",
 )
 @click.option(
     "--replica-versions/--no-replica-versions",
@@ -93,8 +104,8 @@ from cluster.config import CONFIG_FILE, DEFAULT_BASE_PORT, ClusterConfig
 )
 @data_dir_option
 def up(
-    replicas: int,
-    partitions: int,
+    replicas: int | None,
+    partitions: int | None,
     base_port: int,
     epoch_ms: int,
     no_fsync: bool,
@@ -105,7 +116,7 @@ def up(
     mode: str,
     no_update_locks: bool,
     ha: bool,
-    readers: int,
+    readers: int | None,
     replica_versions: bool | None,
     metrics_port: int,
     data_dir: str,
@@ -151,6 +162,7 @@ def up(
                 f"{'add' if held.startswith('a repl') else 'drop'} --ha"
             )
         cluster: ProcessGroup
+        replicas, partitions, readers = cfg.replicas, cfg.partitions, cfg.readers
         if mode == "traditional" and readers:
             raise click.ClickException(
                 "readers follow Ordo's command log; the traditional mode has none"
@@ -296,21 +308,22 @@ _NOT_KEPT_BY_UP = ("fault_drop_every_nth_batch",)
 
 def _config_for_up(
     data_dir: str,
-    replicas: int,
-    partitions: int,
+    replicas: int | None,
+    partitions: int | None,
     base_port: int,
     epoch_ms: int,
     fsync: bool,
     modules: tuple[str, ...],
     checkpoint_every: int,
     dataflow_recovery: str = "strong",
-    readers: int = 0,
+    readers: int | None = 0,
     replica_versions: bool | None = None,
     metrics_port: int = 0,
 ) -> ClusterConfig:
     """The config ``ordo up`` runs with: its flags, over what the data directory's
     cluster.json holds if there is one. The database's own settings are the directory's,
-    never the flags' defaults: its shape (replicas x partitions: another is refused),
+    never the flags' defaults: its shape (replicas x partitions: taken when no flag
+    names it, another is refused) and its readers (unless --readers says otherwise),
     its genesis (the state its command log starts from: a restart without it would
     replay the log over empty tables, a wrong state served as live), its procedure
     modules (the flags' are added), checkpoint retention and log segment size. Whether
@@ -322,13 +335,19 @@ def _config_for_up(
     existing = Path(data_dir) / CONFIG_FILE
     if existing.exists():
         old = load_config(data_dir)
+        replicas = old.replicas if replicas is None else replicas
+        partitions = old.partitions if partitions is None else partitions
+        readers = old.readers if readers is None else readers
         if (old.replicas, old.partitions) != (replicas, partitions):
             raise click.ClickException(
                 f"{data_dir} holds a {old.replicas}x{old.partitions} cluster; use --fresh "
-                f"to start over or the same --replicas/--partitions"
+                f"to start over, or leave out --replicas/--partitions (or give its own)"
             )
         mods = tuple(dict.fromkeys(old.procedure_modules + mods))
         kept = {name: getattr(old, name) for name in _KEPT_BY_UP}
+    replicas = 2 if replicas is None else replicas
+    partitions = 2 if partitions is None else partitions
+    readers = 0 if readers is None else readers
     return ClusterConfig(
         replicas=replicas,
         partitions=partitions,

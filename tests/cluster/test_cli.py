@@ -365,6 +365,26 @@ def test_up_keeps_the_data_dirs_genesis_and_retention(tmp_path: Path) -> None:
     assert fresh.genesis is None and fresh.checkpoint_keep == ClusterConfig().checkpoint_keep
 
 
+def test_up_without_shape_flags_takes_the_data_dirs_shape(tmp_path: Path) -> None:
+    """`ordo up --data-dir D` on a directory holding a 1 x 2 cluster with a reader
+    recovers that cluster (it refused: the flags' defaults, 2 x 2, did not match); a
+    shape flag that contradicts the directory is still refused, naming both."""
+    import click
+
+    from cluster.commands.run import _config_for_up
+
+    ClusterConfig(data_dir=str(tmp_path), replicas=1, partitions=2, readers=1).save()
+    port = free_base_port()
+    cfg = _config_for_up(str(tmp_path), None, None, port, 10, True, (), 0, "strong", None)
+    assert (cfg.replicas, cfg.partitions, cfg.readers) == (1, 2, 1)
+    assert not cfg.replica_versions  # decided by its reader, as when it was made
+    assert _config_for_up(str(tmp_path), 1, None, port, 10, True, (), 0, "strong", 0).readers == 0
+    with pytest.raises(click.ClickException, match="holds a 1x2 cluster"):
+        _config_for_up(str(tmp_path), 2, None, port, 10, True, (), 0)
+    new = _config_for_up(str(tmp_path / "new"), None, None, port, 10, True, (), 0, "strong", None)
+    assert (new.replicas, new.partitions, new.readers) == (2, 2, 0)  # the defaults
+
+
 def test_readers_take_the_replicas_versions_off_unless_told_otherwise(tmp_path: Path) -> None:
     """With readers serving snapshots the transactional replicas keep no row versions
     (issue 46 item 5): `ordo up` decides it from --readers or its flag, and cluster.json
