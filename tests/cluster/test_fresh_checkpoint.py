@@ -3,8 +3,10 @@ check --whole``; ``ordo checkpoint``) get one whatever else is checkpointing.
 
 TPC-C state (W=2: a partition's base holds ~330k rows and takes seconds to write)
 under New-Order load, 1 replica x 2 partitions, keeping one checkpoint:
-- without periodic checkpoints, a dump and another reader at once, while both
-  partitions write their first (base) checkpoint: both get one;
+- without periodic checkpoints, ``ordo tpcc check --whole`` (a dump, then TPC-C's
+  conditions 1-12 on the whole database at its epoch, mid-load) and another reader at
+  once, while both partitions write their first (base) checkpoint: both get one, and
+  the state they read is consistent;
 - restarted with a checkpoint every epoch (every boundary but the ones a busy writer
   skips), several readers at once, each holding its checkpoint while pruning runs
   after every file: each reads whole files of one epoch at or after the one it asked
@@ -47,6 +49,13 @@ def _dump(cfg: ClusterConfig, out: Path) -> subprocess.Popen[str]:
     args = ["dump", "--data-dir", cfg.data_dir, "--out", str(out), "--timeout", "120"]
     return subprocess.Popen(
         [*ORDO, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def _check_whole(cfg: ClusterConfig) -> subprocess.Popen[str]:
+    args = ["tpcc", "check", "--whole", "--json", "--data-dir", cfg.data_dir, "--timeout", "120"]
+    return subprocess.Popen(
+        [*ORDO, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
 
 
@@ -99,13 +108,15 @@ def test_dumps_get_a_fresh_checkpoint_whatever_else_is_checkpointing(tmp_path: P
     lc = LocalCluster(cfg).start()
     load = _load(cfg)
     try:
-        # First checkpoints (bases, seconds each): a dump and a reader at once.
-        dump = _dump(cfg, tmp_path / "dump")
+        # First checkpoints (bases, seconds each): a whole-database check (a dump) and
+        # a reader at once.
+        check = _check_whole(cfg)
         got = _readers(cfg, 1)
-        _finished(dump)
+        out = _finished(check)
         _each_read_one_fresh_epoch(got, 1)
-        marker = json.loads((tmp_path / "dump" / MARKER).read_text())
-        assert marker["complete"] and marker["rows"]["order_line"] > 0
+        verdict = json.loads(out[out.index("{") :])
+        assert verdict["ok"] and verdict["warehouses"] == [1, 2], verdict["violations"]
+        assert verdict["rows"]["order_line"] > 0
     finally:
         load.kill()
         lc.stop()
@@ -118,7 +129,7 @@ def test_dumps_get_a_fresh_checkpoint_whatever_else_is_checkpointing(tmp_path: P
         _each_read_one_fresh_epoch(_readers(cfg, 3), 3)
         lc.kill("r0p1")
         lc.start_partition(0, 1)
-        dump = _dump(cfg, tmp_path / "while-recovering")  # --out: an earlier dump, replaced
+        dump = _dump(cfg, tmp_path / "while-recovering")
         _finished(dump)
         marker = json.loads((tmp_path / "while-recovering" / MARKER).read_text())
         assert marker["complete"]
