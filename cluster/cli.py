@@ -15,6 +15,9 @@
   ordo checkpoint   checkpoint every partition after the next epoch; wait until durable
   ordo dump         export one replica's tables as of a fresh checkpoint
   ordo log prune    remove log segments every partition's checkpoint has made unneeded
+  ordo log archive  ship sealed log segments to an archive as they seal
+  ordo backup       one replica's fresh checkpoint + the log after it, verified
+  ordo restore      a new cluster directory from a backup at its epoch or a later one
   ordo stream       push a file to a stream, follow a sink, list streams and dataflows
   ordo procedures   list the registered procedures and their arguments
   ordo keys         create the CURVE keys of the cluster's roles and clients (0600)
@@ -22,7 +25,8 @@
                     history as tables (cluster/replay_cli.py)
 
 This module builds the group from the command modules (cluster/commands/: run,
-client, checkpoints, streams; what they share in common) and the workloads' command groups.
+client, checkpoints, backup, streams; what they share in common) and the workloads'
+command groups.
 Every command finds the cluster through ``--data-dir`` (its cluster.json): a missing
 or unreadable config is a one-line error, never a traceback.
 """
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 import click
 
-from cluster.commands import checkpoints, client, run, streams
+from cluster.commands import backup, checkpoints, client, run, streams
 from cluster.replay_cli import replay
 
 
@@ -56,11 +60,17 @@ def _add_engine_commands() -> None:
         checkpoints.checkpoint,
         checkpoints.dump,
         checkpoints.log,
+        backup.backup,
+        backup.restore,
         streams.stream,
         # A subcommand group that lives with the code it drives (its heavy imports are lazy).
         replay,
     ):
         main.add_command(command)
+
+
+def _add_log_commands() -> None:
+    checkpoints.log.add_command(backup.log_archive)
 
 
 def _add_workload_commands() -> None:
@@ -74,6 +84,7 @@ def _add_workload_commands() -> None:
 
 
 _add_engine_commands()
+_add_log_commands()
 _add_workload_commands()
 
 if __name__ == "__main__":

@@ -297,6 +297,8 @@ def test_every_command_without_a_valid_cluster_config_fails_with_one_clear_line(
         ["checkpoint"],
         ["dump", "--out", str(tmp_path / "out")],
         ["log", "prune"],
+        ["log", "archive", str(tmp_path / "archive")],
+        ["backup", str(tmp_path / "backup")],
         ["sequencer"],
         ["replica", "--replica", "0"],
         ["tpcc", "check"],
