@@ -46,11 +46,11 @@ import msgpack
 from executor.deterministic.partition import Partition
 from executor.deterministic.snapshot import (
     NO_EPOCH,
-    READ_COMMITTED,
     SNAPSHOT,
     Exact,
     Prefixes,
     Snapshot,
+    entry_problem,
     epoch_problem,
     local_reads,
     query_procedure,
@@ -67,7 +67,6 @@ from txn_library.errors import (
     ERROR,
     OK,
     BadRequest,
-    brief,
 )
 from txn_library.procedure import Procedure
 from txn_library.wire import partition as ewire
@@ -152,18 +151,7 @@ class QueryService:
         except BadRequest as e:
             self._error(identity, qid, e.code, e.message)
             return
-        if isolation not in (SNAPSHOT, READ_COMMITTED):
-            self._error(
-                identity,
-                qid,
-                ERR_BAD_ARGUMENTS,
-                f"isolation {brief(isolation)} is not served here: snapshot or read_committed "
-                f"(strict goes through the sequencer, ordered with the transactions)",
-            )
-            return
-        problem = wire.after_epoch_problem(after)
-        if problem is None and isolation == SNAPSHOT and 0 <= at < after:
-            problem = f"at_epoch {at} is before after_epoch {after}: it cannot show those writes"
+        problem = entry_problem(isolation, at, after)
         if problem is not None:
             self._error(identity, qid, ERR_BAD_ARGUMENTS, problem)
             return

@@ -38,8 +38,10 @@ from txn_library.errors import (
     ERR_PROCEDURE_FAILED,
     ERROR,
     BadRequest,
+    brief,
 )
 from txn_library.procedure import Footprint, Procedure, lookup
+from txn_library.wire import sequencer as wire
 
 SNAPSHOT, READ_COMMITTED, STRICT = "snapshot", "read_committed", "strict"
 ISOLATIONS = (SNAPSHOT, READ_COMMITTED, STRICT)
@@ -67,6 +69,23 @@ def _read_only(proc_name: Any) -> Procedure:
             f"goes through the sequencer)",
         )
     return proc
+
+
+def entry_problem(isolation: Any, at: int, after: Any) -> str | None:
+    """Why a query entry's isolation and epochs cannot be served (``bad_arguments``),
+    or None: the rules every server of queries applies alike (a partition's query
+    service, a reader). Strict is the sequencer's; ``after_epoch`` must be an epoch
+    (``wire.after_epoch_problem``), and a snapshot named at an epoch before it cannot
+    show the writes it asks for."""
+    if isolation not in (SNAPSHOT, READ_COMMITTED):
+        return (
+            f"isolation {brief(isolation)} is not served here: snapshot or read_committed "
+            f"(strict goes through the sequencer, ordered with the transactions)"
+        )
+    problem = wire.after_epoch_problem(after)
+    if problem is None and isolation == SNAPSHOT and 0 <= at < after:
+        problem = f"at_epoch {at} is before after_epoch {after}: it cannot show those writes"
+    return problem
 
 
 def query_procedure(proc_name: Any, args: Any, partitions: int) -> tuple[Procedure, tuple]:

@@ -45,9 +45,9 @@ from executor.core.context import TxnContext, cover_set
 from executor.core.execution import run_body
 from executor.deterministic.snapshot import (
     NO_EPOCH,
-    READ_COMMITTED,
     SNAPSHOT,
     Snapshot,
+    entry_problem,
     query_footprint,
 )
 from executor.reader.follower import Follower
@@ -60,7 +60,6 @@ from txn_library.errors import (
     ERR_OVERLOADED,
     ERROR,
     BadRequest,
-    brief,
     invariant,
 )
 from txn_library.procedure import Procedure
@@ -167,22 +166,11 @@ class ReaderQueries:
         except BadRequest as e:
             self._error(identity, qid, e.code, e.message)
             return
-        if isolation not in (SNAPSHOT, READ_COMMITTED):
-            self._error(
-                identity,
-                qid,
-                ERR_BAD_ARGUMENTS,
-                f"isolation {brief(isolation)} is not served here: snapshot or read_committed "
-                f"(strict goes through the sequencer, ordered with the transactions)",
-            )
-            return
-        named = isolation == SNAPSHOT and at >= 0
-        problem = wire.after_epoch_problem(after)
-        if problem is None and named and at < after:
-            problem = f"at_epoch {at} is before after_epoch {after}: it cannot show those writes"
+        problem = entry_problem(isolation, at, after)
         if problem is not None:
             self._error(identity, qid, ERR_BAD_ARGUMENTS, problem)
             return
+        named = isolation == SNAPSHOT and at >= 0
         if not f.live and not (named and at <= f.applied_epoch):
             self._error(
                 identity,
