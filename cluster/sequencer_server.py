@@ -49,6 +49,7 @@ import zmq
 
 from cluster.cluster_info import cluster_info
 from cluster.config import ClusterConfig
+from cluster.heap_trim import HeapTrim
 from cluster.metrics import SequencerMetrics, serve
 from cluster.ownership import start_role
 from cluster.security import SocketSecurity, partition_role, sequencer_role
@@ -120,6 +121,7 @@ class SequencerServer:
         else:
             self._lead(term=0)
         self.metrics = SequencerMetrics(self)  # served by main (cluster.metrics)
+        self.heap = HeapTrim()  # freed heap back to the OS after a burst (cluster.heap_trim)
 
     def _bind_sockets(self) -> None:
         """Every socket; with CURVE (cluster.security) the client socket admits role and
@@ -552,6 +554,7 @@ class SequencerServer:
             self._flush()
             self._junk.report(now)
             self.metrics.turn(now)
+            self.heap.turn(now)
         self.close()
 
     def close(self) -> None:

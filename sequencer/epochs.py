@@ -223,6 +223,7 @@ class Epochs:
         except NotLeader as e:
             self.step_down(f"commit of epoch {epoch} refused: {e}")
             return None
+        _release_logged(calls)
         self.epoch = epoch
         self._published.append((epoch, len(data)))
         self._published_bytes += len(data)
@@ -303,3 +304,16 @@ class Epochs:
             self._reply(
                 call.identity, call.req_id, ERROR, (ERR_UNAVAILABLE, f"outcome unknown: {reason}")
             )
+
+
+def _release_logged(calls: list[PendingCall]) -> None:
+    """Drop what a logged call no longer needs: its encoded txn and derived steps (the
+    log holds them), and its arguments unless a restart may re-sequence it (a dependent
+    call's new prediction replaces its last argument: results.py). Its call object
+    waits in the in-flight table until every replica answered, which with a replica
+    down is ``result_backlog_txns_max`` calls: without this each kept a second copy of
+    its arguments, a 0.9 MB kv.put two."""
+    for c in calls:
+        c.encoded = c.derived = b""
+        if not c.proc.dependent:
+            c.args = ()

@@ -46,6 +46,7 @@ from sequencer.retry_cache import Logged, RetryCache, call_body, call_digest
 from sequencer.status import SequencerStats
 from txn_library import limits
 from txn_library.errors import (
+    ERR_PROCEDURE_FAILED,
     ERR_RESTARTS_EXHAUSTED,
     ERR_RETRY_EXPIRED,
     ERROR,
@@ -226,6 +227,13 @@ class Results:
     def _deliver(self, call: PendingCall, status: int, value: Any) -> None:
         if status == RESTART and call.lookup:
             status, value = ERROR, (ERR_RETRY_EXPIRED, "outcome unknown: the call was restarted")
+        elif status == RESTART and not call.proc.dependent:
+            # Only a dependent call is re-sequenced (and keeps its arguments once logged:
+            # epochs.py); any other procedure returning Restart is its own bug.
+            status, value = (
+                ERROR,
+                (ERR_PROCEDURE_FAILED, f"{call.proc.name} returned Restart but has no recon"),
+            )
         if status == RESTART:
             self.stats.restarts += 1
             call.restarts += 1

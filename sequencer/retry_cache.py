@@ -12,7 +12,7 @@ Every entry keeps the *call digest* (procedure and arguments): a retry whose dig
 differs is another call reusing the ids, and gets ERR_REQUEST_ID_REUSED, never the
 first call's result.
 
-Bounds (cluster/limits.py): in-flight entries are bounded by the calls in flight
+Bounds (txn_library/limits.py): in-flight entries are bounded by the calls in flight
 (they are never evicted: evicting one would let its retry run again). Answered and
 logged entries form an LRU bounded by count (``retry_cache_entries_max``) and by the
 bytes of the values kept (``retry_cache_bytes_max``). When an entry is evicted, its
@@ -22,16 +22,24 @@ req_id at or below the watermark that is not in the cache gets ERR_RETRY_EXPIRED
 number their calls upwards, so only retries ever fall below the watermark.
 Watermarks themselves are bounded (``retry_watermark_clients_max``, oldest dropped).
 
-Answered entries are stored as plain tuples of scalars and bytes (a Done keeps its
-value msgpack-encoded; the collector untracks only exact tuples, not NamedTuples), so
-it untracks them at its first look and a full cache gives a full
-collection nothing to walk. Kept as objects (a value such as New Order's list of line
-tuples), 200,000 answers made each of the sequencer's full collections pause it for
-100-700 ms, longer as the cache filled, stalling every client.
+Answered entries are stored compactly: a Done as one bytes object (its status,
+digest and epoch in a fixed header, then its value msgpack-encoded), a Logged as a
+plain tuple of ints (the collector untracks only exact tuples, not NamedTuples). Bytes
+are never tracked and such tuples are untracked at the collector's first look, so a
+full cache gives a full collection nothing to walk. Kept as objects (a value such as
+New Order's list of line tuples), 200,000 answers made each of the sequencer's full
+collections pause it for 100-700 ms, longer as the cache filled, stalling every client.
+
+What the cache holds is bounded twice: by entries (``retry_cache_entries_max``; each
+costs ``ENTRY_OVERHEAD_BYTES`` of bookkeeping besides its value: its key, the header
+and the ordered dict's slot, measured by tests/unit/test_sequencer_intake.py) and by
+the bytes of the values kept (``retry_cache_bytes_max``), so many large answers (a
+flood of reads of a 0.9 MB value) cannot hold more than that bound.
 """
 
 from __future__ import annotations
 
+import struct
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
@@ -86,17 +94,29 @@ class Logged(NamedTuple):
     epoch: int  # the batch that holds it (the txn is read back from the log if retried)
 
 
-ENTRY_OVERHEAD_BYTES = 64  # what an answered entry costs besides its value's bytes
-Stored = tuple  # a Done's or a Logged's fields as an exact tuple (see the module docstring)
+# A Done's header: status, whether a digest is kept, digest, epoch (then the value).
+_DONE_HEADER = struct.Struct("<bBQq")
+# What an answered entry costs besides its value's bytes: its key (a tuple, the req_id
+# int, the client id as decoded), the stored header and the OrderedDict's slot and
+# node. Documentation and tests only: the byte bound counts the values kept.
+ENTRY_OVERHEAD_BYTES = 288
+Stored = bytes | tuple  # a Done as bytes, a Logged's fields as an exact tuple
+
+
+def _done(stored: bytes) -> Done:
+    status, has_digest, digest, epoch = _DONE_HEADER.unpack_from(stored)
+    packed = stored[_DONE_HEADER.size :]
+    return Done(status, packed, digest if has_digest else None, len(stored), epoch)
 
 
 def _entry(stored: Stored) -> Done | Logged:
-    return Done._make(stored) if len(stored) == len(Done._fields) else Logged._make(stored)
+    return _done(stored) if type(stored) is bytes else Logged._make(stored)
 
 
 def _cost(stored: Stored | None) -> int:
-    """Bytes an answered entry counts against ``retry_cache_bytes_max``."""
-    return stored[3] if stored is not None and len(stored) == len(Done._fields) else 0
+    """Bytes an answered entry counts against ``retry_cache_bytes_max``: a Done's
+    header and value (a Logged keeps no value)."""
+    return len(stored) if type(stored) is bytes else 0
 
 
 class RetryCache:
@@ -156,9 +176,10 @@ class RetryCache:
     def finish(self, key: Key, status: int, value: Any, digest: int | None, epoch: int = 0) -> None:
         self._inflight.pop(key, None)
         # A partition's value as it packed it, or the sequencer's own (which encodes).
-        packed = bytes(value) if type(value) is Packed else msgpack.packb(value)
-        # A Done's fields, stored as the plain tuple _entry turns back into a Done.
-        self._put(key, (status, packed, digest, len(packed) + ENTRY_OVERHEAD_BYTES, epoch))
+        packed = value if type(value) is Packed else msgpack.packb(value)
+        # A Done, stored as the bytes _entry turns back into a Done.
+        head = _DONE_HEADER.pack(status, digest is not None, digest or 0, epoch)
+        self._put(key, head + packed)
 
     def log(self, key: Key, entry: Logged) -> None:
         self._put(key, tuple(entry))

@@ -136,9 +136,10 @@ retry_cache_entries_max = 200_000
 """Answered calls remembered for retries. Past it (or past `retry_cache_bytes_max`)
 the oldest are evicted; a retry of an evicted call, or of an older request id of its
 client, gets `retry_expired` (outcome unknown, not run again)."""
-retry_cache_bytes_max = 64 << 20
+retry_cache_bytes_max = 16 << 20
 """Bytes of the answers the retry cache keeps; the oldest are evicted first (see
-`retry_cache_entries_max` for what a retry then gets)."""
+`retry_cache_entries_max` for what a retry then gets). Besides its answer, each entry
+costs ~290 bytes of bookkeeping, so a full cache of small answers holds ~60 MB."""
 retry_watermark_clients_max = 65_536
 """Clients whose evicted request ids are remembered (so that an old retry is told
 `retry_expired`). Past it the oldest client's watermark is dropped."""
@@ -227,7 +228,6 @@ _check(client_in_flight_max <= client_pending_calls_max, "a client's own bound f
 _check(batch_bytes_max <= log_service_reply_bytes_max, "a log service reply holds a batch")
 _check(batch_bytes_max <= unapplied_bytes_max, "flow control lets a full batch through")
 _check(request_bytes_max <= receive_bytes_per_turn_max, "a turn can receive a whole frame")
-_check(retry_cache_bytes_max >= 16 * txn_bytes_max, "the retry cache keeps several answers")
 _check(
     loadgen_in_flight_max <= client_pending_calls_max,
     "a load generator's calls fit the pending bound of one client, even on one connection",
@@ -292,6 +292,7 @@ wait behind)."""
 
 _check(row_bytes_max < peer_message_bytes_max, "a row must fit in a peer read message")
 _check(result_bytes_max < frame_bytes_hard_max, "a result must fit in a frame zmq accepts")
+_check(retry_cache_bytes_max >= 8 * result_bytes_max, "the retry cache keeps large answers")
 _check(
     checkpoint_frame_bytes_max + row_bytes_max + 16 <= log_frame_bytes_max,
     "a checkpoint frame (cut after the row that crosses its budget) fits in a log frame",
@@ -509,6 +510,20 @@ _check(
     lifeline_stop_grace_s < owner_wait_s,
     "a claimant outwaits the roles of a launcher that died",
 )
+
+# Process memory: freed heap returned to the OS (cluster/heap_trim.py)
+
+heap_check_s = 1.0
+"""How often a role process reads its resident set size (RSS) to decide whether to
+return freed heap memory to the OS (`malloc_trim`)."""
+heap_trim_growth_bytes = 16 << 20
+"""RSS growth since the last trim (or the start) that makes a role trim its heap: the
+memory a burst (a flood of large or hostile frames) freed but glibc kept."""
+heap_trim_interval_s_min = 5.0
+"""Trims of one process are at least this far apart (a trim walks the heap: a few
+milliseconds for a few hundred MB)."""
+
+_check(heap_check_s <= heap_trim_interval_s_min, "a trim is due no sooner than it is checked")
 
 # CURVE keys (cluster/security/)
 

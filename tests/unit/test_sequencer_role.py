@@ -10,6 +10,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
+import txn_library.workloads.bench_procedures  # noqa: F401  (bench.tag_update: dependent)
 import txn_library.workloads.builtin  # noqa: F401
 from sequencer.batch_order import multi_partition_last
 from sequencer.calls import PendingCall
@@ -125,15 +126,29 @@ def test_retried_call_is_not_executed_twice_across_a_restart(tmp_path: Path) -> 
 
 def test_restart_result_resequences_with_the_new_prediction(tmp_path: Path) -> None:
     s = _seq(tmp_path)
+    _submit(s, (1, "bench.tag_update", (3, 1)))  # dependent: its recon read goes first
+    ((_r, p), (query,)) = s.take_query_out().popitem()
+    s.on_results(0, p, (), ((query[0], 0, OK, 7),), STATUS)  # the tag points to record 7
+    batch = wire.decode_batch(s.tick(1))  # type: ignore[arg-type]
+    assert batch.txns[0].args == (3, 1, 7)
+    s.on_results(0, 0, ((0, RESTART, wire.pack(5)),), (), STATUS)  # it points to 5 now
+    batch = wire.decode_batch(s.tick(2))  # type: ignore[arg-type]
+    assert batch.txns[0].args == (3, 1, 5)
+    assert s.stats.restarts == 1
+
+
+def test_a_restart_from_a_procedure_without_recon_is_an_error_not_a_resequence(
+    tmp_path: Path,
+) -> None:
+    """Only a dependent call keeps its arguments once logged (sequencer.epochs), so only
+    it can be re-sequenced; any other procedure returning Restart gets an error."""
+    s = _seq(tmp_path)
     _submit(s, (1, "kv.add", ("x", 1)))
     s.tick(1)
-    # Pretend this were a dependent txn: a RESTART result re-sequences it.
-    f = s.results.inflight[0]
-    f.call.args = ("x", 0)  # the last argument plays the prediction
     s.on_results(0, 0, ((0, RESTART, wire.pack(5)),), (), STATUS)
-    batch = wire.decode_batch(s.tick(2))  # type: ignore[arg-type]
-    assert batch.txns[0].args == ("x", 5)
-    assert s.stats.restarts == 1
+    (r,) = s.take_client_out()[b"id"]
+    assert r[1] == ERROR and r[2][0] == "procedure_failed"
+    assert s.tick(2) is None and s.stats.restarts == 0
 
 
 def test_checkpoint_flags_every_n_epochs_and_on_request(tmp_path: Path) -> None:
