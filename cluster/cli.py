@@ -20,7 +20,8 @@
   ordo restore      a new cluster directory from a backup at its epoch or a later one
   ordo stream       push a file to a stream, follow a sink, list streams and dataflows
   ordo procedures   list the registered procedures and their arguments
-  ordo keys         create the CURVE keys of the cluster's roles and clients (0600)
+  ordo keys         create the CURVE keys of the cluster's roles and clients (0600);
+                    ordo keys export --host H DIR: only what host H needs
   ordo replay       Spark replay of the command log: verify history, rebuild state,
                     history as tables (cluster/replay_cli.py)
 

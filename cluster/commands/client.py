@@ -5,7 +5,8 @@
   ordo status       sequencers (role, term, lag), ZooKeeper, and per partition of
                     every replica: last epoch, txns applied, hash (--json)
   ordo procedures   list the registered procedures and their arguments
-  ordo keys         create the CURVE keys of the cluster's roles and clients (0600)
+  ordo keys         create the CURVE keys of the cluster's roles and clients (0600);
+                    `ordo keys export --host H DIR`: what host H needs of them
 
 Bad input (arity, types, values too large to send) is reported before anything
 reaches the cluster; an answer the cluster gives is printed as it is.
@@ -25,7 +26,7 @@ from cluster.commands.common import (
     load_config,
     load_procedure_modules,
 )
-from cluster.config import CONFIG_FILE, ClusterConfig
+from cluster.config import CONFIG_FILE, DEFAULT_DATA_DIR, ClusterConfig
 
 if TYPE_CHECKING:
     from txn_library.client import Client
@@ -454,7 +455,7 @@ def procedures(data_dir: str) -> None:
         click.echo(f"{name}({args})  [{kind}]  {p.doc.splitlines()[0] if p.doc else ''}")
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @click.option(
     "--client",
     "clients",
@@ -462,11 +463,19 @@ def procedures(data_dir: str) -> None:
     help="Also a key pair for client NAME, its public key on the allowlist (repeatable).",
 )
 @data_dir_option
-def keys(clients: tuple[str, ...], data_dir: str) -> None:
+@click.pass_context
+def keys(ctx: click.Context, clients: tuple[str, ...], data_dir: str) -> None:
     """Create the CURVE keys of the cluster in DATA_DIR, in DATA_DIR/keys: a key pair per
-    role (each sequencer, each partition of each replica), per client (always `admin`,
-    which the command line uses) and the client allowlist. Never replaces a key: run it
-    again to add what is missing. Secret key files are created 0600."""
+    role (each sequencer, each partition of each replica, each reader), per client
+    (always `admin`, which the command line uses) and the client allowlist. Never
+    replaces a key: run it again to add what is missing. Secret key files are created
+    0600. `ordo keys export --host H DIR`: what host H needs of them (docs/OPERATIONS.md,
+    "Keys per host")."""
+    if ctx.invoked_subcommand is not None:
+        if clients:
+            raise click.UsageError("--client creates keys: run `ordo keys --client` alone")
+        ctx.obj = data_dir  # `ordo keys --data-dir D export ...` means D
+        return
     from cluster.security import ADMIN_CLIENT, SecurityError, create_keys, keys_dir, role_names
 
     cfg = load_config(data_dir)
@@ -485,3 +494,48 @@ def keys(clients: tuple[str, ...], data_dir: str) -> None:
             f"note: {Path(data_dir) / CONFIG_FILE} has curve off; the keys take "
             f"effect in a cluster that runs with CURVE"
         )
+
+
+@keys.command("export", short_help="Write into DIR only what host HOST needs of the keys.")
+@click.option("--host", required=True, help="The host (a name in cluster.json's hosts).")
+@click.option(
+    "--with-client",
+    "with_clients",
+    multiple=True,
+    metavar="NAME",
+    help="Also client NAME's secret key (repeatable; e.g. admin, for `ordo status` on "
+    "the host). Default: no client secret at all.",
+)
+@click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False))
+@data_dir_option
+@click.pass_context
+def keys_export(
+    ctx: click.Context, host: str, with_clients: tuple[str, ...], out_dir: str, data_dir: str
+) -> None:
+    """Write into DIR what host HOST needs of the keys in DATA_DIR/keys, to copy there:
+    the secret keys of the roles cluster.json places on HOST (0600), every role's public
+    key, the client allowlist, the ZooKeeper password if HOST runs a sequencer, and
+    cluster.json. No other role's secret and no client secret unless --with-client
+    names it. DIR must be new, empty or an earlier export for HOST (then only what is
+    missing is added; a key there is never replaced). On HOST run its roles with
+    `--cluster DIR/cluster.json`: they find their keys in DIR/keys."""
+    from cluster.security import SecurityError
+    from cluster.security.export import export_host_keys
+
+    if data_dir == DEFAULT_DATA_DIR and isinstance(ctx.obj, str):
+        data_dir = ctx.obj
+    cfg = load_config(data_dir)
+    try:
+        done = export_host_keys(data_dir, cfg, host, out_dir, with_clients)
+    except (SecurityError, OSError) as e:
+        raise click.ClickException(f"keys not exported: {e}") from None
+    roles = ", ".join(done.roles) if done.roles else "none (public keys only)"
+    click.echo(
+        f"keys for host {host} in {out_dir}: secrets of {roles}"
+        + (f"; clients {', '.join(with_clients)}" if with_clients else "")
+    )
+    click.echo(
+        f"  {len(done.written)} file(s) written, {len(done.unchanged)} already there; "
+        f"copy {out_dir} to {host} and run its roles with --cluster "
+        f"{Path(out_dir) / CONFIG_FILE}"
+    )

@@ -5,8 +5,10 @@
   zap       the ZAP handler of a ZeroMQ context, admitting the allowlist's keys
   sockets   CURVE on a socket (server before bind, client before connect) and
             ``SocketSecurity``, what a role server asks at every socket it creates
+  export    keys per host: what one host of the cluster holds (its roles' secrets,
+            every public key, the allowlist), written to a directory to copy there
 
-Layered keys < zap < sockets. This package re-exports the small API the role
+Layered keys < zap < sockets; keys < export. This package re-exports the small API the role
 servers, the launcher and the command line use (role names, ``SocketSecurity``,
 creating keys, the clients' keys); anything else is imported from its module.
 """

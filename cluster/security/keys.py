@@ -157,7 +157,7 @@ def _cert_text(name: str, public: bytes, secret: bytes | None) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def _read_key_file(path: Path, secret: bool) -> bytes:
+def read_key_file(path: Path, secret: bool) -> bytes:
     """The bytes of a key file; a secret one only if group and others cannot touch it.
 
     The mode is checked on the open descriptor (no window between check and read)."""
@@ -210,7 +210,7 @@ def _key_value(path: Path, text: bytes, field_name: bytes) -> bytes | None:
 def load_public_key(path: Path) -> bytes:
     """The public key of a public key file. A file that also holds a secret key is
     refused: public key files are copied and shared, a secret must not travel with them."""
-    text = _read_key_file(path, secret=False)
+    text = read_key_file(path, secret=False)
     if _key_value(path, text, b"secret-key") is not None:
         raise SecurityError(
             f"{path}: a public key file holding a secret key; keep secrets in "
@@ -224,7 +224,7 @@ def load_public_key(path: Path) -> bytes:
 
 def load_secret_file(path: Path, name: str) -> CurveIdentity:
     """The key pair in a secret key file (which holds the public key too)."""
-    text = _read_key_file(path, secret=True)
+    text = read_key_file(path, secret=True)
     secret = _key_value(path, text, b"secret-key")
     public = _key_value(path, text, b"public-key")
     if secret is None or public is None:
@@ -259,7 +259,7 @@ class KeysCreated:
     existing: list[Path] = field(default_factory=list)
 
 
-def _private_dir(path: Path) -> None:
+def private_dir(path: Path) -> None:
     """Make ``path`` 0700 if it is missing; refuse one that group or others can write."""
     try:
         os.mkdir(path, 0o700)
@@ -270,10 +270,10 @@ def _private_dir(path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         os.mkdir(path, 0o700)
         return
-    _check_dir(path)
+    check_key_dir(path)
 
 
-def _check_dir(path: Path) -> None:
+def check_key_dir(path: Path) -> None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -290,7 +290,7 @@ def _check_dir(path: Path) -> None:
         )
 
 
-def _write_new(path: Path, data: bytes, mode: int) -> bool:
+def write_new_file(path: Path, data: bytes, mode: int) -> bool:
     """Write ``path`` with ``mode`` from its creation, atomically, never replacing a file
     that exists. False when one does (another ``ordo keys`` won the race)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -327,7 +327,7 @@ def _create_pair(name: str, secret_path: Path, public_path: Path, out: KeysCreat
         return
     else:
         ident = CurveIdentity.generate(name)
-        wrote = _write_new(secret_path, _cert_text(name, ident.public, ident.secret), 0o600)
+        wrote = write_new_file(secret_path, _cert_text(name, ident.public, ident.secret), 0o600)
         if not wrote:  # made concurrently: use that one
             ident = load_secret_file(secret_path, name)
         (out.created if wrote else out.existing).append(secret_path)
@@ -338,7 +338,7 @@ def _create_pair(name: str, secret_path: Path, public_path: Path, out: KeysCreat
                 f"remove the wrong one by hand (ordo keys never replaces a key)"
             )
         out.existing.append(public_path)
-    elif _write_new(public_path, _cert_text(name, ident.public, None), 0o644):
+    elif write_new_file(public_path, _cert_text(name, ident.public, None), 0o644):
         out.created.append(public_path)
     else:
         out.existing.append(public_path)
@@ -350,9 +350,9 @@ def create_keys(data_dir: str | Path, roles: Sequence[str], clients: Sequence[st
     for name in (*roles, *clients):
         check_name(name)
     root = keys_dir(data_dir)
-    _private_dir(root)
+    private_dir(root)
     for sub in (CLIENTS_DIR, CLIENT_SECRETS_DIR):
-        _private_dir(root / sub)
+        private_dir(root / sub)
     allowed = {p.name for p in (root / CLIENTS_DIR).glob(f"*{PUBLIC_SUFFIX}")}
     allowed |= {f"{c}{PUBLIC_SUFFIX}" for c in clients}
     if len(allowed) > limits.curve_allowlist_keys_max:
@@ -393,8 +393,8 @@ class AllowList:
 def load_allowlist(data_dir: str | Path, roles: Sequence[str]) -> AllowList:
     """The public keys of ``roles`` (each must exist) and every ``keys/clients/*.key``."""
     root = keys_dir(data_dir)
-    _check_dir(root)
-    _check_dir(root / CLIENTS_DIR)
+    check_key_dir(root)
+    check_key_dir(root / CLIENTS_DIR)
     role_keys = {load_role_public(data_dir, r): r for r in roles}
     files = sorted((root / CLIENTS_DIR).glob(f"*{PUBLIC_SUFFIX}"))
     if len(files) > limits.curve_allowlist_keys_max:
