@@ -36,8 +36,9 @@ from txn_library import limits
 from txn_library.client.connection import close_watched, connect_dealer, drain_drops, unwatch, watch
 from txn_library.client.failover import Failover
 from txn_library.client.protocol import ClientProtocol
-from txn_library.errors import ERR_NOT_LEADER, ERROR
+from txn_library.errors import ERROR
 from txn_library.wire.curve import ClientCurve
+from txn_library.wire.sequencer import not_leader_answer
 
 log = logging.getLogger(__name__)
 
@@ -142,14 +143,9 @@ class LoadSockets:
             except (TypeError, ValueError):
                 kept.append(entry)  # the generator counts it as malformed
                 continue
-            if (
-                status == ERROR
-                and isinstance(value, tuple)
-                and value
-                and value[0] == ERR_NOT_LEADER
-            ):  # not sequenced there: keep it pending, move, resend (same ids)
-                hint = value[1] if len(value) > 1 and isinstance(value[1], str) else ""
-                self.failover[slot].not_leader(hint, now)
+            answer = not_leader_answer(value) if status == ERROR else None
+            if answer is not None:  # not sequenced there: keep it pending, move, resend
+                self.failover[slot].not_leader(answer.hint, now, answer.term)
                 continue
             kept.append(entry)
         return kept

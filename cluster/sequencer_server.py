@@ -17,13 +17,14 @@ Replicated (cluster.zookeeper_servers > 0, N sequencers): every sequencer proces
 this loop as a *follower* until ZooKeeper's election names it:
 - a follower copies committed batches into its own log, serves the log service from
   it, reports its progress, and answers calls with ERR_NOT_LEADER naming the leader
-  (status requests with its own status). It takes them from the leader's publication
-  as the partitions do (a published batch is a committed one: the leader publishes
-  only after the commit, and the store holds exactly one batch per epoch), and syncs
-  its log every ``limits.sequencer_local_sync_s``; what the feed missed (a gap, a
-  start, a new leader) it copies from ZooKeeper, or from a peer for what ZooKeeper
-  has trimmed, checking ZooKeeper at least every ``sequencer_copy_backstop_s``.
-  Progress reported to ZooKeeper (which decides the trim) is always a synced epoch.
+  and the term it believes current (status requests with its own status). It takes
+  them from the leader's publication as the partitions do (a published batch is a
+  committed one: the leader publishes only after the commit, and the store holds
+  exactly one batch per epoch), and syncs its log every
+  ``limits.sequencer_local_sync_s``; what the feed missed (a gap, a start, a new
+  leader) it copies from ZooKeeper, or from a peer for what ZooKeeper has trimmed,
+  checking ZooKeeper at least every ``sequencer_copy_backstop_s``. Progress reported
+  to ZooKeeper (which decides the trim) is always a synced epoch.
 - elected, it claims a new term, copies every committed batch it lacks, then builds
   a Sequencer over that log (epochs continue after the last committed batch, and the
   exactly-once table is rebuilt from the log) whose appends commit to ZooKeeper
@@ -399,7 +400,9 @@ class SequencerServer:
         elif kind in wire.CALLS_KINDS and isinstance(msg, tuple) and len(msg) == 3:
             calls = msg[2] if isinstance(msg[2], tuple) else ()
             req_ids = [c[0] for c in calls if isinstance(c, tuple) and c and is_req_id(c[0])]
-            body = wire.ResultsReply([(r, ERROR, (ERR_NOT_LEADER, hint)) for r in req_ids])
+            # the term it believes current: a client never follows an older term's hint
+            answer = tuple(wire.NotLeaderAnswer(ERR_NOT_LEADER, hint, self.term))
+            body = wire.ResultsReply([(r, ERROR, answer) for r in req_ids])
         else:
             body = wire.ErrorReply(f"{ERR_NOT_LEADER}: {hint or 'no leader known yet'}")
         try:
@@ -440,7 +443,8 @@ class SequencerServer:
                 log.warning("client gone; dropped a control reply")
         out, epochs = seq.take_client_replies()
         for identity, replies in out.items():
-            frame = wire.encode_results_reply(replies, epochs.get(identity))
+            # the leader's term (0: one sequencer): clients never follow an older one's
+            frame = wire.encode_results_reply(replies, epochs.get(identity), self.term)
             try:
                 self.client.send_multipart([identity, frame], flags=zmq.NOBLOCK)
             except zmq.ZMQError:

@@ -14,8 +14,9 @@ the serial oracle. The same seed always replays the same run.
 Many seeds: one line per failing seed (the seed and its first failure), then a
 summary with seeds per minute; exit status 1 if any seed failed. ``--json PATH``
 also writes the summary and every failing seed there. Planted bugs (``--plant``):
-swap, drop-read, lose-synced, no-retry-rebuild, publish-before-commit (with
-``--sequencers 3``), reader-ahead and reader-skip (with ``--readers``); they live in the
+swap, drop-read, lose-synced, no-retry-rebuild, publish-before-commit and
+results-to-old-leader (with ``--sequencers 3``; the latter with ``--strict-liveness``:
+its calls are never answered), reader-ahead and reader-skip (with ``--readers``); they live in the
 simulator, never in engine code. ``--strict-liveness`` also fails seeds in which a call
 was never answered.
 

@@ -327,6 +327,8 @@ class PartitionNode:
         assert isinstance(payload, tuple)
         topic, data = payload[0], payload[1]
         publisher = int(payload[2]) if len(payload) > 2 else None  # replicated: the member
+        if self.sim.opts.plant == "results-to-old-leader":
+            publisher = None  # planted: a batch does not name its leader, heartbeats only
         assert self.feed is not None
         if topic == swire.TOPIC_BATCH:
             self.feed.offer(data, published=True, publisher=publisher)
@@ -500,7 +502,8 @@ class PartitionNode:
             data = ewire.results_message(self.replica, self.partition, results, queries, status)
             if results:
                 self.sim.note_results(self, data)
-            seq = self.sim.seq_node
+            assert self.feed is not None
+            seq = self.sim.sequencer_of(self.feed.leader)  # whom this partition believes
             self.sim.net.send(self.node, seq.node, "results", data, seq.on_results, park=True)
 
     # Sending -----------------------------------------------------------------------

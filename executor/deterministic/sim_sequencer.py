@@ -118,7 +118,8 @@ class SequencerNode:
             f"start seq{led} epoch {seq.epoch} next txn {seq.next_txn_id} "
             f"(truncated {log.recovered_truncated_bytes} bytes)",
         )
-        if term:  # a new leader names itself at once (partitions send results there)
+        if term and sim.opts.plant != "results-to-old-leader":
+            # a new leader names itself at once (partitions send results there)
             self._publish(wire.TOPIC_HEARTBEAT, self._heartbeat(seq))
         sim.loop.after(sim.opts.epoch_ms * 1000, self._tick, self.node.incarnation)
 

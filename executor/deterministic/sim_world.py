@@ -195,7 +195,11 @@ class World(Protocol):
 
     @property
     def seq_node(self) -> SequencerPeer:
-        """The leader, where clients and partitions send."""
+        """The leader, where clients send (the simulator knows it)."""
+
+    def sequencer_of(self, member: int) -> SequencerPeer:
+        """Sequencer ``member``: partitions send results to the one they believe leads
+        (the newest term's publisher or heartbeat), as live, not to the true leader."""
 
     @property
     def client_by_identity(self) -> Mapping[bytes, ClientPeer]: ...

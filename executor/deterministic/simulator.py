@@ -50,8 +50,14 @@ that the checks catch them: ``swap`` (two txns of a batch swapped at one partiti
 one replica), ``drop-read`` (one txn's read exchange lost forever in one replica),
 ``lose-synced`` (a disk that loses the last synced frame of the log on a crash),
 ``no-retry-rebuild`` (a restarted sequencer that forgot which calls its log holds);
-with readers (``READER_PLANTS``): ``reader-ahead`` (reader 0's answers name the epoch
-after the one they read), ``reader-skip`` (reader 0 applies one batch as empty).
+with sequencers > 1 (``REPLICATED_PLANTS``): ``publish-before-commit`` (a leader hands a
+batch to the partitions before the store commits it), ``results-to-old-leader``
+(partitions learn a new leader from its heartbeats only, and a new leader does not
+announce itself: the results of its first batches go to the deposed leader and their
+calls are never answered; the cause of the client hangs that got the client rule of
+54a0fcf reverted, fixed live by 7981127; caught with ``strict_liveness``); with
+readers (``READER_PLANTS``): ``reader-ahead`` (reader 0's answers name the epoch after
+the one they read), ``reader-skip`` (reader 0 applies one batch as empty).
 
 Invariants: no wall clock, no sockets, no threads, no entropy besides the seed; the
 simulator drives the roles only through the inputs and outputs the live processes
@@ -114,8 +120,16 @@ from txn_library.procedure import load_modules, lookup
 from txn_library.wire import partition as ewire
 from txn_library.wire import sequencer as wire
 
-PLANTS = ("swap", "drop-read", "lose-synced", "no-retry-rebuild", "publish-before-commit")
-REPLICATED_PLANTS = ("publish-before-commit",)  # need SimOptions.sequencers > 1
+PLANTS = (
+    "swap",
+    "drop-read",
+    "lose-synced",
+    "no-retry-rebuild",
+    "publish-before-commit",
+    "results-to-old-leader",
+)
+# need SimOptions.sequencers > 1
+REPLICATED_PLANTS = ("publish-before-commit", "results-to-old-leader")
 READER_PLANTS = ("reader-ahead", "reader-skip")  # need SimOptions.readers > 0
 
 MONITOR_US = 100_000
@@ -192,8 +206,8 @@ class Simulator:
         self.log_dir = self.root / "log"
         if opts.sequencers < 1:
             raise ValueError("sequencers is at least 1")
-        if opts.plant == "publish-before-commit" and opts.sequencers < 2:
-            raise ValueError("publish-before-commit needs a replicated layer (sequencers >= 2)")
+        if opts.plant in REPLICATED_PLANTS and opts.sequencers < 2:
+            raise ValueError(f"{opts.plant} needs a replicated layer (sequencers >= 2)")
         # Replicated ordering layer (sim_ordering): N members over one store, a leader.
         self.store = MemoryStore() if opts.sequencers > 1 else None
         self.seq_nodes = [SequencerNode(self, m) for m in range(opts.sequencers)]
@@ -238,9 +252,12 @@ class Simulator:
 
     @property
     def seq_node(self) -> SequencerNode:
-        """The leader (replicated: the member elected last), where clients and
-        partitions send."""
+        """The leader (replicated: the member elected last), where clients send."""
         return self.seq_nodes[self.leader]
+
+    def sequencer_of(self, member: int) -> SequencerNode:
+        """Sequencer ``member``: where a partition that believes it leads sends results."""
+        return self.seq_nodes[member] if 0 <= member < len(self.seq_nodes) else self.seq_node
 
     # Time ------------------------------------------------------------------------
     def mono_s(self) -> float:

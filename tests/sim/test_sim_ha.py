@@ -6,8 +6,9 @@ its session expires, clients and partitions moving to the new leader.
 Every run ends with the simulator's checks (no acknowledged call lost, none applied
 twice, replicas equal to the serial replay of the *committed* log) plus the replicated
 layer's own: every member's local log is a prefix of the committed log, and terms never
-decrease along it. The planted bug ``publish-before-commit`` (a leader that hands a
-batch to the partitions before the store commits it) must be caught.
+decrease along it. The planted bugs ``publish-before-commit`` (a leader that hands a
+batch to the partitions before the store commits it) and ``results-to-old-leader``
+(partitions that send a new leader's first results to the deposed one) must be caught.
 
 Replay a seed with ``.venv/bin/python scripts/simulate.py --seed N --sequencers 3``.
 """
@@ -46,3 +47,16 @@ def test_publishing_before_the_commit_is_caught() -> None:
     ]
     assert sum(caught) >= 4, caught
     assert run_seed(caught.index(True), "bank", **HA).ok
+
+
+def test_results_sent_to_the_deposed_leader_are_caught_by_seed_4() -> None:
+    """The cause of the client hangs that got the client rule of 54a0fcf reverted (issue
+    49 item 4; fixed live by 7981127): partitions learned a new leader from its
+    heartbeats only, so the results of its first batches went to the deposed leader, and
+    the calls in them stayed in the new leader's in-flight table, every retry attached
+    to them, until their clients timed out. The simulator's partitions send results to
+    the leader they believe in, as live ones do, so the planted bug strands calls."""
+    planted = run_seed(4, "bank", plant="results-to-old-leader", strict_liveness=True, **HA)
+    assert not planted.ok and planted.stalls, planted.summary()
+    assert "never answered" in planted.stalls[0]
+    assert run_seed(4, "bank", strict_liveness=True, **HA).ok

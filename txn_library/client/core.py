@@ -82,7 +82,6 @@ from txn_library.client.sinks import (
 )
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
-    ERR_NOT_LEADER,
     ERROR,
     BadRequest,
     BatchesGone,
@@ -752,6 +751,7 @@ class Client:
         epochs = wire.results_epochs(reply, len(body))
         if epochs is None and len(reply) > 2:
             self._malformed("a results reply's epochs")  # the values stand, epochs unknown
+        self._failover.leader_term(wire.results_term(reply))
         for i, entry in enumerate(body):
             if not isinstance(entry, tuple) or len(entry) != 3:
                 self._malformed(f"unreadable result entry {entry!r:.100}")
@@ -763,15 +763,10 @@ class Client:
             if type(req_id) is not int:
                 self._malformed(f"result for request id {req_id!r:.50}")
                 continue
-            if (
-                status == ERROR
-                and len(self.addresses) > 1
-                and isinstance(value, tuple)
-                and value
-                and value[0] == ERR_NOT_LEADER
-            ):  # not sequenced there: keep it pending, move, resend (same ids)
-                hint = value[1] if len(value) > 1 and isinstance(value[1], str) else ""
-                self._failover.not_leader(hint, now)
+            answer = wire.not_leader_answer(value) if status == ERROR else None
+            if answer is not None and len(self.addresses) > 1:
+                # not sequenced there: keep it pending, move, resend (same ids)
+                self._failover.not_leader(answer.hint, now, answer.term)
                 continue
             p = pending.pop(req_id, None)
             if p is None:

@@ -218,7 +218,10 @@ def _unencodable(proc: str, args: list[Any], replica: int | None, e: Exception) 
 def to_outcome(status: Any, value: Any, latency_s: float, epoch: int = 0) -> Result | Exception:
     """A result entry -> Result (ok or aborted) or the exception the caller gets."""
     if status == ERROR:
-        if isinstance(value, tuple) and len(value) == 2:
+        not_leader = wire.not_leader_answer(value)
+        if not_leader is not None:  # a single address that is not the leader: say so
+            code, message = not_leader.code, not_leader.hint or "no leader known yet"
+        elif isinstance(value, tuple) and len(value) == 2:
             code, message = str(value[0]), str(value[1])
         else:
             code, message = ERR_MALFORMED, f"server sent an unreadable error: {value!r:.200}"

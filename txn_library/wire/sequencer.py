@@ -21,14 +21,22 @@ Client -> sequencer (DEALER -> ROUTER):
   [REQ_STATUS]
   [REQ_CLUSTER_INFO]   where queries go (any sequencer answers, followers too)
 Sequencer -> client:
-  [REP_RESULTS, [[req_id, status, value], ...](, [epoch, ...])]
+  [REP_RESULTS, [[req_id, status, value], ...](, [epoch, ...](, term))]
       (req_id None: frame-level error). The trailing array, present when any entry's
       call was sequenced, gives each entry's epoch in the same order: the batch its
       call was committed in (0: not sequenced: an error, a read answered through a
       partition's lock manager). A client keeps the highest as its read-your-writes
       token (``QueryRequest``'s after_epoch). A trailer rather than a fourth field per
       entry, so that a reader of the two-field reply (older clients, scripts) reads
-      it unchanged.
+      it unchanged. A replicated cluster's leader adds its term after the epochs
+      (then present, 0 where not sequenced): a client learns the current term from
+      every answer, not only from followers (``results_term``).
+      A call a sequencer does not sequence because it does not lead gets status
+      ERROR and the value [ERR_NOT_LEADER, hint, term] (``NotLeaderAnswer``): hint,
+      the client address of the sequencer it believes leads ("": none known; a
+      deposed leader's answer carries its reason there, naming no address); term,
+      the leader term it believes current (absent or -1: none given). A client
+      follows the highest term it has seen (txn_library.client.failover).
   [REP_STATUS, {...}]                                  (human-facing, a map)
   [REP_CLUSTER_INFO, {"partitions": [[addr, ...], ...], "readers": [addr, ...],
                       "partition_keys": [[key, ...], ...] | None,
@@ -91,6 +99,7 @@ import msgpack
 import xxhash
 
 from txn_library import limits
+from txn_library.errors import ERR_NOT_LEADER
 from txn_library.wire.curve import is_z85_key
 from txn_library.wire.messages import Family
 
@@ -337,6 +346,25 @@ class PruneRequest(NamedTuple):
 
 
 # Sequencer -> client
+class NotLeaderAnswer(NamedTuple):
+    """A call's error value from a sequencer that does not lead: [code, hint, term]
+    (module docstring). ``term`` -1: none given (a deposed leader's answer, or a
+    sequencer from before terms were sent)."""
+
+    code: str
+    hint: str
+    term: int = -1
+
+
+def not_leader_answer(value: Any) -> NotLeaderAnswer | None:
+    """A call's error value read as a not_leader answer, or None if it is not one."""
+    if not isinstance(value, tuple) or not value or value[0] != ERR_NOT_LEADER:
+        return None
+    hint = value[1] if len(value) > 1 and isinstance(value[1], str) else ""
+    term = value[2] if len(value) > 2 and type(value[2]) is int and value[2] >= 0 else -1
+    return NotLeaderAnswer(ERR_NOT_LEADER, hint, term)
+
+
 class ResultsReply(NamedTuple):
     """[REP_RESULTS, [[req_id, status, value], ...]] (the epochs' trailer, when there is
     one, is written by ``encode_results_reply`` and read by ``results_epochs``)"""
@@ -366,15 +394,19 @@ def encode_query_reply(replies: Sequence[tuple[int, int, bytes, int]]) -> bytes:
 
 
 def encode_results_reply(
-    replies: Sequence[tuple[Any, int, Any]], epochs: Sequence[int] | None = None
+    replies: Sequence[tuple[Any, int, Any]], epochs: Sequence[int] | None = None, term: int = 0
 ) -> bytes:
     """``ResultsReply(replies)`` encoded, the same bytes as ``encode`` gives for the
     decoded values, with each ``Packed`` value's bytes put in as they are; with
-    ``epochs`` (one per reply) of which any is not 0, followed by them as the trailer."""
+    ``epochs`` (one per reply) of which any is not 0, followed by them as the trailer;
+    with ``term`` (> 0: a replicated leader's), followed by the epochs (zeros if none)
+    and the term."""
     p = _reply_packer
     trailer = epochs is not None and any(epochs)
+    if term and not trailer:
+        epochs, trailer = [0] * len(replies), True
     parts = [
-        p.pack_array_header(3 if trailer else 2),
+        p.pack_array_header(4 if term else 3 if trailer else 2),
         p.pack(REP_RESULTS),
         p.pack_array_header(len(replies)),
     ]
@@ -385,7 +417,16 @@ def encode_results_reply(
     if trailer:
         assert epochs is not None
         parts.append(p.pack(list(epochs)))
+    if term:
+        parts.append(p.pack(term))
     return b"".join(parts)
+
+
+def results_term(msg: tuple) -> int:
+    """The leader term a decoded REP_RESULTS message names after its epochs; 0 if none
+    (a single sequencer's, an older server's) or malformed."""
+    term = msg[3] if len(msg) > 3 else 0
+    return term if type(term) is int and term > 0 else 0
 
 
 def results_epochs(msg: tuple, entries: int) -> tuple[int, ...] | None:
