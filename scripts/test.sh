@@ -35,6 +35,7 @@ if [ "${ORDO_PURE_PASS:-1}" != 0 ]; then
     "$u/test_ordered_index.py" "$u/test_placement.py" "$u/test_checkpoint.py" \
     "$u/test_bench_procedures.py" "$u/test_native.py" "$u/test_queries.py" \
     "$u/test_reader.py" "$u/test_read_your_writes.py" "$u/test_reader_sinks.py" \
+    "$u/test_stream_runs.py" \
     --deselect "$u/test_native.py::test_compiled_and_pure_engines_compute_the_same_histories"
   step "the pure pass"
 fi

@@ -208,14 +208,18 @@ def prepare_write_set(
         types = writable.get(t) if type(t) is str else None
         if types is None and type(t) is str:
             types = _writable(t)
-        ok = False  # the common case: a tuple row, each key part of its declared type
-        if types is not None and type(row) is tuple and type(key) is tuple:
+        ok = False  # the common case: each key part of its declared type, and a tuple row
+        if types is not None and type(key) is tuple:
             n = len(types)
             ok = len(key) == n
             i = 0
             while ok and i < n:
                 ok = type(key[i]) is types[i]
                 i += 1
+            if ok and row is None and _ints_fit(key):
+                append((t, key, None, None))  # a delete: what _write_problem passes
+                continue
+            ok = ok and type(row) is tuple
         if not ok:
             problem = _write_problem(catalog.table_or_none(t), t, key, row)
             if problem is not None:
@@ -237,6 +241,14 @@ def prepare_write_set(
             )
         append((t, key, row, data))
     return out, None
+
+
+def _ints_fit(key: tuple) -> bool:
+    """Every int part of ``key`` fits msgpack (``_key_problem``'s bound)."""
+    for part in key:
+        if type(part) is int and not KEY_INT_MIN <= part <= KEY_INT_MAX:
+            return False
+    return True
 
 
 def _write_problem(spec: catalog.Table | None, table: Any, key: Any, row: Any) -> str | None:

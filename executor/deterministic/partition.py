@@ -57,34 +57,40 @@ Invariants:
   result for ms after it ran, when ``hold_clock`` is set (the live server); the loop
   goes on meanwhile and its owner calls ``release_holds``. Without a clock (replay,
   in-process engines) holds end at once. A hold changes only timing, never a value.
+- A run of consecutive derived steps whose only participant is this partition (a
+  push's chain, or several) is admitted as one unit: the union of its lock names under
+  its first txn id, each step still its own transaction, their writes applied once
+  (executor.deterministic.chain). Its steps' holds end at once.
 """
 
 from __future__ import annotations
 
 import heapq
 import os
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from executor.core.context import TxnContext, cover_set, scan_of_reads
+from executor.core.context import TxnContext, cover_set
 from executor.core.execution import run_txn
 from executor.core.storage import Storage
 from executor.core.versions import Versions
 from executor.deterministic.answers import Answers
+from executor.deterministic.chain import ChainLocks, chain_end, run_chain
+from executor.deterministic.sent_reads import SentReads
 from executor.deterministic.snapshot import run_current
+from executor.deterministic.txn_state import TxnState, chain_state
 from scheduler.lock_manager import LockManager
-from txn_library import catalog, limits, placement
+from txn_library import limits, placement
 from txn_library.errors import (
     ERROR,
     invariant,
 )
-from txn_library.procedure import Procedure, lookup
+from txn_library.procedure import lookup
 from txn_library.streams import DERIVED_CLIENT, batch_txns
 from txn_library.wire.partition import RESULT_LOOKUP, PartitionStatus
 from txn_library.wire.sequencer import FLAG_CHECKPOINT, FLAG_CHECKPOINT_REQUESTED, Batch
 
-REPLICATED = catalog.REPLICATED
 # on_batch calls its interleave hook at most once per this many admissions: reads go out
 # in messages of several txns, and the inbox is polled once per that many. (A hook per
 # admission cost bank transfers, whose bodies are short, ~10%, every 8th ~5%; every 32nd
@@ -95,51 +101,6 @@ INTERLEAVE_EVERY = 32
 # (their clients need not wait for the batch's end; at 1 replica x 2 partitions on 2
 # cores +9% New Order/s, 2026-11-26, docs/BENCHMARKS.md).
 EARLY_RESULTS_MIN = 16
-
-
-class _Txn:
-    __slots__ = (
-        "txn_id",
-        "proc",
-        "args",
-        "ts",
-        "seed",
-        "reads",
-        "writes",
-        "local_reads",
-        "send_to",
-        "need",
-        "executor",
-        "reporter",
-        "locked",
-        "exact",
-        "prefixes",
-        "single",
-        "bypass",
-        "placed",
-        "derived",
-        "epoch",
-    )
-    txn_id: int
-    proc: Procedure
-    args: Any
-    ts: int
-    seed: int
-    reads: frozenset
-    writes: frozenset
-    local_reads: tuple
-    send_to: tuple[int, ...]
-    need: set[int]
-    executor: bool
-    reporter: bool
-    locked: bool
-    exact: dict[tuple[str, tuple], Any]
-    prefixes: dict[tuple[str, tuple], Any]
-    single: bool
-    bypass: tuple[list, list] | None  # (shared, exclusive): ran on the fast path
-    placed: dict[tuple, int]  # multi-partition only: placement.LocalShare.placed
-    derived: bool  # a dataflow's step (txn_library.streams): no client waits for it
-    epoch: int  # its batch's: row versions are noted under it (executor.core.versions)
 
 
 class Partition:
@@ -155,12 +116,13 @@ class Partition:
         self.partitions = partitions
         self.storage = storage if storage is not None else Storage()
         self.locks = LockManager()
+        self._chain_locks = ChainLocks()
         self.last_epoch = 0
         self.next_txn_id = 0  # one past the last txn id of the last applied batch
         self.txns_applied = 0
-        self._active: dict[int, _Txn] = {}
+        self._active: dict[int, TxnState] = {}
         self._multi_active = 0  # how many of them are multi-partition
-        self._ready: deque[_Txn] = deque()
+        self._ready: deque[TxnState] = deque()
         # Reads that arrived before their txn: txn id -> {from partition: (exact, prefixes)}.
         self._early: dict[int, dict[int, tuple[Sequence[Any], Sequence[Any]]]] = {}
         self._early_purged_at = -1  # next_txn_id at the last purge of stale early reads
@@ -195,16 +157,11 @@ class Partition:
         self.newest_checkpoint_epoch = 0
         self.boundary: tuple[int, int] = (0, 0)  # (epoch, state hash) at last flagged epoch
         self.answers = Answers()
-        # Sent reads, for restarted peers: txn id -> (destinations, entry).
-        self._sent: OrderedDict[int, tuple[tuple[int, ...], tuple]] = OrderedDict()
-        self._sent_complete_from = 0  # every read of txns >= this is retained
-        # Per peer: it will never ask again for reads of txns before this (its oldest
-        # kept checkpoint). Reads before the lowest go once every peer has said.
-        self._peer_floors: dict[int, int] = {}
+        self.sent_reads = SentReads(partitions - 1)  # for restarted peers
         # Held transactions (ctx.hold_locks): heap of (due, txn id, txn, status, value,
         # the value packed).
         self.hold_clock: Callable[[], float] | None = None
-        self._holds: list[tuple[float, int, _Txn, int, Any, bytes]] = []
+        self._holds: list[tuple[float, int, TxnState, int, Any, bytes]] = []
 
     def restore(self, epoch: int, next_txn_id: int, txns_applied: int) -> None:
         """Resume from a checkpoint taken at the end of ``epoch`` (storage already loaded)."""
@@ -214,7 +171,7 @@ class Partition:
         self.txns_applied = txns_applied
         self.newest_checkpoint_epoch = epoch
         self.boundary = (epoch, self.storage.state_hash)
-        self._sent_complete_from = next_txn_id
+        self.sent_reads.restart_at(next_txn_id)
 
     # Inputs -------------------------------------------------------------------
     def on_batch(self, batch: Batch, interleave: Callable[[], None] | None = None) -> None:
@@ -237,20 +194,23 @@ class Partition:
         me = self.partition
         txn_id = first_txn_id
         due = every = self.interleave_every
-        for txn in txns:
+        chain_locks = self._chain_locks
+        i, n = 0, len(txns)
+        while i < n:
+            txn = txns[i]
+            taken = 1
             if me in txn.participants:
-                self._admit(
-                    txn_id,
-                    txn.proc,
-                    txn.args,
-                    txn.participants,
-                    ts,
-                    seed,
-                    txn.client_id == DERIVED_CLIENT,
-                    epoch,
-                )
-                due -= 1
-                if not due:
+                derived = txn.client_id == DERIVED_CLIENT
+                end = chain_end(txns, i, me, chain_locks, every) if derived else i
+                if end > i:  # a run of derived steps, one unit of work (chain.py)
+                    taken = end - i
+                    self._admit_chain(txn_id, txns[i:end], ts, seed, epoch)
+                else:
+                    self._admit(
+                        txn_id, txn.proc, txn.args, txn.participants, ts, seed, derived, epoch
+                    )
+                due -= taken
+                if due <= 0:
                     due = every
                     if interleave is not None and (
                         self.peer_out
@@ -258,7 +218,8 @@ class Partition:
                         or (self.results_early and self.results_out)
                     ):
                         interleave()
-            txn_id += 1
+            txn_id += taken
+            i += taken
         self.last_epoch = epoch
         self.next_txn_id = txn_id
         if batch.flags & FLAG_CHECKPOINT:
@@ -306,16 +267,7 @@ class Partition:
         if from_partition == self.partition or not 0 <= from_partition < self.partitions:
             self.inputs_dropped += 1
             return
-        floors = self._peer_floors
-        floors[from_partition] = max(floors.get(from_partition, 0), txn_id)
-        if len(floors) == self.partitions - 1:
-            self._forget_sent_before(min(floors.values()))
-
-    def _forget_sent_before(self, txn_id: int) -> None:
-        sent = self._sent
-        while sent and next(iter(sent)) < txn_id:
-            sent.popitem(last=False)
-        self._sent_complete_from = max(self._sent_complete_from, txn_id)
+        self.sent_reads.floor(from_partition, txn_id)
 
     def resend(self, to_partition: int, first_txn_id: int) -> bool:
         """Queue again every retained read for ``to_partition`` from ``first_txn_id`` on.
@@ -323,17 +275,15 @@ class Partition:
         False if reads that far back are no longer retained (the peer then cannot
         recover alone from that checkpoint).
         """
-        if first_txn_id < self._sent_complete_from:
+        entries = self.sent_reads.for_peer(to_partition, first_txn_id)
+        if entries is None:
             return False
-        out = self.peer_out.setdefault(to_partition, [])
-        for txn_id, (dests, entry) in self._sent.items():
-            if txn_id >= first_txn_id and to_partition in dests:
-                out.append(entry)
+        self.peer_out.setdefault(to_partition, []).extend(entries)
         return True
 
     @property
     def sent_complete_from(self) -> int:
-        return self._sent_complete_from
+        return self.sent_reads.complete_from
 
     def on_reads(self, from_partition: int, entries: Sequence[Any]) -> None:
         """Reads a peer sent (shape checked by the caller: wire.partition.reads_problem)."""
@@ -354,7 +304,7 @@ class Partition:
                     waiting = early[txn_id] = {}
                 waiting[from_partition] = (exact, prefixes)  # a resend replaces its twin
                 continue
-            self._merge(st, from_partition, exact, prefixes)
+            st.merge(from_partition, exact, prefixes)
             if st.locked and not st.need:
                 self._execute(st)
         self._run()
@@ -397,7 +347,7 @@ class Partition:
     ) -> None:
         proc = lookup(proc_name)
         fp = proc.footprint(*args)
-        st = _Txn()
+        st = TxnState()
         st.txn_id, st.proc, st.args, st.ts, st.seed = txn_id, proc, args, ts, seed
         st.reads = cover_set(fp.reads)
         st.writes = cover_set(fp.writes)
@@ -407,6 +357,7 @@ class Partition:
         st.bypass = None
         st.derived = derived
         st.epoch = epoch
+        st.chain = None
         # Lock names, executors, reporter and read exchange: txn_library.placement, the
         # one rule every engine uses (computed in one pass over the footprint).
         if len(participants) == 1:
@@ -438,21 +389,37 @@ class Partition:
         early = self._early.pop(txn_id, None)
         if early:
             for q, (exact, prefixes) in early.items():
-                self._merge(st, q, exact, prefixes)
+                st.merge(q, exact, prefixes)
         if self.locks.request(txn_id, shared, exclusive):
             self._ready.append(st)
             self._run()  # now, not at the batch's end: its reads go out, it may run
 
-    def _merge(self, st: _Txn, q: int, exact: Sequence[Any], prefixes: Sequence[Any]) -> None:
-        if q not in st.need:
-            return  # a duplicate (the sender restarted and resent); reads are idempotent
-        st.need.discard(q)
-        for t, key, row in exact:
-            st.exact[(t, key)] = row
-        for t, prefix, rows in prefixes:
-            st.prefixes[(t, prefix)] = rows
-            for key, row in rows:
-                st.exact[(t, key)] = row
+    def _admit_chain(
+        self, first_txn_id: int, txns: Sequence[Any], ts: int, seed: int, epoch: int
+    ) -> None:
+        """Admit a run of derived single-partition steps as one unit: the union of their
+        lock names under the first txn id (executor.deterministic.chain)."""
+        steps = [(first_txn_id + k, t.proc, t.args) for k, t in enumerate(txns)]
+        procs = tuple(sorted({t.proc for t in txns}))
+        shared, exclusive = self._chain_locks.run(procs)
+        early = self._early
+        if early:  # single-partition transactions take no reads
+            for txn_id, _, _ in steps:
+                early.pop(txn_id, None)
+        if self.locks.bypass(first_txn_id, shared, exclusive):
+            self._run_chain(steps, ts, seed, epoch)  # uncontended: now is the serial order
+            return
+        st = chain_state(steps, lookup(txns[0].proc), ts, seed, epoch)
+        self._active[first_txn_id] = st
+        if self.locks.request(first_txn_id, shared, exclusive):
+            self._ready.append(st)
+            self._run()
+
+    def _run_chain(self, steps: list[tuple[int, str, Any]], ts: int, seed: int, epoch: int) -> None:
+        for failure in run_chain(self.storage, steps, ts, seed, epoch):
+            self.derived_failures += 1
+            self.derived_failure_last = failure
+        self.txns_applied += len(steps)
 
     # Execution ----------------------------------------------------------------
     def _run(self) -> None:
@@ -469,35 +436,23 @@ class Partition:
         if self._queries:
             self._serve_queries()
 
-    def _send_reads(self, st: _Txn) -> None:
-        storage = self.storage
-        key_len: dict[str, int] = {}
-        exact = []
-        prefixes = []
-        for t, key in st.local_reads:
-            n = key_len.get(t)
-            if n is None:
-                n = key_len[t] = catalog.table(t).key_len
-            if len(key) == n:
-                exact.append((t, key, storage.get(t, key)))
-            else:
-                prefixes.append((t, key, storage.scan(t, key)))
-        entry = (st.txn_id, exact, prefixes)
+    def _send_reads(self, st: TxnState) -> None:
+        entry = st.reads_entry(self.storage)
         for q in st.send_to:
             self.peer_out.setdefault(q, []).append(entry)
-        sent = self._sent
-        sent[st.txn_id] = (st.send_to, entry)
-        if len(sent) > limits.sent_reads_txns_max:
-            oldest, _ = sent.popitem(last=False)
-            self._sent_complete_from = oldest + 1
+        self.sent_reads.add(st.txn_id, st.send_to, entry)
 
-    def _execute(self, st: _Txn) -> None:
+    def _execute(self, st: TxnState) -> None:
+        if st.chain is not None:
+            self._run_chain(st.chain, st.ts, st.seed, st.epoch)
+            self._release(st)
+            return
         storage = self.storage
         if st.single:
             get, scan = storage.get, storage.scan
             ctx = TxnContext(st.txn_id, st.ts, st.seed, st.reads, st.writes, get, scan)
         else:
-            get, scan, holds = self._remote_view(st)
+            get, scan, holds = st.remote_view(storage, self.partition, self.partitions)
             ctx = TxnContext(st.txn_id, st.ts, st.seed, st.reads, st.writes, get, scan, None, holds)
         # The whole write set (remote writes too) is validated before any is applied:
         # every executor reaches the same outcome, or partitions would diverge.
@@ -509,7 +464,8 @@ class Partition:
             if st.single:
                 storage.apply(writes)
             else:
-                storage.apply(w for w in writes if self._is_here(st, w[0], w[1]))
+                me, partitions = self.partition, self.partitions
+                storage.apply(w for w in writes if st.is_here(w[0], w[1], me, partitions))
         if ctx.hold_ms and self.hold_clock is not None:
             if st.bypass is not None:  # it keeps its locks after all: enter them now
                 self.locks.request_free(st.txn_id, *st.bypass)
@@ -520,7 +476,7 @@ class Partition:
             return
         self._complete(st, status, value, data)
 
-    def _complete(self, st: _Txn, status: int, value: Any, data: bytes) -> None:
+    def _complete(self, st: TxnState, status: int, value: Any, data: bytes) -> None:
         if st.reporter and st.derived:  # nobody waits: failures are counted, not sent
             if status == ERROR:
                 self.derived_failures += 1
@@ -544,36 +500,11 @@ class Partition:
             self._complete(st, status, value, data)
         self._run()
 
-    def _is_here(self, st: _Txn, t: str, key: tuple) -> bool:
-        """Whether ``key`` of ``t`` (a key the transaction may touch) lives on this
-        partition: its footprint entry's placement if it is one (``LocalShare.placed``),
-        else placed now (a key under a prefix entry, or of a replicated table)."""
-        p = st.placed.get((t, key))
-        if p is None:
-            p = placement.partition_of(t, key, self.partitions)
-        return p == self.partition or p == REPLICATED
-
-    def _remote_view(self, st: _Txn) -> tuple:
-        storage, exact, prefixes = self.storage, st.exact, st.prefixes
-        is_here = self._is_here
-
-        def get(t: str, key: tuple) -> tuple | None:
-            if is_here(st, t, key):
-                return storage.get(t, key)
-            return exact.get((t, key))
-
-        def scan(t: str, prefix: tuple) -> list:
-            if is_here(st, t, prefix):
-                return storage.scan(t, prefix)
-            return scan_of_reads(exact, prefixes, t, prefix)
-
-        def holds(t: str, key: tuple) -> bool:
-            return is_here(st, t, key)
-
-        return get, scan, holds
-
-    def _finish(self, st: _Txn) -> None:
+    def _finish(self, st: TxnState) -> None:
         self.txns_applied += 1
+        self._release(st)
+
+    def _release(self, st: TxnState) -> None:
         if st.bypass is not None:
             return  # ran on the fast path: never active, no locks to release
         del self._active[st.txn_id]

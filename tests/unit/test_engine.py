@@ -322,7 +322,7 @@ def test_sent_reads_are_kept_until_every_peer_says_it_will_not_ask_again() -> No
     r.apply_all(flagged)  # every epoch a boundary
     p0 = r.parts[0]
     assert p0.boundary[0] == flagged[-1].epoch and p0.sent_complete_from == 0
-    sent_to_1 = [t for t, (dests, _) in p0._sent.items() if 1 in dests]
+    sent_to_1 = [t for t, (dests, _) in p0.sent_reads.sent.items() if 1 in dests]
     assert len(sent_to_1) > 50
     assert p0.resend(1, 0) and p0.take_peer_out()[1]  # a restart from genesis recovers
     floor = sent_to_1[len(sent_to_1) // 2]

@@ -44,7 +44,7 @@ from typing import Any
 
 import msgpack
 
-from txn_library import limits
+from txn_library import catalog, limits
 from txn_library.errors import InvariantViolation
 from txn_library.procedure import Abort, Arg, Footprint, FootprintEntry, Procedure, register
 from txn_library.streams.context import (
@@ -283,6 +283,23 @@ class _Shape:
     reads_per_batch: tuple[FootprintEntry, ...]
     writes_per_batch: tuple[FootprintEntry, ...]
     local: tuple[FootprintEntry, ...]
+    # The entries without the batch id, as sets: ``covers`` adds the batch's to them.
+    fixed_reads: frozenset[FootprintEntry] = field(init=False, repr=False, compare=False)
+    fixed_writes: frozenset[FootprintEntry] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fixed_reads", frozenset(self.reads + self.local))
+        object.__setattr__(self, "fixed_writes", frozenset(self.writes + self.local))
+
+    def covers(self, batch_id: int) -> tuple[frozenset[FootprintEntry], frozenset[FootprintEntry]]:
+        """The sets of ``at(batch_id)``'s reads and writes (what an executor checks a
+        body's accesses against), without building the footprint: the fixed entries'
+        sets (hashed once) with the batch's entries added."""
+        b = (batch_id,)
+        return (
+            self.fixed_reads.union([(t, k + b) for t, k in self.reads_per_batch]),
+            self.fixed_writes.union([(t, k + b) for t, k in self.writes_per_batch]),
+        )
 
     def at(self, batch_id: int) -> Footprint:
         """The footprint for batch ``batch_id`` (this runs for every step and push at
@@ -392,6 +409,37 @@ def _step_shape(proc_name: str, gen: int) -> _Shape:
 
 
 _UNIT_STEPS: dict[str, tuple[Step, ...]] = {}
+
+
+def unit_covers(
+    proc_name: str, batch_id: int
+) -> tuple[frozenset[FootprintEntry], frozenset[FootprintEntry]]:
+    """The read and write sets of unit ``proc_name``'s footprint for ``batch_id``: the
+    sets of ``lookup(proc_name).footprint(batch_id)``'s entries (``_Shape.covers``)."""
+    return _step_shape(proc_name, generation[0]).covers(batch_id)
+
+
+def unit_lock_entries(
+    proc_name: str,
+) -> tuple[tuple[FootprintEntry, ...], tuple[FootprintEntry, ...]] | None:
+    """The (reads, writes) of a step's (or nested group's) footprint for every batch at
+    once, for its lock names: entries whose lock names are those of ``footprint(b)``'s
+    for every batch id b (a per-batch entry ``(t, k + (b,))`` is named ``(t, k)``, its
+    table's lock prefix being no longer than ``k``). None for a procedure that is no
+    dataflow's unit, or whose lock names depend on the batch id: its caller then takes
+    each transaction's locks from its own footprint (the executor's chain pass,
+    executor.deterministic.chain)."""
+    if proc_name not in _UNIT_STEPS:
+        return None
+    shape = _step_shape(proc_name, generation[0])
+    for t, k in shape.reads_per_batch + shape.writes_per_batch:
+        if catalog.table(t).lock_prefix > len(k):
+            return None
+    local = shape.local
+    return (
+        shape.reads + local + shape.reads_per_batch,
+        shape.writes + local + shape.writes_per_batch,
+    )
 
 
 def _step_procedure(df: Dataflow, steps: tuple[Step, ...], name: str) -> Procedure:
