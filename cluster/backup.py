@@ -42,6 +42,7 @@ import google_crc32c
 
 from cluster.config import ClusterConfig
 from executor.core import checkpoint as ckpt
+from executor.core.checkpoint.writer import fsync_dir
 from executor.core.state_hash import MASK64
 from executor.core.storage import Storage
 from executor.replay.batches import ReplayFailure, iter_batches
@@ -129,14 +130,6 @@ def file_crc32c(path: Path) -> tuple[int, int]:
             crc = google_crc32c.extend(crc, chunk)
             size += len(chunk)
     return size, crc
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def copy_durably(src: Path, dst: Path) -> None:

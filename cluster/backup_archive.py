@@ -34,8 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster.backup import copy_durably, file_crc32c, fsync_dir
+from cluster.backup import copy_durably, file_crc32c
 from executor.core import checkpoint as ckpt
+from executor.core.checkpoint.writer import fsync_dir
 from sequencer.log import LogCorruption, iter_file_frames
 
 HISTORY = "history.jsonl"

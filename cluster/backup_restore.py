@@ -38,12 +38,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from cluster.backup import CONFIG, VerifiedBackup, fsync_dir, verify_backup
+from cluster.backup import CONFIG, VerifiedBackup, verify_backup
 from cluster.backup_archive import recorded_epochs
 from cluster.config import ClusterConfig
 from cluster.ownership import StateInUse, held_owners, owner_file
 from cluster.replay_cli import replay_spec
 from executor.core import checkpoint as ckpt
+from executor.core.checkpoint.writer import fsync_dir
 from executor.core.heap import settle_heap
 from executor.deterministic.replica import LocalReplica
 from executor.replay.batches import Replayer

@@ -32,7 +32,7 @@ from executor.core.checkpoint.format import (
     static_name,
 )
 from executor.core.checkpoint.loader import chain_epochs, list_checkpoints, load
-from executor.core.checkpoint.writer import _fsync_dir
+from executor.core.checkpoint.writer import fsync_dir
 from txn_library.errors import invariant
 
 log = logging.getLogger("ordo.checkpoint")
@@ -245,6 +245,6 @@ def copy_newest_complete(src: Path, dst: Path, partitions: int) -> int | None:
                 with open(tmp, "rb+") as f:
                     os.fsync(f.fileno())
                 os.replace(tmp, dst / path.name)
-        _fsync_dir(dst)
+        fsync_dir(dst)
         return epoch
     return None

@@ -53,7 +53,8 @@ log = logging.getLogger("ordo.checkpoint")
 ROWS_PER_FRAME = 4096
 
 
-def _fsync_dir(d: Path) -> None:
+def fsync_dir(d: Path) -> None:
+    """Make a directory's entries (a rename, a new file) durable."""
     fd = os.open(d, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -489,7 +490,7 @@ class CheckpointWriter:
             if self._static:
                 ensure_static(self.directory, self._static, self._static_hash, self._ids)
             os.replace(self._tmp, self.path)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             self._outcome = True
         except BaseException as e:  # handed to the owner, who decides (never lost)
             self._fail(e)
