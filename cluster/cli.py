@@ -19,14 +19,15 @@
   ordo backup       one replica's fresh checkpoint + the log after it, verified
   ordo restore      a new cluster directory from a backup at its epoch or a later one
   ordo stream       push a file to a stream, follow a sink, list streams and dataflows
-  ordo procedures   list the registered procedures and their arguments
+  ordo deploy       procedure modules through the log (in force from the next epoch)
+  ordo procedures   every procedure: arguments, version, the epoch it took effect
   ordo keys         create the CURVE keys of the cluster's roles and clients (0600);
                     ordo keys export --host H DIR: only what host H needs
   ordo replay       Spark replay of the command log: verify history, rebuild state,
                     history as tables (cluster/replay_cli.py)
 
 This module builds the group from the command modules (cluster/commands/: run,
-client, checkpoints, backup, streams; what they share in common) and the workloads'
+client, deploy, checkpoints, backup, streams; what they share in common) and the workloads'
 command groups.
 Every command finds the cluster through ``--data-dir`` (its cluster.json): a missing
 or unreadable config is a one-line error, never a traceback.
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 import click
 
-from cluster.commands import backup, checkpoints, client, run, streams
+from cluster.commands import backup, checkpoints, client, deploy, run, streams
 from cluster.replay_cli import replay
 
 
@@ -56,7 +57,8 @@ def _add_engine_commands() -> None:
         client.call,
         client.query,
         client.status,
-        client.procedures,
+        deploy.deploy,
+        deploy.procedures,
         client.keys,
         checkpoints.checkpoint,
         checkpoints.dump,

@@ -77,6 +77,7 @@ from executor.deterministic.delivery import (
 from executor.deterministic.partition import Partition
 from executor.deterministic.query_service import QueryService
 from txn_library import limits
+from txn_library.deployed import CodeStore
 from txn_library.errors import DroppedMessages, invariant
 from txn_library.procedure import load_modules
 from txn_library.wire import partition as ewire
@@ -106,6 +107,10 @@ class PartitionServer:
         self.partition_id = partition
         load_modules(config.procedure_modules)
         self.checkpoint_dir = Path(config.checkpoint_dir(replica))
+        # Procedures deployed through the log, as this replica installed them (a later
+        # deploy is met again in the log): before any batch is applied.
+        self.code = CodeStore(self.checkpoint_dir / "deploys")
+        self.code.install_all()
         started = time.monotonic()
         restored = None
         if storage is None:
@@ -137,6 +142,7 @@ class PartitionServer:
             )
         self.part = Partition(replica, partition, config.partitions, storage)
         self.part.hold_clock = time.monotonic  # honour ctx.hold_locks (benchmarks)
+        self.part.on_deploy = self.code.save
         if restored is not None:
             info = restored[0]
             self.part.restore(info.epoch, info.next_txn_id, info.txns_applied)

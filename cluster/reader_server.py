@@ -59,6 +59,7 @@ from executor.reader.follower import Follower, Restored
 from executor.reader.queries import ReaderQueries
 from executor.reader.sinks import ReaderSinks
 from txn_library import limits
+from txn_library.deployed import CodeStore
 from txn_library.errors import DroppedMessages
 from txn_library.wire import reader as rwire
 from txn_library.wire import sequencer as swire
@@ -152,6 +153,10 @@ class ReaderServer:
         self.name = f"reader {reader}"
         load_modules(config.procedure_modules)
         t0 = time.monotonic()
+        # Procedures deployed through the log before the checkpoint it starts from, as
+        # the replicas on this host keep them (later ones are met in the log).
+        for r in range(config.replicas):
+            CodeStore(Path(config.checkpoint_dir(r)) / "deploys").install_all()
         storages, restored, what = initial_state(config, from_genesis)
         log.info(
             "loaded %s: %d rows in %.1fs",

@@ -50,6 +50,7 @@ import zmq
 
 from cluster.cluster_info import cluster_info
 from cluster.config import ClusterConfig
+from cluster.deploy_check import SubprocessChecker
 from cluster.heap_trim import HeapTrim
 from cluster.metrics import SequencerMetrics, serve
 from cluster.ownership import start_role
@@ -199,6 +200,7 @@ class SequencerServer:
             checkpoint_every_s=self.config.checkpoint_every_s,
             term=term,
             dataflow_recovery=self.config.dataflow_recovery,
+            deploy_checker=SubprocessChecker(self.config.procedure_modules),
         )
         self.term, self.leader, self.role = term, self.member, LEADER
         self._announce = True  # a heartbeat naming this leader goes out at once

@@ -46,6 +46,7 @@ import msgpack
 
 from sequencer.batch_order import multi_partition_last
 from sequencer.calls import InFlight, PendingCall, parse_log_fetch, serve_log_fetch
+from sequencer.deploys import Deploys
 from sequencer.fair import FairQueues
 from sequencer.log import CommandLog
 from sequencer.outbox import Outbox
@@ -57,6 +58,7 @@ from txn_library.errors import ERR_NOT_LEADER, ERR_UNAVAILABLE, ERROR, invariant
 from txn_library.wire.sequencer import (
     FLAG_CHECKPOINT,
     FLAG_CHECKPOINT_REQUESTED,
+    FLAG_DEPLOY,
     FLAG_DERIVED_UNLOGGED,
     batch_digest,
     decode_batch,
@@ -120,6 +122,7 @@ class Epochs:
         self._published: deque[tuple[int, int]] = deque()  # (epoch, bytes) not yet applied
         self._published_bytes = 0
         self._packer = msgpack.Packer(autoreset=True)
+        self.deploys: Deploys | None = None  # the Sequencer sets it (sequencer.deploys)
 
     def _next_txn_id_from_log(self) -> int:
         if self.log.last_epoch == 0:
@@ -180,6 +183,7 @@ class Epochs:
             limits.batch_bytes_max - limits.batch_overhead_bytes_max,
         )
         calls = multi_partition_last(calls)  # sequencer.batch_order: why, and what it keeps
+        deploys = self.deploys.in_batch(calls) if self.deploys is not None else []
         first = self.next_txn_id
         epoch = self.epoch + 1
         for i, c in enumerate(calls):
@@ -194,6 +198,8 @@ class Epochs:
         logged_derived = [c.derived for c in derived] if not self.weak_dataflows else []
         if n_derived and self.weak_dataflows:
             flags |= FLAG_DERIVED_UNLOGGED
+        if deploys:
+            flags |= FLAG_DEPLOY
         unlogged = n_derived if self.weak_dataflows else 0
         p = self._packer
         data = b"".join(
@@ -236,6 +242,9 @@ class Epochs:
         self.stats.txns_derived += n_derived
         while len(self._inflight) > limits.result_backlog_txns_max:
             self._inflight.popitem(last=False)
+        if deploys:  # in the log: installed here, waiting calls checked again
+            assert self.deploys is not None
+            self.deploys.logged(epoch, deploys)
         return data
 
     def unapplied_bytes(self) -> int:

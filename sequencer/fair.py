@@ -109,6 +109,19 @@ class FairQueues(Generic[T]):
         invariant(self._count >= 0 and self.total_bytes >= 0, "fair queue accounting")
         return out
 
+    def drain_sized(self) -> list[tuple[Hashable, T, int]]:
+        """Every item with its key and size, key by key in order (pushed back in that
+        order, a key's items keep their order and the keys theirs)."""
+        out = [
+            (key, item, size)
+            for key, q in self._queues.items()
+            for item, size in zip(q.items, q.sizes, strict=True)
+        ]
+        self._queues.clear()
+        self._count = 0
+        self.total_bytes = 0
+        return out
+
     def drain(self) -> list[T]:
         """Every item, key by key (for fail-stop: answer everything that waits)."""
         out = [item for q in self._queues.values() for item in q.items]

@@ -41,6 +41,7 @@ from typing import Any
 import msgpack
 
 from sequencer.calls import InFlight, PendingCall, is_req_id, participants
+from sequencer.deploys import Deploys
 from sequencer.epochs import Epochs
 from sequencer.fair import FairQueues
 from sequencer.log import CommandLog
@@ -50,6 +51,7 @@ from sequencer.replication import ReplicatedLog
 from sequencer.retry_cache import Done, Logged, RetryCache, call_body, call_digest
 from sequencer.status import SequencerStats
 from txn_library import limits, placement
+from txn_library.deployed import DEPLOY_PROC
 from txn_library.errors import (
     ERR_BAD_ARGUMENTS,
     ERR_MALFORMED,
@@ -112,6 +114,9 @@ class Intake:
         self._next_replica = queries.next_replica
         self._on_control = on_control
         self._packer = msgpack.Packer(autoreset=True)
+        # Deploy calls go through a module check first (sequencer.deploys; set by the
+        # Sequencer, which builds it over this intake's enqueue).
+        self.deploys: Deploys | None = None
 
     def error(self, identity: bytes, req_id: Any, code: str, message: str) -> None:
         """Refuse a call (or a frame: ``req_id`` None) with an ERROR reply, counted."""
@@ -279,6 +284,14 @@ class Intake:
         self._check_load(identity, len(body))
         call = PendingCall(identity, client_id, req_id, proc, args, (), digest)
         call.ordered = not unordered
+        if proc is DEPLOY_PROC:  # its module is checked before it is queued
+            if self.deploys is None:
+                raise BadRequest(ERR_UNAVAILABLE, "this sequencer takes no deploys")
+            self.deploys.submit(call, body)
+            if client_id:
+                self.retries.start(key, call)
+            self.stats.calls_accepted += 1
+            return
         if proc.dependent:
             self._send_query(call, lookup(proc.recon), call.args, recon=True)
         elif proc.read_only:

@@ -21,6 +21,10 @@ Invariants
       fdatasynced before the next one is created, so only the last segment can hold
       unsynced bytes, and only the last segment may be empty.
     - The in-memory index is one ``array('Q')`` of frame offsets per segment.
+    - ``marked`` lists, in order, the epochs on disk whose payload contains the marker
+      bytes (by default a deploy call's packed name, txn_library.deployed.MARKER): the
+      one thing the log looks for in a payload, so that a sequencer finds its deploys
+      without decoding every batch.
 
 Recovery (on open) and ``iter_frames`` check every frame: header complete, length in
 1..log_frame_bytes_max, payload complete, CRC32C matches; and that segment names are
@@ -74,6 +78,7 @@ from typing import BinaryIO
 import google_crc32c
 
 from txn_library import limits
+from txn_library.deployed import MARKER
 
 _HEADER = struct.Struct("<II")
 _HEADER_BYTES = _HEADER.size
@@ -290,8 +295,15 @@ def iter_frames(
 class CommandLog:
     """The command log of one sequencer: append, group-commit sync, indexed reads."""
 
-    def __init__(self, log_dir: str | Path, *, fsync: bool = True) -> None:
+    def __init__(
+        self, log_dir: str | Path, *, fsync: bool = True, marker: bytes | None = MARKER
+    ) -> None:
         self._dir = Path(log_dir)
+        # Epochs whose payload contains ``marker`` (a deploy call's packed name: the
+        # sequencer installs those batches' modules at start, txn_library.deployed),
+        # found while recovery reads every frame anyway and on append.
+        self._marker = marker
+        self.marked: list[int] = []
         self._fsync = fsync
         self._segments: list[_Segment] = []
         self._writer: BinaryIO | None = None  # appends to the last segment
@@ -306,6 +318,10 @@ class CommandLog:
         self._recover()
 
     # Properties -----------------------------------------------------------------------
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
     @property
     def last_epoch(self) -> int:
         return self._segments[-1].last_epoch if self._segments else 0
@@ -345,6 +361,8 @@ class CommandLog:
         tail.offsets.append(tail.end_bytes)
         tail.end_bytes += frame_bytes
         self._buffered = self._unsynced = True
+        if self._marker is not None and self._marker in payload:
+            self.marked.append(epoch)
 
     def start_at(self, epoch: int) -> None:
         """Make an empty log begin at ``epoch`` (its first append), as a pruned log does:
@@ -396,6 +414,7 @@ class CommandLog:
             deleted.append(segment.path)
         if deleted:
             self._sync_dir()
+            self.marked = [e for e in self.marked if e >= self.first_epoch]
         return deleted
 
     def close(self) -> None:
@@ -482,8 +501,11 @@ class CommandLog:
         end_bytes = 0
         with open(path, "rb") as f:
             file_bytes = os.fstat(f.fileno()).st_size
-            for _epoch, offset, payload in _scan_segment(f, path, first_epoch, file_bytes, is_last):
+            marker = self._marker
+            for epoch, offset, payload in _scan_segment(f, path, first_epoch, file_bytes, is_last):
                 offsets.append(offset)
+                if marker is not None and marker in payload:
+                    self.marked.append(epoch)
                 end_bytes = offset + _HEADER_BYTES + len(payload)
         if end_bytes < file_bytes:  # only a torn tail gets here; corruption raised
             with open(path, "r+b") as f:

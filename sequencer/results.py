@@ -248,6 +248,7 @@ class Results:
             else:
                 call.args = call.args[:-1] + (value,)
                 try:
+                    call.proc = lookup(call.proc.name)  # the version in force (deploys)
                     if call.proc.dependent:
                         call.proc.validate(call.args[:-1])
                     call.participants = self._participants(call.proc, call.args)
@@ -271,6 +272,7 @@ class Results:
             return
         call.args = call.args + (value,)
         try:
+            call.proc = lookup(call.proc.name)  # the version in force (deploys)
             call.proc.validate(call.args[:-1])
             call.participants = self._participants(call.proc, call.args)
             self._enqueue(call)

@@ -14,6 +14,7 @@ parts that do the work, each an object of its own module with its invariants:
                the log service; fail-stop and step-down
   results.py   partitions' results: first replica answers, later ones compared;
                restarts of dependent calls; query answers
+  deploys.py   deploy calls: the module checked first, installed once logged
   outbox.py    what the process loop sends
   here         the wiring, control requests (status, checkpoint, log pruning)
 
@@ -46,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from sequencer.calls import InFlight, PendingCall, os_seed
+from sequencer.deploys import DeployChecker, Deploys, install_logged, keep_before_prune
 from sequencer.epochs import Epochs
 from sequencer.fair import FairQueues
 from sequencer.intake import Intake
@@ -95,8 +97,12 @@ class Sequencer:
         seed_source: Callable[[], int] = os_seed,
         term: int = 0,
         dataflow_recovery: str = "strong",
+        deploy_checker: DeployChecker | None = None,
     ) -> None:
         self.log = command_log
+        # The procedures deployed through this log, before any call is validated or
+        # the exactly-once table rebuilt from it (sequencer.deploys).
+        install_logged(command_log)
         self.term = term  # the leader term every batch carries (0: no replication)
         self.replicas = replicas
         self.partitions = partitions
@@ -162,6 +168,16 @@ class Sequencer:
             clock=clock,
         )
 
+        self.deploys = deploys = Deploys(
+            deploy_checker,
+            pending,
+            retries,
+            outbox.reply,
+            intake.enqueue,
+            partitions=partitions,
+        )
+        intake.deploys = epochs.deploys = deploys
+
         # The entry points, bound once.
         self.on_frame = intake.on_frame
         self.has_intake = intake.has_intake
@@ -173,7 +189,6 @@ class Sequencer:
         self.has_pending = epochs.has_pending
         self.batch_full = epochs.batch_full
         self.request_checkpoint = epochs.request_checkpoint
-        self.tick = epochs.tick
         self.unapplied_bytes = epochs.unapplied_bytes
         self.log_fetch_reply = epochs.log_fetch_reply
         self.log_reply = epochs.log_reply
@@ -187,6 +202,11 @@ class Sequencer:
         self.take_query_out = outbox.take_query_out
 
         results.remember_logged(command_log)
+
+    def tick(self, now_ms: int) -> bytes | None:
+        """Epochs.tick, after taking the module checker's answers (sequencer.deploys)."""
+        self.deploys.poll()
+        return self.epochs.tick(now_ms)
 
     # State kept by the parts -----------------------------------------------------
     @property
@@ -213,7 +233,7 @@ class Sequencer:
 
     @retries.setter
     def retries(self, cache: RetryCache) -> None:
-        self.intake.retries = self.results.retries = cache
+        self.intake.retries = self.results.retries = self.deploys.retries = cache
 
     @property
     def _logged_txns(self) -> dict[int, tuple[bytes, Any]]:
@@ -277,6 +297,7 @@ class Sequencer:
         if bound <= 0:
             raise BadRequest(ERR_UNAVAILABLE, "some partition has no checkpoint yet")
         archive = Path(archive_dir) if archive_dir else None
+        keep_before_prune(self.log)  # deploys outlive their segments (sequencer.deploys)
         return [str(p) for p in self.log.delete_segments_before(bound + 1, archive)]
 
     # Status ---------------------------------------------------------------------

@@ -154,6 +154,20 @@ dependent_restarts_max = 5
 re-sequenced after its prediction turned out wrong. Past it the call gets
 `restarts_exhausted`."""
 
+# Procedures deployed through the log (txn_library/deployed.py, cluster/deploy_check.py)
+
+deploy_source_bytes_max = 512 << 10
+"""A deployed module's source. A larger one is refused by `ordo deploy` before it is
+sent (and by the sequencer's argument check: `bad_arguments`); it must fit in one
+client frame."""
+deploy_check_timeout_s = 10.0
+"""How long the sequencer's separate checking process may take to import a module. A
+module still importing then (a loop at import) is refused (`deploy_refused`) and the
+process killed; the cluster goes on."""
+deploy_check_memory_bytes_max = 1 << 30
+"""Address space of that checking process (RLIMIT_AS). A module that allocates more at
+import is refused."""
+
 # Traditional (2PL + 2PC baseline) mode, per coordinator partition
 
 traditional_calls_max = pending_calls_max
@@ -221,6 +235,7 @@ _check(
 )
 _check(request_bytes_max <= intake_client_bytes_max, "a client can queue a whole frame")
 _check(intake_client_bytes_max <= intake_bytes_max, "one client within the intake bound")
+_check(deploy_source_bytes_max + 4096 <= request_bytes_max, "a deploy fits in a client frame")
 _check(txn_bytes_max <= client_pending_bytes_max, "a client can have one call pending")
 _check(client_pending_bytes_max <= pending_bytes_max, "one client within the pending bound")
 _check(client_pending_calls_max <= pending_calls_max, "one client within the pending bound")

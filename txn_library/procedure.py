@@ -320,9 +320,22 @@ class Procedure:
 
 
 _REGISTRY: dict[str, Procedure] = {}
+# Procedures deployed through the log (txn_library.deployed): a name's versions, each
+# [effective_epoch, Procedure or None (retired)], oldest first. Only deployed names
+# have an entry, so ``lookup_at`` of any other name costs one dict miss.
+_HISTORY: dict[str, list[tuple[int, Procedure | None]]] = {}
+# While a deployed module's source runs (txn_library.deployed.load_source), what it
+# registers goes here, not into the registry.
+_CAPTURE: list[dict[str, Procedure]] = []
 
 
 def register(proc: Procedure) -> Procedure:
+    if _CAPTURE:
+        captured = _CAPTURE[-1]
+        if proc.name in captured:
+            raise ValueError(f"procedure {proc.name!r} registered twice")
+        captured[proc.name] = proc
+        return proc
     if proc.name in _REGISTRY and _REGISTRY[proc.name] is not proc:
         raise ValueError(f"procedure {proc.name!r} registered twice")
     _REGISTRY[proc.name] = proc
@@ -365,6 +378,24 @@ def lookup(name: Any) -> Procedure:
         return _REGISTRY[name]
     except KeyError:
         raise BadRequest(ERR_UNKNOWN_PROCEDURE, f"no procedure named {brief(name)}") from None
+
+
+def lookup_at(name: Any, epoch: int) -> Procedure:
+    """The version of ``name`` in force at ``epoch`` (what a transaction of that epoch
+    runs): for a name never deployed through the log, ``lookup``'s."""
+    history = _HISTORY.get(name) if type(name) is str else None
+    if history is None:
+        return lookup(name)
+    found: Procedure | None = None
+    for effective, proc in history:
+        if effective > epoch:
+            break
+        found = proc
+    if found is None:
+        raise BadRequest(
+            ERR_UNKNOWN_PROCEDURE, f"no procedure named {brief(name)} at epoch {epoch}"
+        )
+    return found
 
 
 def procedures() -> dict[str, Procedure]:

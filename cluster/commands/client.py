@@ -4,7 +4,6 @@
   ordo query        a read-only procedure as a query: snapshot, read committed or strict
   ordo status       sequencers (role, term, lag), ZooKeeper, and per partition of
                     every replica: last epoch, txns applied, hash (--json)
-  ordo procedures   list the registered procedures and their arguments
   ordo keys         create the CURVE keys of the cluster's roles and clients (0600);
                     `ordo keys export --host H DIR`: what host H needs of them
 
@@ -436,23 +435,6 @@ def _dataflow_rows(cfg: ClusterConfig) -> list[dict]:
             except OrdoError as e:
                 rows.append({"dataflow": name, "error": f"no answer: {e}"})
     return rows
-
-
-@click.command()
-@data_dir_option
-def procedures(data_dir: str) -> None:
-    """List registered procedures with their argument schemas (without a cluster in
-    DATA_DIR: the default procedure modules)."""
-    from txn_library.procedure import procedures as all_procs
-
-    if (Path(data_dir) / CONFIG_FILE).exists():
-        load_procedure_modules(load_config(data_dir))
-    else:
-        load_procedure_modules(ClusterConfig())
-    for name, p in sorted(all_procs().items()):
-        args = ", ".join(f"{a.name}:{a.type}" for a in p.args)
-        kind = "read-only" if p.read_only else ("dependent" if p.dependent else "read-write")
-        click.echo(f"{name}({args})  [{kind}]  {p.doc.splitlines()[0] if p.doc else ''}")
 
 
 @click.group(invoke_without_command=True)

@@ -76,6 +76,11 @@ def load_procedure_modules(cfg: ClusterConfig) -> None:
         raise click.ClickException(
             f"cannot import a procedure module of the cluster: {e}"
         ) from None
+    # And what was deployed through the log, as this host's replicas installed it.
+    from txn_library.deployed import CodeStore
+
+    for r in range(cfg.replicas):
+        CodeStore(Path(cfg.checkpoint_dir(r)) / "deploys").install_all()
 
 
 def leader_address(cfg: ClusterConfig) -> str:

@@ -61,6 +61,10 @@ Invariants:
   push's chain, or several) is admitted as one unit: the union of its lock names under
   its first txn id, each step still its own transaction, their writes applied once
   (executor.deterministic.chain). Its steps' holds end at once.
+- A transaction runs the version of its procedure in force at its epoch
+  (``procedure.lookup_at``): a FLAG_DEPLOY batch's modules are installed (and handed
+  to ``on_deploy`` first) before its transactions are admitted, effective from the next
+  epoch (txn_library.deployed).
 """
 
 from __future__ import annotations
@@ -82,14 +86,20 @@ from executor.deterministic.snapshot import run_current
 from executor.deterministic.txn_state import TxnState, chain_state
 from scheduler.lock_manager import LockManager
 from txn_library import limits, placement
+from txn_library.deployed import Deploy, install, records_in_batch
 from txn_library.errors import (
     ERROR,
     invariant,
 )
-from txn_library.procedure import lookup
+from txn_library.procedure import lookup, lookup_at
 from txn_library.streams import DERIVED_CLIENT, batch_txns
 from txn_library.wire.partition import RESULT_LOOKUP, PartitionStatus
-from txn_library.wire.sequencer import FLAG_CHECKPOINT, FLAG_CHECKPOINT_REQUESTED, Batch
+from txn_library.wire.sequencer import (
+    FLAG_CHECKPOINT,
+    FLAG_CHECKPOINT_REQUESTED,
+    FLAG_DEPLOY,
+    Batch,
+)
 
 # on_batch calls its interleave hook at most once per this many admissions: reads go out
 # in messages of several txns, and the inbox is polled once per that many. (A hook per
@@ -131,6 +141,9 @@ class Partition:
         # nobody waits for their result, so the owner logs these.
         self.derived_failures = 0
         self.derived_failure_last = ""
+        # Called with a FLAG_DEPLOY batch's deploys before it is applied (the process
+        # makes them durable: txn_library.deployed.CodeStore); None: kept in memory.
+        self.on_deploy: Callable[[list[Deploy]], None] | None = None
         # The slowest peer's completed epoch (the query service sets it): versions are
         # kept back to it, so a snapshot across partitions can be read there.
         self.versions_floor: int | None = None
@@ -191,6 +204,12 @@ class Partition:
             f"after {self.last_epoch}",
         )
         invariant(first_txn_id >= self.next_txn_id, "txn ids went backwards")
+        if batch.flags & FLAG_DEPLOY:  # its modules' procedures run from epoch + 1
+            records = records_in_batch(epoch, txns)
+            if self.on_deploy is not None:
+                self.on_deploy(records)  # durable before the batch is applied
+            for record in records:
+                install(record)
         me = self.partition
         txn_id = first_txn_id
         due = every = self.interleave_every
@@ -345,7 +364,7 @@ class Partition:
         derived: bool = False,
         epoch: int = 0,
     ) -> None:
-        proc = lookup(proc_name)
+        proc = lookup_at(proc_name, epoch)  # the version in force at its epoch
         fp = proc.footprint(*args)
         st = TxnState()
         st.txn_id, st.proc, st.args, st.ts, st.seed = txn_id, proc, args, ts, seed

@@ -44,7 +44,7 @@ Invariants:
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from executor.core.context import TxnContext, cover_set
@@ -54,8 +54,9 @@ from executor.core.storage import Storage
 from executor.core.versions import Versions
 from txn_library import limits, placement
 from txn_library.catalog import REPLICATED
+from txn_library.deployed import Deploy, install, records_in_batch
 from txn_library.errors import invariant
-from txn_library.procedure import lookup
+from txn_library.procedure import lookup_at
 from txn_library.streams import batch_txns
 from txn_library.wire import sequencer as swire
 
@@ -107,6 +108,9 @@ class Follower:
         self.newest_batch_ms = 0  # the newest batch time applied (never decreases)
         self.partitions = partitions
         self.storages = storages if storages is not None else [Storage() for _ in range(partitions)]
+        # Given a FLAG_DEPLOY batch's deploys before it is applied (the process keeps
+        # them durable: txn_library.deployed.CodeStore); None: in memory only.
+        self.on_deploy: Callable[[list[Deploy]], None] | None = None
         invariant(len(self.storages) == partitions, "one storage per partition")
         self.applied_epoch = 0
         self.next_txn_id = 0
@@ -241,6 +245,12 @@ class Follower:
             f"reader: batch {epoch} (prev {batch.prev_epoch}) after {self.applied_epoch}",
         )
         invariant(batch.first_txn_id >= self.next_txn_id, "txn ids went backwards")
+        if batch.flags & swire.FLAG_DEPLOY:  # its modules run from epoch + 1
+            records = records_in_batch(epoch, batch.txns)
+            if self.on_deploy is not None:
+                self.on_deploy(records)
+            for record in records:
+                install(record)
         storages, n = self.storages, self.partitions
         for s in storages:
             assert s.versions is not None
@@ -262,7 +272,7 @@ class Follower:
         txn_id = batch.first_txn_id
         txns = batch_txns(batch, n)
         for txn in txns:
-            proc = lookup(txn.proc)
+            proc = lookup_at(txn.proc, epoch)
             fp = proc.footprint(*txn.args)
             reads, writes_fp = cover_set(fp.reads), cover_set(fp.writes)
             if len(txn.participants) == 1:

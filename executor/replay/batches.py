@@ -39,7 +39,7 @@ from executor.replay.verdicts import (
 from sequencer.calls import participants as sequencer_participants
 from sequencer.log import LogCorruption, iter_frames
 from txn_library.errors import ABORTED, ERROR, BadRequest
-from txn_library.procedure import Procedure, lookup
+from txn_library.procedure import Procedure, lookup_at
 from txn_library.streams import batch_txns
 from txn_library.wire import sequencer as wire
 
@@ -171,7 +171,7 @@ def _check_call(epoch: int, txn_id: int, txn: wire.Txn, partitions: int) -> Proc
     """The checks the sequencer made before logging the call, repeated on the log."""
     name, args, logged = txn.proc, txn.args, txn.participants
     try:
-        proc = lookup(name)
+        proc = lookup_at(name, epoch)  # the version in force then
         if not isinstance(args, tuple):
             raise BadRequest("bad_arguments", "arguments must be an array")
         declared = len(proc.args)

@@ -29,6 +29,7 @@ from executor.core.heap import settle_heap
 from executor.core.state_hash import MASK64
 from executor.deterministic.replica import LocalReplica
 from executor.replay.spec import ReplaySpec
+from txn_library import deployed
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,7 @@ def load_boundary(spec: ReplaySpec, boundary: Boundary) -> LocalReplica:
     naming the file at fault: a checkpoint's chain may fail at an older file). Epoch 0
     with files: the partitions' genesis bases; without: the genesis function."""
     n = spec.partitions
+    deployed.reset()  # one history per replay: what this one deployed comes next
     if boundary.epoch == 0 and not boundary.paths:
         storages = [genesis_storage(spec.genesis, spec.genesis_args, p, n) for p in range(n)]
         return LocalReplica(n, storages)
@@ -202,6 +204,9 @@ def load_boundary(spec: ReplaySpec, boundary: Boundary) -> LocalReplica:
             f"checkpoint at epoch {boundary.epoch}: " + "; ".join(boundary.problems),
             boundary.epoch,
         )
+    # Procedures deployed through the log before the boundary, as the replica that
+    # wrote it keeps them beside its checkpoints (later ones are met in the log).
+    deployed.CodeStore(Path(boundary.paths[0]).parent / "deploys").install_all()
     loaded = []
     for p, path in enumerate(boundary.paths):
         info, storage = checkpoint.load(Path(path))

@@ -58,7 +58,7 @@ from executor.replay.verdicts import (
     DIVERGED,
 )
 from txn_library import catalog, placement
-from txn_library.procedure import lookup
+from txn_library.procedure import lookup_at
 from txn_library.streams import batch_txns
 
 DIFF_SAMPLE_MAX = 20  # differing rows named in a report
@@ -171,7 +171,7 @@ def footprints(
     for epoch, batch, _ in iter_batches(spec.log_dir, first, last):
         txn_id = batch.first_txn_id
         for txn in batch_txns(batch, spec.partitions):
-            proc = lookup(txn.proc)
+            proc = lookup_at(txn.proc, epoch)
             if not proc.read_only:
                 fp = proc.footprint(*txn.args)
                 reads = frozenset(

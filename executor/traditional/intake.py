@@ -16,7 +16,8 @@ Invariants (InvariantViolation is a bug):
   (an answer without an admission is a bug);
 - accepted calls not yet answered never exceed limits.traditional_calls_max: beyond
   it a call is refused (ERR_OVERLOADED) and nothing of it is kept;
-- a bad request is answered with an error and never reaches a body or the log.
+- a bad request is answered with an error and never reaches a body or the log; so is
+  ``ordo.deploy`` (code goes through the deterministic engine's log only).
 """
 
 from __future__ import annotations
@@ -29,7 +30,16 @@ from executor.traditional.attempt import Call
 from executor.traditional.shared import PartitionState
 from sequencer.retry_cache import Done, RetryCache, call_body, call_digest
 from txn_library import limits
-from txn_library.errors import ERR_MALFORMED, ERR_OVERLOADED, ERROR, OK, BadRequest, invariant
+from txn_library.deployed import DEPLOY_PROC
+from txn_library.errors import (
+    ERR_MALFORMED,
+    ERR_OVERLOADED,
+    ERR_UNAVAILABLE,
+    ERROR,
+    OK,
+    BadRequest,
+    invariant,
+)
 from txn_library.procedure import lookup
 
 CLIENT_ID_BYTES_MAX = 64
@@ -81,6 +91,8 @@ class Intake:
     def _accept(self, identity: bytes, client_id: bytes, req_id: int, name: Any, args: Any) -> None:
         st = self.state
         proc = lookup(name)
+        if proc is DEPLOY_PROC:  # code through the log: the deterministic engine's
+            raise BadRequest(ERR_UNAVAILABLE, "ordo deploy needs the deterministic engine")
         proc.validate(args)
         args = tuple(args)
         digest = call_digest(call_body(proc.name, args))

@@ -61,7 +61,9 @@ Batch (= one command-log frame = one PUB message body):
       FLAG_CHECKPOINT_REQUESTED (with it) = a client asked for this one (ordo
       checkpoint, ordo dump): a partition whose previous checkpoint is still being
       written finishes that one first, at full speed, instead of skipping this
-      boundary, so every partition of every replica writes it
+      boundary, so every partition of every replica writes it; FLAG_DEPLOY = the batch
+      holds ``ordo.deploy`` calls: every reader of the batch installs their modules,
+      whose procedures run from the next epoch on (txn_library.deployed)
   prev_digest: batch_digest() of the previous batch's bytes as logged (0 for epoch
       1), so every logged batch's bytes are vouched for by its successor: a batch
       changed after the fact, even with a valid frame CRC, is found at its exact
@@ -121,6 +123,7 @@ REP_CLUSTER_INFO = 16
 FLAG_CHECKPOINT = 1
 FLAG_CHECKPOINT_REQUESTED = 2  # always with FLAG_CHECKPOINT: written, never skipped
 FLAG_DERIVED_UNLOGGED = 4  # weak recovery: readers derive the dataflow steps (``derived``)
+FLAG_DEPLOY = 8  # holds ``ordo.deploy`` calls: readers install them (txn_library.deployed)
 
 TOPIC_BATCH = b"B"
 TOPIC_HEARTBEAT = b"H"
