@@ -6,9 +6,11 @@ window, a dataflow or a trigger, or a procedure name owned by a module named at
 start-up, is refused with the reason (sequencer.deploys), and the sequencer's loop
 goes on meanwhile. ``SubprocessChecker.submit`` starts a thread that runs ``python -m
 cluster.deploy_check`` with the cluster's procedure modules, the deploys already
-installed and the module on stdin (msgpack), under ``limits.deploy_check_timeout_s``
-(then killed) and ``deploy_check_memory_bytes_max`` of address space; its verdict is
-the exit status (0: accepted) and its last line of output (the reason).
+installed and the module on stdin (msgpack), with ``deploy_check_memory_bytes_max`` of
+address space. The child gives the module's import ``limits.deploy_check_timeout_s``
+(an alarm: a loop at import is refused); the parent kills a child still running
+``_STARTUP_S`` after that (a loop an alarm cannot stop). The verdict is the exit
+status (0: accepted) and the child's last line of output (the reason).
 
 Invariant: ``take_done`` returns each submitted token exactly once.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import queue
 import resource
+import signal
 import subprocess
 import sys
 import threading
@@ -27,6 +30,7 @@ from txn_library import deployed, limits
 from txn_library.procedure import load_modules
 
 _REFUSED = 3  # exit status of a refused module (anything else non-zero: it crashed)
+_STARTUP_S = 30.0  # the child's interpreter and imports, on a loaded machine
 
 
 class SubprocessChecker:
@@ -37,6 +41,7 @@ class SubprocessChecker:
     def submit(self, token: int, module: str, source: bytes, retire: tuple[str, ...]) -> None:
         request = msgpack.packb(
             [
+                limits.deploy_check_timeout_s,
                 list(self.procedure_modules),
                 [r.encode() for r in deployed.installed()],
                 module,
@@ -67,7 +72,9 @@ def _limit_memory() -> None:
 
 
 def _check_in_child(module: str, request: bytes) -> str | None:
-    timeout = limits.deploy_check_timeout_s
+    # The child bounds the module's import itself (an alarm); this bound is for what
+    # an alarm cannot stop (a loop in C) and includes the child's own start-up.
+    timeout = limits.deploy_check_timeout_s + _STARTUP_S
     try:
         done = subprocess.run(
             [sys.executable, "-m", "cluster.deploy_check"],
@@ -77,7 +84,7 @@ def _check_in_child(module: str, request: bytes) -> str | None:
             preexec_fn=_limit_memory,
         )
     except subprocess.TimeoutExpired:
-        return f"{module}: still importing after {timeout:g} s (a loop at import?); killed"
+        return f"{module}: the checking process still ran after {timeout:g} s; killed"
     if done.returncode == 0:
         return None
     lines = done.stdout.decode(errors="replace").strip().splitlines()
@@ -90,13 +97,20 @@ def _check_in_child(module: str, request: bytes) -> str | None:
 
 def main() -> None:
     """The child: install what the cluster runs, then check the module."""
-    modules, installed, module, source, retire = msgpack.unpackb(sys.stdin.buffer.read())
+    timeout, modules, installed, module, source, retire = msgpack.unpackb(sys.stdin.buffer.read())
     load_modules(modules)
     for data in installed:
         deployed.install(deployed.Deploy.decode(data))
     before = _stream_shapes()
+
+    def too_long(_sig: int, _frame: object) -> None:
+        raise TimeoutError(f"still importing after {timeout:g} s (a loop at import?)")
+
+    signal.signal(signal.SIGALRM, too_long)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
         procs = deployed.check(module, source, retire)
+        signal.setitimer(signal.ITIMER_REAL, 0)
         if _stream_shapes() != before:
             raise deployed.DeployRefused(
                 f"{module}: registers streams, windows, dataflows or triggers: a deployed "

@@ -161,9 +161,9 @@ deploy_source_bytes_max = 512 << 10
 sent (and by the sequencer's argument check: `bad_arguments`); it must fit in one
 client frame."""
 deploy_check_timeout_s = 10.0
-"""How long the sequencer's separate checking process may take to import a module. A
-module still importing then (a loop at import) is refused (`deploy_refused`) and the
-process killed; the cluster goes on."""
+"""How long the sequencer's separate checking process gives a module's import. A module
+still importing then (a loop at import) is refused (`deploy_refused`); a checking
+process still running 30 s after that is killed. The cluster goes on meanwhile."""
 deploy_check_memory_bytes_max = 1 << 30
 """Address space of that checking process (RLIMIT_AS). A module that allocates more at
 import is refused."""
