@@ -8,7 +8,8 @@ A backup directory:
                     B..L, and every other file's size and CRC32C (whole file)
   cluster.json      the cluster's config as it was
   checkpoints/      each partition's checkpoint at B with every file its chain needs
-                    (parents, static tables), byte for byte
+                    (parents, static tables), byte for byte, and the replica's
+                    deploys/ (procedures deployed through the log, txn_library.deployed)
   log/              the command log's frames B..L, as segments (sequencer.log)
 
 The frames start at B, not B + 1: a cluster restored at B resumes its log after B's
@@ -159,6 +160,14 @@ def copy_checkpoints(files: Sequence[Path], dest: Path) -> None:
     for f in files:
         for needed in checkpoint_files(f):
             copy_durably(needed, dest / needed.name)
+    # The procedures deployed through the log that the replica keeps beside them
+    # (txn_library.deployed): the log before the checkpoint no longer says them.
+    deploys = files[0].parent / "deploys" if files else None
+    if deploys is not None and deploys.is_dir():
+        (dest / "deploys").mkdir(exist_ok=True)
+        for record in sorted(deploys.glob("*.deploy")):
+            copy_durably(record, dest / "deploys" / record.name)
+        fsync_dir(dest / "deploys")
     fsync_dir(dest)
 
 

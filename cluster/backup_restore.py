@@ -49,6 +49,7 @@ from executor.core.heap import settle_heap
 from executor.deterministic.replica import LocalReplica
 from executor.replay.batches import Replayer
 from sequencer.log import CommandLog, LogCorruption, iter_frames
+from txn_library import deployed
 from txn_library.wire.sequencer import batch_digest, decode_batch
 
 RESTORED = "restored.json"  # in the new directory: where it came from
@@ -265,6 +266,12 @@ def restore(
         with CommandLog(staging / "log") as restored_log:
             next_txn_id = decode_batch(restored_log.read(want)).next_txn_id
         write_checkpoints(cfg, replica, want, next_txn_id, staging)
+        # The procedures deployed up to ``want`` (the rebuild installed them): where
+        # each replica and the sequencer keep them (txn_library.deployed.CodeStore).
+        records = [r for r in deployed.installed() if r.effective_epoch <= want + 1]
+        for r in range(cfg.replicas):
+            deployed.CodeStore(staging / f"replica-{r}" / "checkpoints" / "deploys").save(records)
+        deployed.CodeStore(staging / "log" / "deploys").save(records)
         (staging / CONFIG).write_text(cfg.to_json())
         report = RestoreReport(
             target,

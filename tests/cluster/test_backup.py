@@ -39,7 +39,9 @@ from cluster.launcher import LocalCluster, free_base_port, wait_quiescent
 from cluster.replay_cli import replay_spec
 from executor.core import checkpoint as ckpt
 from executor.replay.reconstruct import reconstruct
+from tests.deploy_modules import bump_module
 from txn_library.client import Client
+from txn_library.deployed import DEPLOY
 from txn_library.workloads.bank import make_transfers, open_accounts
 
 ACCOUNTS = 200
@@ -94,6 +96,10 @@ def backed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backed]:
     try:
         with Client(cfg.client_addr) as c:
             open_accounts(c, ACCOUNTS, START)
+            # A procedure deployed through the log before the backup's checkpoint: the
+            # restored cluster knows it (the replica's deploys/ goes with the backup).
+            assert c.call(DEPLOY, "bump", bump_module(1), []).ok
+            assert list(c.call("demo.bump", "restored").value) == ["v1", 1]
             archive, backup = tmp / "archive", tmp / "backup"
             stop = threading.Event()
             rounds: list[int] = []
@@ -200,6 +206,7 @@ def _serves_from_its_epoch(data_dir: Path, epoch: int) -> None:
             assert int(st["epoch"]) > epoch
             assert all(p["last_epoch"] > epoch for p in st["partitions"])
             assert c.call("bank.total", 0, ACCOUNTS).value == ACCOUNTS * START
+            assert list(c.call("demo.bump", "restored").value) == ["v1", 2]
     finally:
         lc.stop()
     text = "".join(

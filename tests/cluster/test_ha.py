@@ -109,12 +109,12 @@ def run_with_fault(lc: LocalCluster, fault, n: int = 6_000) -> tuple[Ledger, dic
 def test_leader_kill9_fails_over_without_loss(ha_cluster: LocalCluster) -> None:
     """... and a procedure deployed through the log (txn_library.deployed) before the
     kill is known to the new leader, which installs it from its copy of the log."""
-    from tests.spark.test_spark_replay import _bump_module
+    from tests.deploy_modules import bump_module
     from txn_library.deployed import DEPLOY
 
     def kill_leader(lc: LocalCluster) -> dict:
         with cluster_client(lc.config, timeout_s=30.0) as c:
-            deployed = c.call(DEPLOY, "bump", _bump_module(1), [])
+            deployed = c.call(DEPLOY, "bump", bump_module(1), [])
             assert deployed.ok, deployed
         name, st = leader_name(lc)
         lc.kill(name)

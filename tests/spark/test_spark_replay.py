@@ -42,6 +42,7 @@ from executor.replay.spec import ReplaySpec
 from executor.replay.tables import table_layout
 from executor.replay.verdicts import BAD_CHECKPOINT, BATCH_INVALID, BY_DIGEST, LOG_CORRUPT, TAIL
 from sequencer.log import iter_frames, rewrite_payloads
+from tests.deploy_modules import bump_module
 from tests.unit.test_replay import frame_offset
 from txn_library.catalog import Table, place_by_first_int, register_table
 from txn_library.client import Client
@@ -441,22 +442,6 @@ def test_cli_state_and_history_print_what_they_wrote(
 
 
 # Procedures deployed through the log (txn_library.deployed) ---------------------------------
-def _bump_module(version: int) -> bytes:
-    """demo.bump adds ``version`` to a kv row and answers which version ran."""
-    return f'''
-from txn_library.procedure import Footprint, procedure
-
-
-@procedure("demo.bump", [("key", "str")],
-           lambda key: Footprint(reads=(("kv", (key,)),), writes=(("kv", (key,)),)))
-def bump(ctx, key):
-    row = ctx.get("kv", (key,))
-    value = (row[0] if row else 0) + {version}
-    ctx.put("kv", (key,), (value,))
-    return ["v{version}", value]
-'''.encode()
-
-
 def test_deployed_code_is_history_every_replica_and_spark_replay_run_each_epochs_version(
     spark: object, make_cluster: Any, tmp_path: Path
 ) -> None:
@@ -472,7 +457,7 @@ def test_deployed_code_is_history_every_replica_and_spark_replay_run_each_epochs
     cfg = lc.config
     with Client(cfg.client_addr, timeout_s=30.0) as c:
         open_accounts(c, ACCOUNTS, START)
-        d1 = c.call(DEPLOY, "bump", _bump_module(1), [])
+        d1 = c.call(DEPLOY, "bump", bump_module(1), [])
         assert d1.ok and list(d1.value["procedures"]) == ["demo.bump"], d1
         transfers = make_transfers(3_000, ACCOUNTS, 2, multi_share=0.1, seed=9)
         load = threading.Thread(
@@ -480,7 +465,7 @@ def test_deployed_code_is_history_every_replica_and_spark_replay_run_each_epochs
         )
         load.start()
         futures = [c.submit("demo.bump", f"k{i % 7}") for i in range(150)]
-        d2 = c.call(DEPLOY, "bump", _bump_module(2), [])
+        d2 = c.call(DEPLOY, "bump", bump_module(2), [])
         assert d2.ok, d2
         futures += [c.submit("demo.bump", f"k{i % 7}") for i in range(150)]
         lc.kill("r0p1")

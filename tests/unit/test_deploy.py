@@ -14,6 +14,7 @@ from executor.deterministic.replica import LocalReplica
 from sequencer.deploys import InlineChecker
 from sequencer.log import CommandLog
 from sequencer.sequencer import Sequencer
+from tests.deploy_modules import bump_module
 from txn_library import deployed, limits
 from txn_library.deployed import DEPLOY, CodeStore, Deploy, DeployRefused
 from txn_library.errors import ERROR, OK, BadRequest
@@ -23,22 +24,6 @@ from txn_library.wire.partition import PartitionStatus
 
 CLIENT = b"client-1"
 STATUS = PartitionStatus(1, 1, 0, 0, 1, 0, 0, 0, False, 1, 0, 0, 0, 0, -1)
-
-
-def module(version: int, name: str = "demo.bump") -> bytes:
-    """A module whose procedure adds ``version`` to a kv row and answers it."""
-    return f'''
-from txn_library.procedure import Footprint, procedure
-
-
-@procedure("{name}", [("key", "str")],
-           lambda key: Footprint(reads=(("kv", (key,)),), writes=(("kv", (key,)),)))
-def bump(ctx, key):
-    row = ctx.get("kv", (key,))
-    value = (row[0] if row else 0) + {version}
-    ctx.put("kv", (key,), (value,))
-    return ["v{version}", value]
-'''.encode()
 
 
 @pytest.fixture(autouse=True)
@@ -53,8 +38,8 @@ def test_a_module_is_refused_for_what_it_does_at_import() -> None:
         b"raise RuntimeError('no')": "raised RuntimeError: no",
         b"def (": "raised SyntaxError",
         b"x = 1": "registers no procedure",
-        module(1, "kv.put"): "owned by a module named at start-up",
-        module(1, "ordo.mine"): "reserved",
+        bump_module(1, "kv.put"): "owned by a module named at start-up",
+        bump_module(1, "ordo.mine"): "reserved",
         b"from txn_library.catalog import Table, register_table\n"
         b"register_table(Table('t_new', key_len=1))": "registers tables",
         b"\xff\xfe": "not UTF-8",
@@ -67,14 +52,14 @@ def test_a_module_is_refused_for_what_it_does_at_import() -> None:
     with pytest.raises(DeployRefused, match="cannot retire"):
         deployed.check("m", b"", ("kv.put",))
     with pytest.raises(DeployRefused, match="identifier"):
-        deployed.check("a.b", module(1), ())
+        deployed.check("a.b", bump_module(1), ())
     assert lookup("kv.put").name == "kv.put"  # nothing changed
 
 
 def test_versions_are_by_epoch_and_installing_is_idempotent() -> None:
-    assert deployed.install(Deploy("m", module(1), (), 5))
-    assert not deployed.install(Deploy("m", module(1), (), 5))
-    deployed.install(Deploy("m", module(2), (), 9))
+    assert deployed.install(Deploy("m", bump_module(1), (), 5))
+    assert not deployed.install(Deploy("m", bump_module(1), (), 5))
+    deployed.install(Deploy("m", bump_module(2), (), 9))
     with pytest.raises(BadRequest, match="at epoch 4"):
         lookup_at("demo.bump", 4)
     v1, v2 = lookup_at("demo.bump", 5), lookup_at("demo.bump", 9)
@@ -90,7 +75,7 @@ def test_versions_are_by_epoch_and_installing_is_idempotent() -> None:
 
 def test_a_code_store_keeps_records_whole(tmp_path: Path) -> None:
     store = CodeStore(tmp_path / "deploys")
-    r = Deploy("m", module(1), (), 7)
+    r = Deploy("m", bump_module(1), (), 7)
     store.save([r])
     store.save([r])
     assert store.load() == [r]
@@ -119,11 +104,11 @@ def _answers(s: Sequencer) -> dict[int, tuple]:
 def test_calls_before_the_deploy_batch_run_v1_and_after_it_v2(tmp_path: Path) -> None:
     s = _seq(tmp_path)
     replica = LocalReplica(2)
-    _call(s, 1, DEPLOY, "bump", module(1), [])
+    _call(s, 1, DEPLOY, "bump", bump_module(1), [])
     batches = [s.tick(1)]  # the deploy: epoch 1
     _call(s, 2, "demo.bump", "a")
     batches.append(s.tick(2))  # v1 from epoch 2
-    _call(s, 3, DEPLOY, "bump", module(2), [])
+    _call(s, 3, DEPLOY, "bump", bump_module(2), [])
     _call(s, 4, "demo.bump", "a")  # queued with the deploy: runs with v1 at epoch 3
     batches.append(s.tick(3))
     _call(s, 5, "demo.bump", "a")
@@ -156,11 +141,11 @@ def test_a_refused_module_is_answered_and_changes_nothing(tmp_path: Path) -> Non
 
 def test_a_waiting_call_is_checked_again_against_the_new_version(tmp_path: Path) -> None:
     s = _seq(tmp_path)
-    _call(s, 1, DEPLOY, "bump", module(1), [])
+    _call(s, 1, DEPLOY, "bump", bump_module(1), [])
     s.tick(1)
     # v2 takes an int where v1 took a str: a v1 call still waiting is refused once v2
     # is logged, since it would run with v2.
-    v2 = module(2).replace(b'[("key", "str")]', b'[("key", "int")]')
+    v2 = bump_module(2).replace(b'[("key", "str")]', b'[("key", "int")]')
     _call(s, 2, DEPLOY, "bump", v2, [])
     s.deploys.poll()
     s.on_calls(b"id", CLIENT, ((3, "demo.bump", ("a",)),))
