@@ -65,7 +65,7 @@ from txn_library.errors import (
     invariant,
 )
 from txn_library.heap import gc_paused
-from txn_library.procedure import Procedure, lookup
+from txn_library.procedure import Procedure, lookup, lookup_at
 from txn_library.streams import PUSH
 from txn_library.streams.dataflow import encoded_derived
 from txn_library.wire import sequencer as wire
@@ -384,7 +384,7 @@ class Intake:
 
     def _lookup_logged(self, identity: bytes, key: tuple[bytes, int], entry: Logged) -> None:
         txn = self._logged_txn(entry)
-        proc = lookup(txn.proc)
+        proc = lookup_at(txn.proc, entry.epoch)  # the version it ran with (deploys)
         args = txn.args
         fp = proc.footprint(*args)
         reporter = placement.reporter(fp.writes, txn.participants, self.partitions)
@@ -400,7 +400,7 @@ class Intake:
         txn = batch.txns[entry.txn_id - batch.first_txn_id]
         invariant(
             call_digest(call_body(txn.proc, txn.args)) == entry.digest
-            or lookup(txn.proc).dependent,
+            or lookup_at(txn.proc, entry.epoch).dependent,
             f"logged txn {entry.txn_id} is not the call the retry cache remembered",
         )
         return txn

@@ -54,7 +54,7 @@ from txn_library.errors import (
     RESTART,
     BadRequest,
 )
-from txn_library.procedure import lookup
+from txn_library.procedure import lookup, lookup_at
 from txn_library.streams import DERIVED_CLIENT
 from txn_library.wire.partition import PartitionStatus
 from txn_library.wire.partition import Results as ResultsMessage
@@ -114,7 +114,7 @@ class Results:
                     key = (txn.client_id, txn.req_id)
                     args = txn.args
                     try:
-                        if lookup(txn.proc).dependent:
+                        if lookup_at(txn.proc, _epoch).dependent:
                             args = args[:-1]  # the prediction is not part of the call
                     except BadRequest:
                         pass  # a procedure no longer registered: its digest is as logged
