@@ -52,6 +52,7 @@ def up(
     """
     from pathlib import Path
 
+    from cluster.commands.run import metrics_banner
     from cluster.launcher import ChildExited, stop_requested_on_signals
     from cluster.ownership import StateInUse, claim_cluster_dir
     from tpcc.driver import RunOptions, embedded_config, start_cluster
@@ -84,6 +85,7 @@ def up(
                 f"ordo tpcc up: W={warehouses} at {cfg.client_addr}, {replicas} replicas x "
                 f"{partitions} partitions, data in {data_dir} (Ctrl-C to stop)"
             )
+            click.echo(metrics_banner(cfg, False, "ordo tpcc up"))
             cluster.run_foreground(stopping)
         except ChildExited as e:
             raise click.ClickException(str(e)) from None

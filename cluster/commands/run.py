@@ -194,15 +194,16 @@ def up(
         try:
             cluster.start()
             click.echo(f"ordo up: {banner}, data in {data_dir} (Ctrl-C to stop)")
-            click.echo(_metrics_banner(cfg, mode == "traditional"))
+            click.echo(metrics_banner(cfg, mode == "traditional"))
             cluster.run_foreground(stopping)
         finally:
             click.echo("ordo up: stopping")
             cluster.stop()
 
 
-def _metrics_banner(cfg: ClusterConfig, traditional: bool) -> str:
-    """Where Prometheus scrapes each process, and the configuration written for it."""
+def metrics_banner(cfg: ClusterConfig, traditional: bool, who: str = "ordo up") -> str:
+    """Where Prometheus scrapes each process, and the configuration written for it
+    (``who``: the command that says it)."""
     from cluster.metrics.scrape import write_prometheus_config
 
     path = write_prometheus_config(cfg, traditional)
@@ -211,8 +212,8 @@ def _metrics_banner(cfg: ClusterConfig, traditional: bool) -> str:
         addrs = {n: a for n, a in addrs.items() if n == "launcher" or n.startswith("r0p")}
     shown = ", ".join(f"{name} {addr}" for name, addr in addrs.items())
     return (
-        f"ordo up: Prometheus metrics at http://ADDRESS/metrics: {shown}\n"
-        f"ordo up: to scrape them all: prometheus --config.file={path}"
+        f"{who}: Prometheus metrics at http://ADDRESS/metrics: {shown}\n"
+        f"{who}: to scrape them all: prometheus --config.file={path}"
     )
 
 
