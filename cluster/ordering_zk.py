@@ -52,7 +52,8 @@ from kazoo.security import make_digest_acl
 from cluster.config import ClusterConfig
 from cluster.metrics.buckets import LATENCY_BOUNDS_S, Buckets
 from cluster.zookeeper import Ensemble
-from sequencer.replication import CommitUnknown, Deposed
+from sequencer.member import Election
+from sequencer.replication import CommitUnknown, Deposed, OrderingStore
 from txn_library import limits
 
 log = logging.getLogger("ordo.ordering")
@@ -107,7 +108,8 @@ def _enc(n: int) -> bytes:
 
 
 class ZooKeeperStore:
-    """One sequencer's connection to the ensemble: an OrderingStore plus election."""
+    """One sequencer's connection to the ensemble: an OrderingStore
+    (sequencer.replication) and an Election (sequencer.member) for its OrderingMember."""
 
     def __init__(self, config: ClusterConfig, member: int) -> None:
         self.member = member
@@ -195,6 +197,14 @@ class ZooKeeperStore:
             except NoNodeError:
                 pass
         self.join_election()
+
+    def take_election_change(self) -> bool:
+        """Whether the election's members changed since the last call; cleared before
+        the caller reads the election, so a later change sets it again."""
+        if not self.election_changed.is_set():
+            return False
+        self.election_changed.clear()  # a change after this re-sets it
+        return True
 
     @property
     def in_election(self) -> bool:
@@ -355,3 +365,8 @@ class ZooKeeperStore:
         data: Any
         data, _stat = self.zk.get(path)
         return bytes(data)
+
+
+def as_member_store(store: ZooKeeperStore) -> tuple[OrderingStore, Election]:
+    """The two interfaces an OrderingMember uses, as mypy checks this class has them."""
+    return store, store

@@ -1,4 +1,5 @@
-"""The sequencer process: sockets and the single-threaded poll loop around Sequencer.
+"""The sequencer process: sockets and the single-threaded poll loop around the
+ordering member (sequencer.member.OrderingMember) and, while it leads, its Sequencer.
 
 Sockets (bound at this sequencer's host address, ports from cluster.config):
   ROUTER client_addr     client calls, status and cluster.info requests
@@ -10,6 +11,11 @@ Sockets (bound at this sequencer's host address, ports from cluster.config):
          ZooKeeper tail no longer holds
   SUB    one per other sequencer's PUB (replicated only): a follower's feed of batches
 
+The ordering member's state machine (follow, copy committed batches, get elected,
+claim a term, lead, step down, resign) is ``OrderingMember``, the class the simulator's
+node drives too; this module keeps the sockets, the loop, the clock and ZooKeeper's
+session events, hands the member its inputs and the time, and sends what it returns.
+
 Embedded default (one sequencer, no ZooKeeper): this process always leads, term 0,
 and its command log is the durable record, as in Calvin without replication.
 
@@ -18,20 +24,17 @@ this loop as a *follower* until ZooKeeper's election names it:
 - a follower copies committed batches into its own log, serves the log service from
   it, reports its progress, and answers calls with ERR_NOT_LEADER naming the leader
   and the term it believes current (status requests with its own status). It takes
-  them from the leader's publication as the partitions do (a published batch is a
-  committed one: the leader publishes only after the commit, and the store holds
-  exactly one batch per epoch), and syncs its log every
-  ``limits.sequencer_local_sync_s``; what the feed missed (a gap, a start, a new
-  leader) it copies from ZooKeeper, or from a peer for what ZooKeeper has trimmed,
-  checking ZooKeeper at least every ``sequencer_copy_backstop_s``. Progress reported
-  to ZooKeeper (which decides the trim) is always a synced epoch.
-- elected, it claims a new term, copies every committed batch it lacks, then builds
-  a Sequencer over that log (epochs continue after the last committed batch, and the
-  exactly-once table is rebuilt from the log) whose appends commit to ZooKeeper
-  first (sequencer.replication.ReplicatedLog); it publishes a batch only after that;
+  them from the leader's publication (SUB: a published batch is a committed one),
+  and what the feed missed from ZooKeeper, or from a peer's log service (DEALER) for
+  what ZooKeeper has trimmed;
+- elected, it claims a new term, copies every committed batch it lacks, then leads
+  over a log whose appends commit to ZooKeeper first
+  (sequencer.replication.ReplicatedLog); it publishes a batch only after that;
 - a leader that cannot commit (deposed, ZooKeeper unreachable, session lost) steps
   down: its unanswered calls get ERR_NOT_LEADER and their clients resend them, same
-  ids, to the next leader.
+  ids, to the next leader. A lost session is this module's to see (kazoo's state
+  events, ``ZooKeeperStore.surely_expired``): it steps the member down and rejoins
+  the election.
 
 A client's mistake never kills this process: every frame is decoded inside a guard
 and answered with an error.
@@ -55,19 +58,13 @@ from cluster.heap_trim import HeapTrim
 from cluster.metrics import SequencerMetrics, serve
 from cluster.ownership import start_role
 from cluster.security import SocketSecurity, partition_role, sequencer_role
-from sequencer.calls import is_req_id, parse_log_fetch, serve_log_fetch
+from sequencer.calls import parse_log_fetch
 from sequencer.log import CommandLog, LogCorruption
-from sequencer.replication import (
-    CopyProgress,
-    NotLeader,
-    ReplicatedLog,
-    copy_committed,
-    copy_from_peer,
-    trim_point,
-)
+from sequencer.member import MemberConfig, OrderingMember
+from sequencer.replication import CopyProgress, ReplicatedLog
 from sequencer.sequencer import HEARTBEAT_MS, Sequencer
 from txn_library import limits
-from txn_library.errors import ERR_MALFORMED, ERR_NOT_LEADER, ERROR, DroppedMessages
+from txn_library.errors import ERR_MALFORMED, ERROR, DroppedMessages
 from txn_library.procedure import load_modules
 from txn_library.wire import partition as ewire
 from txn_library.wire import sequencer as wire
@@ -95,25 +92,23 @@ class SequencerServer:
         self._bind_sockets()
         self._junk = DroppedMessages(log, "internal messages")
         self._stop = False
-        self.seq: Sequencer | None = None
         self.store: Any = None  # cluster.ordering_zk.ZooKeeperStore when replicated
-        self.term = 0
-        self.leader: int | None = None
-        self.role = FOLLOWER
-        self._copy = CopyProgress(0, self.local.last_epoch, self.local.last_epoch)
-        self._peer_fetch_at = 0.0
-        self._next_progress = self._next_trim = self._next_election = 0.0
-        self._candidate_since = 0.0
-        self._next_copy = self._next_sync = self._election_backstop = 0.0
-        self._announce = False
-        self._reported_epoch = -1  # the last progress written to ZooKeeper
-        self._feed_behind = False  # the feed showed an epoch past the next one
         if config.replicated:
             from cluster.ordering_zk import ZooKeeperStore
 
             self.store = ZooKeeperStore(config, member)
             self.store.start(limits.zk_connect_timeout_s)
             self.store.join_election()
+        self.ordering = OrderingMember(
+            self.local,
+            self.store,
+            MemberConfig(member, config.sequencers),
+            self._new_sequencer,
+            election=self.store,
+            on_lead=self._on_lead,
+            on_step_down=self._on_step_down,
+        )
+        if self.store is not None:
             log.info(
                 "sequencer %d up as follower: local log to epoch %d, client %s",
                 member,
@@ -121,9 +116,32 @@ class SequencerServer:
                 config.client_addr_of(member),
             )
         else:
-            self._lead(term=0)
+            self.ordering.lead_alone()
         self.metrics = SequencerMetrics(self)  # served by main (cluster.metrics)
         self.heap = HeapTrim()  # freed heap back to the OS after a burst (cluster.heap_trim)
+
+    # What the member decides (metrics and status read these) -------------------------
+    @property
+    def seq(self) -> Sequencer | None:
+        """The Sequencer while this process leads."""
+        return self.ordering.seq
+
+    @property
+    def term(self) -> int:
+        return self.ordering.term
+
+    @property
+    def leader(self) -> int | None:
+        return self.ordering.leader
+
+    @property
+    def role(self) -> str:
+        return self.ordering.role
+
+    @property
+    def _copy(self) -> CopyProgress:
+        """The follower's last copy: what ZooKeeper held then (the lag metric)."""
+        return self.ordering.copy
 
     def _bind_sockets(self) -> None:
         """Every socket; with CURVE (cluster.security) the client socket admits role and
@@ -185,14 +203,9 @@ class SequencerServer:
     def stop(self, *_: object) -> None:
         self._stop = True
 
-    # Roles --------------------------------------------------------------------
-    def _lead(self, term: int) -> None:
-        """Build the Sequencer over the (caught-up) local log and serve."""
-        self._sync_local()
-        cmd_log: CommandLog | ReplicatedLog = self.local
-        if self.store is not None:
-            cmd_log = ReplicatedLog(self.local, self.store, term)
-        self.seq = Sequencer(
+    # The member's outputs ----------------------------------------------------------
+    def _new_sequencer(self, cmd_log: CommandLog | ReplicatedLog, term: int) -> Sequencer:
+        seq = Sequencer(
             cmd_log,
             self.config.replicas,
             self.config.partitions,
@@ -202,154 +215,65 @@ class SequencerServer:
             dataflow_recovery=self.config.dataflow_recovery,
             deploy_checker=SubprocessChecker(self.config.procedure_modules),
         )
-        self.term, self.leader, self.role = term, self.member, LEADER
-        self._announce = True  # a heartbeat naming this leader goes out at once
-        self.seq.status_extra = self._role_report
-        self.seq.cluster_info = self.cluster_info
+        seq.status_extra = self._role_report
+        seq.cluster_info = self.cluster_info
+        return seq
+
+    def _on_lead(self, seq: Sequencer) -> None:
         log.info(
             "sequencer %d leads: term %d, epoch %d, next txn %d, client %s",
             self.member,
-            term,
-            self.seq.epoch,
-            self.seq.next_txn_id,
+            seq.term,
+            seq.epoch,
+            seq.next_txn_id,
             self.config.client_addr_of(self.member),
         )
 
-    def _follow(self, reason: str) -> None:
-        """Stop leading: answer what is unanswered (ERR_NOT_LEADER), then follow."""
-        if self.seq is not None:
-            self.seq.step_down(reason)
-            self._flush()
-            self.seq = None
-        if self.role != FOLLOWER:
-            log.warning("sequencer %d follows now (term %d): %s", self.member, self.term, reason)
-        self.role = FOLLOWER
-        self.leader = None
+    def _on_step_down(self, seq: Sequencer | None, reason: str) -> None:
+        """Send the retired leader's answers (ERR_NOT_LEADER to what was unanswered)."""
+        if seq is not None:
+            self._flush(seq)
+        log.warning("sequencer %d follows now (term %d): %s", self.member, self.term, reason)
 
     def _replication_turn(self, now: float) -> None:
-        """A replicated sequencer's housekeeping: session, election, copying, trim."""
+        """A replicated sequencer's housekeeping: ZooKeeper's session, then the member's
+        turn (copying, progress, trim, election)."""
         store = self.store
         try:
-            if store.session_lost or (self.role == LEADER and store.surely_expired(now)):
-                self._follow("ZooKeeper session lost")
+            if store.session_lost or (self.ordering.leading and store.surely_expired(now)):
+                self.ordering.step_down("ZooKeeper session lost")
                 if store.session_lost and store.connected:
                     store.join_election()
-            if now >= self._next_sync:
-                self._next_sync = now + limits.sequencer_local_sync_s
-                self._sync_local()
-            if self.role == LEADER:
-                if now >= self._next_progress:
-                    self._next_progress = now + limits.sequencer_progress_every_s
-                    self._report_progress()
-                if now >= self._next_trim:
-                    self._next_trim = now + limits.sequencer_trim_every_s
-                    through = trim_point(
-                        self.local.last_epoch, store.progress(), self.config.sequencers
-                    )
-                    store.trim_through(through)
-                return
-            if self._feed_behind or not self._copy.caught_up or now >= self._next_copy:
-                self._feed_behind = False
-                self._next_copy = now + limits.sequencer_copy_backstop_s
-                self._copy_committed(now)
-            if now >= self._next_progress:
-                self._next_progress = now + limits.sequencer_progress_every_s
-                self._report_progress()
-            if (
-                self.role == FOLLOWER
-                and now >= self._next_election
-                and (store.election_changed.is_set() or now >= self._election_backstop)
-            ):
-                store.election_changed.clear()  # before reading: a later change re-sets it
-                self._next_election = now + limits.sequencer_election_check_s
-                self._election_backstop = now + limits.sequencer_copy_backstop_s
-                self.leader = store.leader()
-                self.term = store.current_term()
-                if store.i_lead():
-                    self.term = store.claim_term()
-                    self.role = CANDIDATE
-                    self._candidate_since = now
-                    log.info("sequencer %d elected: term %d, catching up", self.member, self.term)
-                    self._copy_committed(now)
-            if self.role == CANDIDATE and self._copy.caught_up:
-                self._lead(self.term)
-            elif (
-                self.role == CANDIDATE
-                and now - self._candidate_since > limits.sequencer_candidate_catch_up_s_max
-            ):
-                log.warning(
-                    "sequencer %d cannot catch up (local %d, committed %d, gap %s): resigning",
-                    self.member,
-                    self._copy.local_last_epoch,
-                    self._copy.store_last_epoch,
-                    self._copy.gap,
-                )
-                self.role = FOLLOWER
-                store.resign()
-        except NotLeader as e:
-            self._follow(str(e))
+            self.ordering.turn(now)
         except Exception as e:  # ZooKeeper unreachable or slow: try again next turn
             if not _is_zookeeper_error(e):
                 raise
             # Housekeeping only: a leader steps down when a commit fails or its session
             # ends (above), not because a progress report met a server going away.
             self._junk.note(f"ZooKeeper: {type(e).__name__} (retrying)")
+        for gap in self.ordering.take_peer_fetches():
+            self._peer_rr = (self._peer_rr + 1) % len(self.peers)
+            self.peers[self._peer_rr].send(wire.encode(wire.LogFetch(*gap)))
 
     def _on_feed(self, feed: zmq.Socket) -> None:
-        """Batches another sequencer published (committed ones): a follower appends the
-        next epoch; anything else it ignores (a gap is copied from the store)."""
+        """Batches another sequencer published: the member takes the next epoch."""
         for _ in range(limits.sequencer_copy_batches_per_turn):
             if not feed.poll(0):
                 return
             frames = feed.recv_multipart()
-            if self.role == LEADER or len(frames) != 2:
+            if self.ordering.leading or len(frames) != 2:
                 continue
-            data = frames[1]
             try:
-                epoch = wire.decode_batch(data).epoch  # checked whole, as a copy is
-                if epoch != self.local.last_epoch + 1:
-                    self._feed_behind = epoch > self.local.last_epoch
-                    continue
-                self.local.append(epoch, data)
+                self.ordering.on_published(frames[1])
             except (ValueError, TypeError, LogCorruption) as e:
                 self._junk.note(f"bad published batch from a sequencer: {type(e).__name__}")
-                continue
-
-    def _report_progress(self) -> None:
-        """Write this member's synced last epoch to ZooKeeper if it moved (a quorum
-        write: only when there is news)."""
-        self._sync_local()  # progress decides the trim: report synced epochs only
-        epoch = self.local.last_epoch
-        if epoch != self._reported_epoch:
-            self.store.report_progress(self.member, epoch)
-            self._reported_epoch = epoch
-
-    def _sync_local(self) -> None:
-        """fdatasync the local log (a no-op when nothing was appended since)."""
-        self.local.sync()
-
-    def _copy_committed(self, now: float) -> None:
-        self._copy = copy_committed(self.local, self.store, limits.sequencer_copy_batches_per_turn)
-        gap = self._copy.gap
-        if gap is not None and now >= self._peer_fetch_at and self.peers:
-            self._peer_fetch_at = now + 0.5
-            self._peer_rr = (self._peer_rr + 1) % len(self.peers)
-            self.peers[self._peer_rr].send(wire.encode(wire.LogFetch(*gap)))
 
     def _on_peer_batches(self, sock: zmq.Socket) -> None:
         data = sock.recv()
         try:
-            msg = wire.unpack(data)
-            reply = wire.LogBatches._make(msg[1:])
-            copied = copy_from_peer(self.local, reply.batches)
+            self.ordering.on_peer_reply(data)
         except (ValueError, TypeError, LogCorruption) as e:
             self._junk.note(f"bad log batches from a peer sequencer: {type(e).__name__}")
-            return
-        if copied:
-            self._peer_fetch_at = 0.0
-            log.info(
-                "copied %d batches from a peer, now at epoch %d", copied, self.local.last_epoch
-            )
 
     # Handlers -----------------------------------------------------------------
     def _receive_clients(self, deadline: float) -> None:
@@ -378,35 +302,11 @@ class SequencerServer:
             if time.monotonic() >= deadline:
                 return
 
-    def _leader_hint(self) -> str:
-        if self.leader is None or self.leader == self.member:
-            return ""
-        return self.config.client_addr_of(self.leader)
-
     def _answer_not_leader(self, identity: bytes, frames: list[bytes]) -> None:
-        """A follower's answer: status and cluster.info requests get their answer, calls
-        ERR_NOT_LEADER."""
-        msg = None
-        if len(frames) == 2 and len(frames[1]) <= limits.request_bytes_max:
-            try:
-                msg = wire.unpack(frames[1])
-            except (ValueError, TypeError):
-                msg = None
-        kind = msg[0] if isinstance(msg, tuple) and msg else None
-        hint = self._leader_hint()
-        body: Any
-        if kind == wire.REQ_STATUS:
-            body = wire.StatusReply(self.status_report())
-        elif kind == wire.REQ_CLUSTER_INFO:
-            body = wire.ClusterInfoReply(self.cluster_info)
-        elif kind in wire.CALLS_KINDS and isinstance(msg, tuple) and len(msg) == 3:
-            calls = msg[2] if isinstance(msg[2], tuple) else ()
-            req_ids = [c[0] for c in calls if isinstance(c, tuple) and c and is_req_id(c[0])]
-            # the term it believes current: a client never follows an older term's hint
-            answer = tuple(wire.NotLeaderAnswer(ERR_NOT_LEADER, hint, self.term))
-            body = wire.ResultsReply([(r, ERROR, answer) for r in req_ids])
-        else:
-            body = wire.ErrorReply(f"{ERR_NOT_LEADER}: {hint or 'no leader known yet'}")
+        """A follower's answer (OrderingMember.follower_reply)."""
+        body = self.ordering.follower_reply(
+            frames, self.config.client_addr_of, self.status_report, self.cluster_info
+        )
         try:
             self.client.send_multipart([identity, wire.encode(body)], flags=zmq.NOBLOCK)
         except zmq.ZMQError:
@@ -425,17 +325,14 @@ class SequencerServer:
         if request is None:
             self._junk.note("malformed log service request")
             return
-        if self.seq is not None:
-            reply = self.seq.log_reply(*request)
-        else:
-            reply = serve_log_fetch(self.local, *request)
+        reply = self.ordering.serve_log(*request)
         if reply is None:
             self._junk.note("log service request while fail-stopped")
             return
         self.logsvc.send_multipart([frames[0], reply])
 
-    def _flush(self) -> None:
-        seq = self.seq
+    def _flush(self, seq: Sequencer | None) -> None:
+        """Send ``seq``'s outboxes (the leader's, or a retired one's last answers)."""
         if seq is None:
             return
         for identity, body in seq.take_control_out():
@@ -477,15 +374,8 @@ class SequencerServer:
         return report
 
     def _role_report(self) -> dict:
-        report = dict(
-            role=self.role,
-            member=self.member,
-            pid=os.getpid(),
-            term=self.term,
-            leader=self.leader,
-            local_last_epoch=self.local.last_epoch,
-            replicated=self.store is not None,
-        )
+        mine = self.ordering.role_report()
+        report = {"role": mine["role"], "member": self.member, "pid": os.getpid(), **mine}
         if self.store is not None and self.seq is not None:
             try:
                 # map keys are strings: msgpack readers refuse others by default
@@ -543,21 +433,15 @@ class SequencerServer:
                     self.pub.send_multipart([wire.TOPIC_BATCH, data])
                     next_heartbeat = now + HEARTBEAT_MS / 1000.0
                 self.metrics.on_tick(seq, data)  # once published: counts, sizes, waits
-                if data is None and seq.deposed is not None:
-                    self._follow(seq.deposed)
+                if data is None and self.ordering.check_deposed():
                     seq = None
             if now >= next_tick:
                 next_tick = max(next_tick + epoch_s, now)
-            if seq is not None and (now >= next_heartbeat or self._announce):
-                self._announce = False  # a new leader names itself before anything else
-                self.pub.send_multipart(
-                    [
-                        wire.TOPIC_HEARTBEAT,
-                        wire.pack(wire.Heartbeat(seq.epoch, self.term, self.member)),
-                    ]
-                )
+            # a new leader names itself (take_announce) before anything else
+            if seq is not None and (self.ordering.take_announce() or now >= next_heartbeat):
+                self.pub.send_multipart([wire.TOPIC_HEARTBEAT, self.ordering.heartbeat()])
                 next_heartbeat = now + HEARTBEAT_MS / 1000.0
-            self._flush()
+            self._flush(self.seq)
             self._junk.report(now)
             self.metrics.turn(now)
             self.heap.turn(now)
@@ -566,7 +450,7 @@ class SequencerServer:
     def close(self) -> None:
         socks = [self.client, self.pub, self.logsvc, self.results, *self.peers, *self.feeds]
         try:
-            self._sync_local()
+            self.local.sync()
         except (OSError, RuntimeError, ValueError) as e:  # failed or closed: start-up says so
             log.error("local log not synced at shutdown: %s", e)
         for s in [*socks, *self.query_socks.values()]:

@@ -2,9 +2,10 @@
 
 With ``SimOptions.sequencers`` > 1 the simulator runs N sequencer nodes over one
 ``sequencer.replication.MemoryStore`` (ZooKeeper's part: a quorum that is always up).
-Each member reaches the store through a ``MemberStore``; cutting a member off the
-network (``cut``) makes every store call of that member raise CommitUnknown, as a
-ZooKeeper client whose connection is lost does. The leader commits through
+Each member (a ``sequencer.member.OrderingMember``, as live) reaches the store through
+a ``MemberStore``; cutting a member off the network (``cut``) makes every store call
+of that member raise CommitUnknown, as a ZooKeeper client whose connection is lost
+does. The leader commits through
 ``ReplicatedLog`` over that view, so a cut-off leader can never commit again: its next
 tick steps it down, and once its "session" has expired (the simulator's election
 timer) another member claims a newer term, which fences it for good.
@@ -23,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sequencer.log import CommandLog
-from sequencer.replication import CommitUnknown, MemoryStore, ReplicatedLog
+from sequencer.replication import CommitUnknown, MemoryStore, OrderingStore, ReplicatedLog
 
 
 class MemberStore:
@@ -77,7 +78,7 @@ class PublishFirstLog(ReplicatedLog):
     def __init__(
         self,
         local: CommandLog,
-        store: MemberStore,
+        store: OrderingStore,
         term: int,
         publish: Callable[[bytes], None],
     ) -> None:

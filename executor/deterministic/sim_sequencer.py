@@ -9,18 +9,26 @@ command log with at most ``log_service_epochs_per_reply_max`` epochs; queries go
 the chosen replica or, if its partition is not connected, the next one (PUSH with
 ZMQ_IMMEDIATE). Its clock and seed source are the simulator's.
 
-A crash discards the role object and leaves the command log as a real crash would
-(``sim_log``); a restart builds a new ``Sequencer`` over the recovered log.
+A crash discards the role objects and leaves the command log as a real crash would
+(``sim_log``); a restart builds them anew over the recovered log.
 
-Replicated (``SimOptions.sequencers`` > 1; cluster.sequencer_server is the live
-counterpart): every member starts as a follower that copies committed batches from the
-shared store into its own log (``copy_committed``) every epoch; the member the
-simulator elects ``lead()``s: it copies what it lacks, claims a term, and builds a
-``Sequencer`` over ``ReplicatedLog`` (commit to the store, then append locally), which
-publishes a batch only after its commit. A leader whose commit fails steps down
-(``Sequencer.step_down``: its unanswered calls get ERR_NOT_LEADER) and follows.
-Batches and heartbeats carry the term and the publishing member; followers answer
-nothing (clients and partitions resend to the leader).
+The ordering member's state machine is ``sequencer.member.OrderingMember``, the class
+the live process drives (one per incarnation); this node schedules it and carries its
+outputs over the simulated network. Without replication it leads at once. Replicated
+(``SimOptions.sequencers`` > 1): every member starts as a follower whose turn, every
+epoch, copies committed batches from the shared store (through ``MemberStore``: a
+cut-off member's copy fails and changes nothing); the member the simulator elects
+``lead()``s: it claims a term, copies what it lacks and serves over ``ReplicatedLog``
+(a batch is published only after its commit). A leader whose commit fails steps down
+(its unanswered calls get ERR_NOT_LEADER) and follows. Batches and heartbeats carry
+the term and the publishing member.
+
+Where a simulated member differs from a live one (``sim_member_config``): the
+simulator holds the election; the store keeps the whole log (no progress reports, no
+trim: the end checks read every committed batch from it), so no gap is fetched from a
+peer; the log syncs after each batch (the crash model), not on a timer; a follower
+copies from the store, not from the leader's publication, and answers clients nothing
+(the simulated clients send to the leader the simulator names).
 """
 
 from __future__ import annotations
@@ -30,14 +38,32 @@ from executor.deterministic.sim_network import Node, Payload
 from executor.deterministic.sim_ordering import MemberStore, PublishFirstLog
 from executor.deterministic.sim_world import LogFetcher, World
 from sequencer.log import CommandLog
-from sequencer.replication import ReplicatedLog, copy_committed
+from sequencer.member import MemberConfig, OrderingMember
+from sequencer.replication import OrderingStore, ReplicatedLog
 from sequencer.sequencer import HEARTBEAT_MS, Sequencer
 from sequencer.status import SequencerStats
+from txn_library.errors import invariant
 from txn_library.wire import partition as ewire
 from txn_library.wire import sequencer as wire
 
 WALL_BASE_MS = 1_750_000_000_000  # the batch timestamp is wall-clock time in a live run
 HEARTBEAT_US = HEARTBEAT_MS * 1000
+FOLLOWER_COPY_BATCHES = 256  # per epoch, from the store
+
+
+def sim_member_config(member: int, members: int) -> MemberConfig:
+    """A simulated member (see the module docstring): it copies from the store every
+    turn, a candidate copies all it lacks at once, and the node syncs the log."""
+    return MemberConfig(
+        member,
+        members,
+        copy_batches_per_turn=FOLLOWER_COPY_BATCHES,
+        catch_up_batches_per_turn=1 << 30,
+        copy_backstop_s=0.0,
+        sync_every_s=None,
+        progress_every_s=None,
+        trim_every_s=None,
+    )
 
 
 class SequencerNode:
@@ -48,8 +74,7 @@ class SequencerNode:
         self.node = Node(f"seq{member}" if replicated else "seq", up=False)
         self.log_dir = sim.root / f"log-{member}" if replicated else sim.log_dir
         self.view = MemberStore(sim.store, member) if sim.store is not None else None
-        self.term = 0
-        self.seq: Sequencer | None = None
+        self.ordering: OrderingMember | None = None  # this incarnation's member
         self.log: SimCommandLog | None = None
         self.crash_before_publish = False
         self.failed_stop_noted = False
@@ -59,6 +84,15 @@ class SequencerNode:
         self._next_heartbeat_us = 0
         self.junk = 0
 
+    @property
+    def seq(self) -> Sequencer | None:
+        """The Sequencer while this member leads."""
+        return self.ordering.seq if self.ordering is not None else None
+
+    @property
+    def term(self) -> int:
+        return self.ordering.term if self.ordering is not None else 0
+
     # Life ------------------------------------------------------------------------
     def start(self) -> None:
         sim = self.sim
@@ -66,36 +100,37 @@ class SequencerNode:
         if log.recovered_truncated_bytes:
             self.torn_tails += 1
             self.truncated_bytes += log.recovered_truncated_bytes
+        self.log = log
+        self.ordering = OrderingMember(
+            log,
+            self.view,
+            sim_member_config(self.member, sim.opts.sequencers),
+            self._new_sequencer,
+            on_lead=self._serve,
+            on_step_down=self._stepped_down,
+            replicated_log=self._replicated_log,
+        )
         if self.view is not None:  # replicated: every member starts as a follower
-            self.log, self.seq = log, None
             self.node.up = True
             sim.net.reconnect(self.node)
             sim.trace.note(sim.loop.now_us, f"start seq{self.member} as follower")
             sim.loop.after(sim.opts.epoch_ms * 1000, self._follow_tick, self.node.incarnation)
             return
-        self._serve(log, log, 0)
+        self.ordering.lead_alone()
 
     def lead(self) -> None:
-        """Elected (replicated): copy what the store has that we lack, claim a term,
+        """Elected (replicated): claim a term, copy what the store has that we lack,
         serve over ReplicatedLog."""
-        sim, view, log = self.sim, self.view, self.log
-        assert view is not None and log is not None and self.node.up
-        copy_committed(log, view, 1 << 30)
-        term = view.claim_term()
-        cmd_log: ReplicatedLog
-        if sim.opts.plant == "publish-before-commit":
-            cmd_log = PublishFirstLog(log, view, term, self._publish_batch)
-        else:
-            cmd_log = ReplicatedLog(log, view, term)
-        self.term = term
-        self._serve(log, cmd_log, term)
+        ordering = self.ordering
+        assert ordering is not None and self.node.up
+        ordering.elected(self.sim.mono_s())
+        # the simulator elects only a member that reaches the store, which holds every
+        # committed batch: it catches up at once
+        invariant(ordering.leading, f"seq{self.member} elected but not leading")
 
-    def _publish_batch(self, data: bytes) -> None:
-        self._publish(wire.TOPIC_BATCH, data)
-
-    def _serve(self, log: SimCommandLog, cmd_log: CommandLog | ReplicatedLog, term: int) -> None:
+    def _new_sequencer(self, cmd_log: CommandLog | ReplicatedLog, term: int) -> Sequencer:
         sim = self.sim
-        seq = Sequencer(
+        return Sequencer(
             cmd_log,
             sim.replicas,
             sim.partitions,
@@ -105,45 +140,59 @@ class SequencerNode:
             term=term,
             dataflow_recovery=sim.dataflow_recovery,
         )
+
+    def _replicated_log(self, local: CommandLog, store: OrderingStore, term: int) -> ReplicatedLog:
+        if self.sim.opts.plant == "publish-before-commit":
+            return PublishFirstLog(local, store, term, self._publish_batch)
+        return ReplicatedLog(local, store, term)
+
+    def _publish_batch(self, data: bytes) -> None:
+        self._publish(wire.TOPIC_BATCH, data)
+
+    def _serve(self, seq: Sequencer) -> None:
+        """The member leads (OrderingMember's on_lead): schedule its ticks."""
+        sim, log = self.sim, self.log
+        assert log is not None
         sim.planted_sequencer(seq)
-        self.log, self.seq = log, seq
         self.node.up = True
         sim.net.reconnect(self.node)
         self.crash_before_publish = False
         self.failed_stop_noted = False
         self._next_heartbeat_us = sim.loop.now_us
+        term = seq.term
         led = f" leads term {term}" if term else ""
         sim.trace.note(
             sim.loop.now_us,
             f"start seq{led} epoch {seq.epoch} next txn {seq.next_txn_id} "
             f"(truncated {log.recovered_truncated_bytes} bytes)",
         )
-        if term and sim.opts.plant != "results-to-old-leader":
+        assert self.ordering is not None
+        announce = self.ordering.take_announce()
+        if announce and term and sim.opts.plant != "results-to-old-leader":
             # a new leader names itself at once (partitions send results there)
-            self._publish(wire.TOPIC_HEARTBEAT, self._heartbeat(seq))
+            self._publish(wire.TOPIC_HEARTBEAT, self.ordering.heartbeat())
         sim.loop.after(sim.opts.epoch_ms * 1000, self._tick, self.node.incarnation)
-
-    def _heartbeat(self, seq: Sequencer) -> bytes:
-        return wire.pack(wire.Heartbeat(seq.epoch, self.term, self.member))
 
     def follow(self, reason: str) -> None:
         """Stop leading (replicated): unanswered calls get ERR_NOT_LEADER, then copy."""
-        seq = self.seq
-        if seq is not None:
-            seq.step_down(reason)
-            self.flush()
-            self.retired.append(seq.stats)
-            self.seq = None
-            self.sim.trace.note(self.sim.loop.now_us, f"seq{self.member} follows: {reason}")
+        if self.ordering is not None:
+            self.ordering.step_down(reason)
         self.sim.loop.after(self.sim.opts.epoch_ms * 1000, self._follow_tick, self.node.incarnation)
+
+    def _stepped_down(self, seq: Sequencer | None, reason: str) -> None:
+        """OrderingMember's on_step_down: send the retired leader's answers."""
+        if seq is None:
+            return
+        self.flush(seq)
+        self.retired.append(seq.stats)
+        self.sim.trace.note(self.sim.loop.now_us, f"seq{self.member} follows: {reason}")
 
     def _follow_tick(self, life: int) -> None:
         node, sim = self.node, self.sim
         if not node.up or node.incarnation != life or self.seq is not None:
             return
-        assert self.view is not None and self.log is not None
-        if not self.view.cut:
-            copy_committed(self.log, self.view, 256)
+        assert self.ordering is not None
+        self.ordering.turn(sim.mono_s())
         sim.loop.after(sim.opts.epoch_ms * 1000, self._follow_tick, life)
 
     def crash(self, lose_synced: bool = False) -> None:
@@ -155,7 +204,7 @@ class SequencerNode:
         if self.seq is not None:
             self.retired.append(self.seq.stats)
         tail = self.log.crash(sim.rng, lose_synced=lose_synced)
-        self.seq = self.log = None
+        self.ordering = self.log = None
         sim.trace.note(sim.loop.now_us, f"crash seq: {tail}")
 
     def close(self) -> None:
@@ -221,7 +270,8 @@ class SequencerNode:
                 self.log.sync()  # live: every sequencer_local_sync_s; the store holds it
             self._next_heartbeat_us = now + HEARTBEAT_US
         if now >= self._next_heartbeat_us:
-            self._publish(wire.TOPIC_HEARTBEAT, self._heartbeat(seq))
+            assert self.ordering is not None
+            self._publish(wire.TOPIC_HEARTBEAT, self.ordering.heartbeat())
             self._next_heartbeat_us = now + HEARTBEAT_US
         self.flush()
         sim.loop.after(sim.opts.epoch_ms * 1000, self._tick, life)
@@ -238,8 +288,10 @@ class SequencerNode:
         for reader in self.sim.readers:
             net.send(self.node, reader.node, "pub", payload, reader.on_pub, lossy=True)
 
-    def flush(self) -> None:
-        seq = self.seq
+    def flush(self, seq: Sequencer | None = None) -> None:
+        """Send the outboxes of ``seq`` (default: the leader's)."""
+        if seq is None:
+            seq = self.seq
         assert seq is not None
         sim = self.sim
         seq.take_control_out()  # the simulated clients send no control requests
@@ -248,9 +300,9 @@ class SequencerNode:
             frame = wire.encode_results_reply(replies)
             sim.net.send(self.node, client.node, "reply", frame, client.on_reply)
         for (r, p), queries in seq.take_query_out().items():
-            self._send_queries(r, p, queries)
+            self._send_queries(seq, r, p, queries)
 
-    def _send_queries(self, r: int, p: int, queries: list) -> None:
+    def _send_queries(self, seq: Sequencer, r: int, p: int, queries: list) -> None:
         """To replica r, or the next replica whose partition p is connected."""
         sim = self.sim
         for i in range(sim.replicas):
@@ -260,5 +312,4 @@ class SequencerNode:
                 data = ewire.encode(ewire.Query(rr, queries))
                 sim.net.send(self.node, target.node, "query", data, target.on_inbox)
                 return
-        assert self.seq is not None
-        self.seq.query_out.setdefault((r, p), []).extend(queries)  # nobody up: next turn
+        seq.query_out.setdefault((r, p), []).extend(queries)  # nobody up: next turn
