@@ -265,7 +265,12 @@ class Intake:
         replica: int | None = None,
         unordered: bool = False,
     ) -> None:
-        proc = lookup(name)
+        try:
+            proc = lookup(name)
+        except BadRequest:  # a retry of a call logged before its procedure was retired?
+            if client_id and self._retry_of_retired(identity, client_id, req_id, name, args):
+                return
+            raise
         proc.validate(args)
         args = tuple(args)
         body = call_body(proc.name, args)
@@ -309,6 +314,24 @@ class Intake:
         if client_id:
             self.retries.start(key, call)
         self.stats.calls_accepted += 1
+
+    def _retry_of_retired(
+        self, identity: bytes, client_id: bytes, req_id: int, name: Any, args: Any
+    ) -> bool:
+        """Answer a retry of a call whose procedure was retired since it was logged
+        (txn_library.deployed) with its original outcome; False if it is none."""
+        key = (client_id, req_id)
+        seen = self.retries.get(key)
+        if seen is None or not isinstance(args, (list, tuple)):
+            return False
+        try:
+            digest = call_digest(call_body(name, tuple(args)))
+        except (TypeError, ValueError, OverflowError):
+            return False
+        if seen.digest != digest:
+            return False
+        self._on_retry(identity, key, seen)
+        return True
 
     def _on_retry(self, identity: bytes, key: tuple[bytes, int], seen: Any) -> None:
         self.stats.duplicate_calls += 1

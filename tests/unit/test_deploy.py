@@ -161,3 +161,31 @@ def test_a_waiting_call_is_checked_again_against_the_new_version(tmp_path: Path)
     answers = _answers(s)
     assert answers[3][0] == ERROR and "redeployed" in answers[3][1][1]
     assert OK not in [a[0] for a in answers.values()]
+
+
+def test_a_retired_procedure_is_unknown_from_the_next_epoch_and_its_old_calls_stay_history(
+    tmp_path: Path,
+) -> None:
+    s = _seq(tmp_path)
+    _call(s, 1, DEPLOY, "bump", bump_module(1), [])
+    s.tick(1)
+    _call(s, 2, "demo.bump", "a")
+    s.tick(2)
+    _call(s, 3, DEPLOY, "retire", b"", ["demo.bump"])
+    s.tick(3)  # logged at 3: unknown from 4
+    _call(s, 4, "demo.bump", "a")
+    answers = _answers(s)
+    assert answers[4][0] == ERROR and answers[4][1][0] == "unknown_procedure"
+    assert lookup_at("demo.bump", 3).name == "demo.bump"  # epoch 2's call: still history
+    with pytest.raises(DeployRefused, match="cannot retire"):  # nothing left to retire
+        deployed.check("retire", b"", ("demo.bump",))
+    s.log.close()
+    deployed.reset()
+    s = _seq(tmp_path)  # a restart rebuilds the exactly-once table over the retired call
+    s.on_calls(b"id", CLIENT, ((2, "demo.bump", ("a",)),))
+    s.run_intake()
+    assert _answers(s) == {}  # a retry of a logged call: its outcome is looked up, not refused
+    assert s.query_out  # (from a replica's result cache: a query to the reporter)
+    s.on_calls(b"id", CLIENT, ((9, "demo.bump", ("a",)),))
+    s.run_intake()
+    assert _answers(s)[9][1][0] == "unknown_procedure"  # a new call of it is refused
