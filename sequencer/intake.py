@@ -267,11 +267,11 @@ class Intake:
     ) -> None:
         try:
             proc = lookup(name)
-        except BadRequest:  # a retry of a call logged before its procedure was retired?
-            if client_id and self._retry_of_retired(identity, client_id, req_id, name, args):
+            proc.validate(args)
+        except BadRequest:  # a retry of a call logged before its procedure changed?
+            if client_id and self._retry_of_changed(identity, client_id, req_id, name, args):
                 return
             raise
-        proc.validate(args)
         args = tuple(args)
         body = call_body(proc.name, args)
         digest = call_digest(body)
@@ -315,11 +315,12 @@ class Intake:
             self.retries.start(key, call)
         self.stats.calls_accepted += 1
 
-    def _retry_of_retired(
+    def _retry_of_changed(
         self, identity: bytes, client_id: bytes, req_id: int, name: Any, args: Any
     ) -> bool:
-        """Answer a retry of a call whose procedure was retired since it was logged
-        (txn_library.deployed) with its original outcome; False if it is none."""
+        """Answer a retry of a call whose procedure was retired or redeployed with
+        another schema since it was logged (txn_library.deployed) with its original
+        outcome; False if it is no such retry."""
         key = (client_id, req_id)
         seen = self.retries.get(key)
         if seen is None or not isinstance(args, (list, tuple)):
