@@ -61,7 +61,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +71,7 @@ from txn_library import limits
 from txn_library.client.connection import close_watched, connect_dealer, drain_drops, unwatch, watch
 from txn_library.client.failover import Failover
 from txn_library.client.protocol import CLIENT_ID_BYTES_MAX, ClientProtocol, Result, to_outcome
-from txn_library.client.queries import ISOLATIONS, QueryAnswer, QueryChannel, QueryItem
+from txn_library.client.queries import ISOLATIONS, QueryAnswer, QueryChannel, QueryItem, settle
 from txn_library.client.sinks import (
     NoReaders,
     SinkChannel,
@@ -137,17 +137,6 @@ def _send(sock: zmq.Socket, frame: bytes) -> bool:
     except zmq.Again:
         return False
     return True
-
-
-def _settle(fut: Future, outcome: Any) -> None:
-    """Resolve ``fut`` unless its owner cancelled it meanwhile."""
-    try:
-        if isinstance(outcome, BaseException):
-            fut.set_exception(outcome)
-        else:
-            fut.set_result(outcome)
-    except InvalidStateError:
-        pass  # cancelled by the caller: nobody is waiting for it
 
 
 class Client:
@@ -382,9 +371,9 @@ class Client:
             def done(f: Future) -> None:
                 try:
                     r = f.result()
-                    _settle(out, QueryAnswer(r.status, r.value, None, r.latency_s))
+                    settle(out, QueryAnswer(r.status, r.value, None, r.latency_s))
                 except BaseException as e:  # noqa: BLE001 - handed to the caller as is
-                    _settle(out, e)
+                    settle(out, e)
 
             inner.add_done_callback(done)
             return out
@@ -572,7 +561,7 @@ class Client:
             if isinstance(item, SinkOp):
                 item.sub.pages.put(self._stopped_error())
             else:
-                _settle(item.future, self._stopped_error())
+                settle(item.future, self._stopped_error())
 
     def _release_slot(self, _fut: Future) -> None:
         self._in_flight.release()
@@ -605,11 +594,11 @@ class Client:
         finally:
             self._io_stopped.set()
             for p in pending.values():
-                _settle(p.future, self._stopped_error())
+                settle(p.future, self._stopped_error())
             for fut in self._control_waiters:
-                _settle(fut, self._stopped_error())
+                settle(fut, self._stopped_error())
             for item in self._info_waiting:
-                _settle(item.future, self._stopped_error())
+                settle(item.future, self._stopped_error())
             self._queries.fail_all(self._stopped_error())
             self._queries.close()
             for op in self._sinks_waiting:
@@ -724,7 +713,7 @@ class Client:
                 if _send(sock, wire.encode(item.request)):
                     self._control_waiters.append(item.future)  # replies come in order
                 else:
-                    _settle(item.future, CallTimeout(f"no connection to {self.address}"))
+                    settle(item.future, CallTimeout(f"no connection to {self.address}"))
                 continue
             pending[item.req_id] = item
             calls.append(item.call)
@@ -742,7 +731,7 @@ class Client:
             return
         if kind in (wire.REP_STATUS, wire.REP_OK, wire.REP_ERROR):
             if self._control_waiters:  # control replies come back in request order
-                _settle(self._control_waiters.pop(0), (kind, body))
+                settle(self._control_waiters.pop(0), (kind, body))
             return
         if kind != wire.REP_RESULTS or not isinstance(body, tuple):
             self._malformed(f"unexpected reply kind {kind!r}")
@@ -776,7 +765,7 @@ class Client:
             if epoch > self.last_epoch and isinstance(outcome, Result):
                 self.last_epoch = epoch  # before the caller sees the result
             if not p.future.done():
-                _settle(p.future, outcome)
+                settle(p.future, outcome)
 
     def _malformed(self, what: str) -> None:
         self.malformed_replies += 1
@@ -789,7 +778,7 @@ class Client:
             if now >= p.deadline:
                 del pending[req_id]
                 if not p.future.done():
-                    _settle(
+                    settle(
                         p.future, CallTimeout(f"{p.proc}: no answer within {self.timeout_s:.1f}s")
                     )
             elif now >= p.resend_at:
@@ -808,7 +797,7 @@ class Client:
             return
         problem = q.target_problem(item)
         if problem is not None:
-            _settle(item.future, BadRequest(ERR_BAD_ARGUMENTS, problem))
+            settle(item.future, BadRequest(ERR_BAD_ARGUMENTS, problem))
             return
         q.send(item, self._poller, now)
 
@@ -850,7 +839,7 @@ class Client:
                 if now < item.deadline:
                     keep.append(item)
                 else:
-                    _settle(
+                    settle(
                         item.future,
                         CallTimeout(f"{item.proc}: no cluster.info answer from {self.address}"),
                     )
@@ -911,4 +900,4 @@ class Client:
         self._sinks_waiting = []
         waiting, self._info_waiting = self._info_waiting, []
         for item in waiting:
-            _settle(item.future, error)
+            settle(item.future, error)

@@ -97,14 +97,15 @@ class QueryItem:
 READER = -1  # a target's first element: a reader, not a replica
 
 
-def _settle(fut: Future, outcome: Any) -> None:
+def settle(fut: Future, outcome: Any) -> None:
+    """Resolve ``fut`` unless its owner cancelled it meanwhile (calls and queries)."""
     try:
         if isinstance(outcome, BaseException):
             fut.set_exception(outcome)
         else:
             fut.set_result(outcome)
     except InvalidStateError:
-        pass
+        pass  # cancelled by the caller: nobody is waiting for it
 
 
 class QueryChannel:
@@ -170,7 +171,7 @@ class QueryChannel:
             problem = self.target_problem(item)
             if problem is not None:
                 del self.pending[qid]
-                _settle(item.future, BadRequest(ERR_BAD_ARGUMENTS, problem))
+                settle(item.future, BadRequest(ERR_BAD_ARGUMENTS, problem))
                 continue
             item.tried, item.first, item.first_reader = 0, -1, -1
             self.send(item, poller, now)
@@ -249,7 +250,7 @@ class QueryChannel:
             sock = self.socket(item.target, poller)
         except zmq.ZMQError as e:  # an address zmq refuses, or no socket left to make
             self.pending.pop(item.qid, None)
-            _settle(item.future, CallFailed(ERR_UNAVAILABLE, f"cannot connect: {e}"))
+            settle(item.future, CallFailed(ERR_UNAVAILABLE, f"cannot connect: {e}"))
             return
         try:
             sock.send(self.encode(item), zmq.NOBLOCK)
@@ -293,16 +294,16 @@ class QueryChannel:
                 if not_here:
                     self.exhausted = True  # every target refused it
                 del self.pending[qid]
-                _settle(item.future, CallFailed(str(code), str(message)))
+                settle(item.future, CallFailed(str(code), str(message)))
                 continue
             del self.pending[qid]
-            _settle(item.future, QueryAnswer(status, value, epoch, now - item.started))
+            settle(item.future, QueryAnswer(status, value, epoch, now - item.started))
 
     def expire(self, poller: zmq.Poller, now: float) -> None:
         for qid, item in list(self.pending.items()):
             if now >= item.deadline:
                 del self.pending[qid]
-                _settle(item.future, CallTimeout(f"{item.proc}: no answer within the timeout"))
+                settle(item.future, CallTimeout(f"{item.proc}: no answer within the timeout"))
             elif now >= item.resend_at:
                 if self.choices(item) > 1:
                     item.tried = (item.tried + 1) % self.choices(item)  # silent: the next
@@ -320,7 +321,7 @@ class QueryChannel:
 
     def fail_all(self, error: BaseException) -> None:
         for item in self.pending.values():
-            _settle(item.future, error)
+            settle(item.future, error)
         self.pending.clear()
 
     def close(self) -> None:
