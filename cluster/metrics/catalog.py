@@ -102,6 +102,12 @@ SEQUENCER = (
     ),
     _m("ordo_flow_control_wait_seconds_total", COUNTER, "time batches were held so"),
     _m(
+        "ordo_heap_trims_total",
+        COUNTER,
+        "times freed heap memory was given back to the OS (malloc_trim; cluster/heap_trim.py)",
+    ),
+    _m("ordo_heap_trimmed_bytes_total", COUNTER, "resident memory those trims gave back"),
+    _m(
         "ordo_replica_partition_up",
         GAUGE,
         "the leader's view: 1 if the partition reported within 1.5 s",

@@ -153,6 +153,8 @@ class SequencerMetrics(RoleMetrics):
             "ordo_flow_control_waits_total": self.flow_waits,
             "ordo_flow_control_wait_seconds_total": self.flow_wait_s
             + (time.monotonic() - self._held_since if self._held_since is not None else 0.0),
+            "ordo_heap_trims_total": s.heap.trims,
+            "ordo_heap_trimmed_bytes_total": s.heap.released_bytes,
             "ordo_txns_sequenced_total": {(k,): n for k, n in self.sequenced.items()},
             "ordo_txns_answered_total": {
                 (OUTCOMES.get(k, str(k)),): n for k, n in self.answered.items()

@@ -154,7 +154,13 @@ def test_sequencer_metrics_count_procedures_outcomes_and_latency_from_a_real_seq
     log = CommandLog(tmp_path / "log", fsync=False)
     seq = Sequencer(log, 1, 1)
     server = SimpleNamespace(
-        member=0, store=None, seq=seq, local=log, term=0, _copy=SimpleNamespace(store_last_epoch=0)
+        member=0,
+        store=None,
+        seq=seq,
+        local=log,
+        term=0,
+        _copy=SimpleNamespace(store_last_epoch=0),
+        heap=SimpleNamespace(trims=2, released_bytes=5 << 20),
     )
     m = SequencerMetrics(server)
     calls = [(i, "kv.put", [f"k{i}", "v"]) for i in range(3)] + [(9, "kv.add", ["k0", 1])]
@@ -171,6 +177,10 @@ def test_sequencer_metrics_count_procedures_outcomes_and_latency_from_a_real_seq
     values = m.sample()
     assert values["ordo_txns_answered_total"] == {("ok",): 2, ("aborted",): 1}
     assert values["ordo_batches_total"] == 1 and values["ordo_sequencer_leader"] == 1
+    assert (values["ordo_heap_trims_total"], values["ordo_heap_trimmed_bytes_total"]) == (
+        2,
+        5 << 20,
+    )  # the process's HeapTrim (cluster.heap_trim)
     log.close()
 
 
@@ -239,7 +249,13 @@ def test_sequencer_counters_never_go_back_across_terms_and_a_follower_reports_it
     load_modules(("txn_library.workloads.builtin",))
     log = CommandLog(tmp_path / "log", fsync=False)
     server = SimpleNamespace(
-        member=1, store=None, seq=None, local=log, term=0, _copy=SimpleNamespace(store_last_epoch=0)
+        member=1,
+        store=None,
+        seq=None,
+        local=log,
+        term=0,
+        _copy=SimpleNamespace(store_last_epoch=0),
+        heap=SimpleNamespace(trims=0, released_bytes=0),
     )
     m = SequencerMetrics(server)
     for term in (1, 2):  # a leader, deposed, then leading again with a new Sequencer
