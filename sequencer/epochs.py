@@ -222,6 +222,8 @@ class Epochs:
         invariant(len(data) <= limits.batch_bytes_max, f"batch of {len(data)} bytes over bound")
         try:
             self.log.append(epoch, data)
+            if deploys:
+                self.log.mark(epoch)  # found at the next start (sequencer.deploys)
             self.log.sync()
         except OSError as e:
             self._fail(f"command log write/sync failed at epoch {epoch}: {e}", first)

@@ -22,9 +22,10 @@ Invariants
       unsynced bytes, and only the last segment may be empty.
     - The in-memory index is one ``array('Q')`` of frame offsets per segment.
     - ``marked`` lists, in order, the epochs on disk whose payload contains the marker
-      bytes (by default a deploy call's packed name, txn_library.deployed.MARKER): the
-      one thing the log looks for in a payload, so that a sequencer finds its deploys
-      without decoding every batch.
+      bytes (by default a deploy call's packed name, txn_library.deployed.MARKER),
+      found by recovery (the one thing the log looks for in a payload) and noted by
+      whoever appends such a frame (``mark``: it decoded or built the batch), so that a
+      sequencer finds its deploys without decoding every batch.
 
 Recovery (on open) and ``iter_frames`` check every frame: header complete, length in
 1..log_frame_bytes_max, payload complete, CRC32C matches; and that segment names are
@@ -79,6 +80,7 @@ import google_crc32c
 
 from txn_library import limits
 from txn_library.deployed import MARKER
+from txn_library.errors import invariant
 
 _HEADER = struct.Struct("<II")
 _HEADER_BYTES = _HEADER.size
@@ -301,7 +303,8 @@ class CommandLog:
         self._dir = Path(log_dir)
         # Epochs whose payload contains ``marker`` (a deploy call's packed name: the
         # sequencer installs those batches' modules at start, txn_library.deployed),
-        # found while recovery reads every frame anyway and on append.
+        # found while recovery reads every frame anyway, and noted by the appender
+        # (``mark``) for what it appends.
         self._marker = marker
         self.marked: list[int] = []
         self._fsync = fsync
@@ -361,7 +364,12 @@ class CommandLog:
         tail.offsets.append(tail.end_bytes)
         tail.end_bytes += frame_bytes
         self._buffered = self._unsynced = True
-        if self._marker is not None and self._marker in payload:
+
+    def mark(self, epoch: int) -> None:
+        """Note that the frame of ``epoch`` just appended holds the marker: the
+        appender knows (it decoded the batch or built it), so appends never search."""
+        invariant(epoch == self.last_epoch, f"mark of epoch {epoch}, last is {self.last_epoch}")
+        if not self.marked or self.marked[-1] < epoch:
             self.marked.append(epoch)
 
     def start_at(self, epoch: int) -> None:

@@ -364,12 +364,15 @@ class OrderingMember:
         LogCorruption if the local log refuses it."""
         if self.role == LEADER:
             return False
-        epoch = wire.decode_batch(data).epoch  # checked whole, as a copy is
+        batch = wire.decode_batch(data)  # checked whole, as a copy is
+        epoch = batch.epoch
         last = self.local.last_epoch
         if epoch != last + 1:
             self._feed_behind = epoch > last
             return False
         self.local.append(epoch, data)
+        if batch.flags & wire.FLAG_DEPLOY:
+            self.local.mark(epoch)  # its deploys are installed when this member leads
         return True
 
     def on_peer_reply(self, data: bytes) -> int:

@@ -42,7 +42,7 @@ from typing import Protocol
 from sequencer.log import CommandLog
 from txn_library import limits
 from txn_library.errors import invariant
-from txn_library.wire.sequencer import decode_batch
+from txn_library.wire.sequencer import FLAG_DEPLOY, decode_batch
 
 
 class NotLeader(Exception):
@@ -145,6 +145,8 @@ def append_committed(local: CommandLog, epoch: int, data: bytes) -> None:
     if local.last_epoch == 0 and epoch > 1:
         local.start_at(epoch)  # a peer's log pruned before this: begin where it begins
     local.append(epoch, data)
+    if batch.flags & FLAG_DEPLOY:
+        local.mark(epoch)  # its deploys are installed when this member leads
 
 
 def copy_from_peer(local: CommandLog, batches: Iterable[bytes]) -> int:
@@ -190,6 +192,9 @@ class ReplicatedLog:
     def append(self, epoch: int, data: bytes) -> None:
         self.store.commit(self.term, epoch, data)  # Deposed / CommitUnknown: step down
         self.local.append(epoch, data)
+
+    def mark(self, epoch: int) -> None:
+        self.local.mark(epoch)
 
     def sync(self) -> None:
         """The Sequencer's per-epoch durability point. Here the batch is durable once

@@ -189,3 +189,24 @@ def test_a_retired_procedure_is_unknown_from_the_next_epoch_and_its_old_calls_st
     s.on_calls(b"id", CLIENT, ((9, "demo.bump", ("a",)),))
     s.run_intake()
     assert _answers(s)[9][1][0] == "unknown_procedure"  # a new call of it is refused
+
+
+def test_a_log_knows_its_deploy_batches_from_its_appenders_and_from_recovery(
+    tmp_path: Path,
+) -> None:
+    from sequencer.replication import append_committed
+
+    s = _seq(tmp_path / "leader")
+    _call(s, 1, DEPLOY, "bump", bump_module(1), [])
+    _call(s, 2, "kv.put", "k", 1)
+    first = s.tick(1)  # the deploy and a call
+    _call(s, 3, "kv.put", "k", 2)
+    second = s.tick(2)
+    assert first is not None and second is not None
+    assert s.log.marked == [1]  # the leader marks what it built
+    follower = CommandLog(tmp_path / "follower")
+    append_committed(follower, 1, first)
+    append_committed(follower, 2, second)
+    assert follower.marked == [1]  # a copy is marked from the batch's flags
+    follower.close()
+    assert CommandLog(tmp_path / "follower").marked == [1]  # and recovery finds it
