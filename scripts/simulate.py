@@ -13,12 +13,23 @@ the serial oracle. The same seed always replays the same run.
 
 Many seeds: one line per failing seed (the seed and its first failure), then a
 summary with seeds per minute; exit status 1 if any seed failed. ``--json PATH``
-also writes the summary and every failing seed there. Planted bugs (``--plant``):
-swap, drop-read, lose-synced, no-retry-rebuild, publish-before-commit and
-results-to-old-leader (with ``--sequencers 3``; the latter with ``--strict-liveness``:
-its calls are never answered), reader-ahead and reader-skip (with ``--readers``); they live in the
-simulator, never in engine code. ``--strict-liveness`` also fails seeds in which a call
-was never answered.
+also writes the summary and every failing seed there. Seeds run in ``--workers``
+processes (default: one per core); every seed's run is the same in any process.
+Planted bugs (``--plant``): swap, drop-read, lose-synced, no-retry-rebuild,
+client-new-ids-on-resend, and with ``--sequencers 3`` publish-before-commit,
+results-to-old-leader (with ``--strict-liveness``: its calls are never answered),
+no-exactly-once-rebuild, partition-accepts-old-term and fenced-leader-serves-reads;
+reader-ahead and reader-skip (with ``--readers``); they live in the simulator, never
+in engine code. ``--strict-liveness`` also fails seeds in which a call was never
+answered.
+
+``--sequencers 3`` runs the replicated ordering layer with its harder faults too
+(``SimOptions.ha_faults``: paused members, one-way cuts, wiped followers, the store
+losing a server or slow, clock jumps; ``--no-ha-faults``: leader kills and cut-offs
+only). ``--long`` runs seeds until 10,000,000 simulated transactions are done
+(``--txns N``: until N), printing progress; exit status 1 on any violation:
+
+    .venv/bin/python scripts/simulate.py --workload bank --sequencers 3 --long
 
 ``--readers N`` adds N readers (executor/reader/sim_reader.py, handed to the
 simulator): they follow the publication and the log, are killed and restarted, and
@@ -32,8 +43,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +58,10 @@ from executor.deterministic.simulator import PLANTS, READER_PLANTS, run_seed  # 
 from executor.deterministic.workloads import WORKLOADS  # noqa: E402
 from executor.reader.sim_reader import ReaderNode  # noqa: E402
 
+LONG_TXNS = 10_000_000
+PROGRESS_EVERY_S = 30.0
+CHUNK_SEEDS = 4  # seeds a worker takes at a time
+BLOCK_SEEDS = 512  # seeds handed to the pool at a time
 STORY_WORDS = (
     "fault",
     "crash",
@@ -54,6 +72,11 @@ STORY_WORDS = (
     "gap",
     "elect",
     "heal",
+    "pause",
+    "resume",
+    "session",
+    "store",
+    "wiped",
     "follows",
     "stepped",
     "PLANT",
@@ -85,6 +108,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         options["plant"] = args.plant
     if args.no_faults:
         options["faults"] = False
+    if (args.sequencers or 1) > 1 and not args.no_ha_faults:
+        options["ha_faults"] = True
     if args.checkpoint_store:
         options["checkpoint_store"] = args.checkpoint_store
     return options
@@ -125,15 +150,51 @@ def _readers_line(c: dict[str, int]) -> str:
     )
 
 
+def _run_one(job: tuple[int, str, dict[str, Any]]) -> SimResult:
+    seed, workload, options = job
+    return run_seed(seed, workload, **options)
+
+
+def _results(args: argparse.Namespace, options: dict[str, Any]) -> Iterator[SimResult]:
+    """Every seed's result, in seed order, from ``args.workers`` processes: seeds from
+    ``--first-seed``, ``--seeds`` of them, or without end with ``--txns`` (the caller
+    stops), a block at a time (a pool takes its whole input at once)."""
+    first = args.first_seed
+    if args.workers <= 1:
+        for seed in _seed_range(args, first, None):
+            yield run_seed(seed, args.workload, **options)
+        return
+    with multiprocessing.get_context("fork").Pool(args.workers) as pool:
+        while True:
+            block = _seed_range(args, first, BLOCK_SEEDS)
+            if not block:
+                return
+            jobs = [(seed, args.workload, options) for seed in block]
+            yield from pool.imap(_run_one, jobs, chunksize=CHUNK_SEEDS)
+            first = block[-1] + 1
+
+
+def _seed_range(args: argparse.Namespace, first: int, most: int | None) -> range:
+    """Seeds from ``first``: up to ``most`` (None: all) of those left to run."""
+    if args.txns:
+        return range(first, first + (most or 1 << 62))
+    end = args.first_seed + args.seeds
+    return range(first, end if most is None else min(end, first + most))
+
+
 def sweep(args: argparse.Namespace) -> int:
     options = _options(args)
     failed: list[SimResult] = []
     stalled = 0
     reader_totals: dict[str, int] = {}
+    txns = 0
+    ran = 0
     t0 = time.perf_counter()
-    seeds = range(args.first_seed, args.first_seed + args.seeds)
-    for seed in seeds:
-        r = run_seed(seed, args.workload, **options)
+    next_progress = t0 + PROGRESS_EVERY_S
+    for r in _results(args, options):
+        ran += 1
+        txns += r.counters["txns"]
+        seed = r.seed
         stalled += bool(r.stalls)
         for k, v in r.counters.items():
             if k.startswith("reader"):
@@ -141,13 +202,25 @@ def sweep(args: argparse.Namespace) -> int:
         if not r.ok:
             failed.append(r)
             print(f"seed {seed} FAILED: {r.first_failure}", flush=True)
+        now = time.perf_counter()
+        if args.txns and now >= next_progress:
+            next_progress = now + PROGRESS_EVERY_S
+            print(
+                f"  {ran} seeds, {txns:,} txns, {len(failed)} failed; {now - t0:.0f} s, "
+                f"{txns / (now - t0):,.0f} txns/s",
+                flush=True,
+            )
+        if args.txns and txns >= args.txns:
+            break
     elapsed = time.perf_counter() - t0
-    rate = len(seeds) / elapsed * 60 if elapsed else 0.0
+    rate = ran / elapsed * 60 if elapsed else 0.0
     summary = {
         "workload": args.workload,
         "plant": args.plant,
         "first_seed": args.first_seed,
-        "seeds": len(seeds),
+        "seeds": ran,
+        "txns": txns,
+        "workers": args.workers,
         "failed": len(failed),
         "seeds_with_unanswered_calls": stalled,
         "elapsed_s": round(elapsed, 2),
@@ -157,8 +230,9 @@ def sweep(args: argparse.Namespace) -> int:
     if reader_totals:
         summary["readers"] = reader_totals
     print(
-        f"{args.workload}: {len(seeds)} seeds from {args.first_seed}, {len(failed)} failed, "
-        f"{stalled} with unanswered calls; {elapsed:.1f} s, {rate:.0f} seeds/minute"
+        f"{args.workload}: {ran} seeds from {args.first_seed}, {len(failed)} failed, "
+        f"{stalled} with unanswered calls; {elapsed:.1f} s, {rate:.0f} seeds/minute "
+        f"({args.workers} workers, {txns:,} txns)"
     )
     if reader_totals:
         print(_readers_line(reader_totals))
@@ -184,7 +258,9 @@ def main() -> int:
     ap.add_argument(
         "--sequencers",
         type=int,
-        help="> 1: a replicated ordering layer (leader kills and cut-offs, failover)",
+        help="> 1: a replicated ordering layer (leader kills and cut-offs, failover; and "
+        "unless --no-ha-faults, paused members, one-way cuts, wiped followers, store "
+        "faults, clock jumps)",
     )
     ap.add_argument(
         "--readers",
@@ -199,6 +275,27 @@ def main() -> int:
         "snapshot, at_epoch or read-committed query (default 0.5)",
     )
     ap.add_argument("--no-faults", action="store_true")
+    ap.add_argument(
+        "--no-ha-faults",
+        action="store_true",
+        help="with --sequencers > 1: leader kills and cut-offs only (no pauses, one-way "
+        "cuts, wiped followers, store faults or clock jumps)",
+    )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="processes running seeds (default: one per core)",
+    )
+    ap.add_argument(
+        "--txns",
+        type=int,
+        default=0,
+        help="run seeds from --first-seed until this many transactions are done",
+    )
+    ap.add_argument(
+        "--long", action="store_true", help=f"--txns {LONG_TXNS:,} (progress every 30 s)"
+    )
     ap.add_argument(
         "--checkpoint-store",
         choices=("file", "memory"),
@@ -220,6 +317,8 @@ def main() -> int:
     ap.add_argument("--strict-liveness", action="store_true")
     ap.add_argument("--json", help="write the sweep's summary to this file")
     args = ap.parse_args()
+    if args.long:
+        args.txns = args.txns or LONG_TXNS
     if args.seed is not None:
         return replay(args)
     return sweep(args)

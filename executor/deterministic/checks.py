@@ -5,16 +5,20 @@ After a run the final command log is replayed from genesis by the serial oracle
 of the keys of the workload's ``history_tables``. Then:
 
 - log: epochs consecutive from 1, txn ids consecutive, each batch vouching for its
-  predecessor's bytes (prev_digest);
+  predecessor's bytes (prev_digest), batch timestamps never decreasing (whatever the
+  leaders' clocks did);
 - oracle equivalence: every replica's state hash (sum of its partitions') equals the
   oracle's, every replica applied the whole log and is idle, every partition's
   incremental hash equals a recomputation (small databases), partition hashes agree
   across replicas;
 - every result any partition reported equals the oracle's result for that txn id;
-- exactly once: no (client_id, req_id) is logged twice (a dependent call may be
+- exactly once: no call is logged twice, under one (client_id, req_id) or under the
+  several a client sent it with (a dependent call may be
   logged again only after an oracle RESTART), every logged call is one a client made,
   every acknowledged sequenced call is in the log and its answer equals the oracle's,
-  every answer to the same call agrees, and no valid call was rejected;
+  every answer to the same sequenced call agrees, and no valid call was rejected (an
+  unsequenced read is never logged: a copy of it that reaches a new leader late runs
+  again, and each of its answers is checked on its own, below);
 - read-only (unsequenced) point reads: the answer equals the key's value after some
   transaction t with lo <= t <= hi, where lo is the newest txn acknowledged to any
   client before the read was sent and hi the newest txn logged before it was answered
@@ -29,6 +33,9 @@ of the keys of the workload's ``history_tables``. Then:
   the oracle's state hash there and equal every replica's boundary hash of that
   partition and epoch (the hash a partition records at a checkpoint drain); every
   reader applied the whole log by the end;
+- deposed leaders (with the replicated layer's store faults): no call is answered by a
+  leader of term t after the store committed a batch of a newer term (in the one
+  order the simulator records commits and answers in);
 - the workload's own invariant on the oracle and on every replica;
 - the sequencers saw no determinism violation.
 
@@ -93,6 +100,12 @@ class RunRecord:
     reader_epochs: list[int | None] = field(default_factory=list)  # at the end; None: down
     # (replica, partition, epoch, state hash) at every checkpoint drain
     boundaries: list[tuple[int, int, int, int]] = field(default_factory=list)
+    # The store's commits, (order, time_us, epoch, term), and the calls a sequencer
+    # answered, (order, time_us, member, its term, client, req ids), in one order
+    commits: list[tuple[int, int, int, int]] = field(default_factory=list)
+    leader_answers: list[tuple[int, int, int, int, str, tuple[int, ...]]] = field(
+        default_factory=list
+    )
 
 
 def normal(value: Any) -> Any:
@@ -158,6 +171,7 @@ def _column0(row: tuple | None) -> Any:
 def check_log(log: list[bytes]) -> tuple[list[wire.Batch], list[str]]:
     batches, out = [], []
     next_txn = 0
+    last_ms = 0
     for i, data in enumerate(log):
         batch = wire.decode_batch(data)
         epoch = i + 1
@@ -168,6 +182,9 @@ def check_log(log: list[bytes]) -> tuple[list[wire.Batch], list[str]]:
         expected = wire.batch_digest(log[i - 1]) if i else 0
         if batch.prev_digest != expected:
             out.append(f"log: epoch {epoch} does not vouch for epoch {epoch - 1}'s bytes")
+        if batch.timestamp_ms < last_ms:
+            out.append(f"log: epoch {epoch}'s timestamp {batch.timestamp_ms} < {last_ms}")
+        last_ms = max(last_ms, batch.timestamp_ms)
         next_txn = batch.next_txn_id
         batches.append(batch)
     return batches, out
@@ -231,7 +248,7 @@ def check_exactly_once(oracle: Oracle, calls: list[CallRecord], partitions: int)
     for t in oracle.txns:
         if t.client_id:
             by_key.setdefault((t.client_id, t.req_id), []).append(t)
-    made = {(c.client_id, c.req_id): c for c in calls}
+    made = {(c.client_id, r): c for c in calls for r in (c.req_id, *c.aliases)}
     for key, txns in by_key.items():
         call = made.get(key)
         if call is None:
@@ -244,27 +261,64 @@ def check_exactly_once(oracle: Oracle, calls: list[CallRecord], partitions: int)
                 out.append(
                     f"txn {t.txn_id} logs {t.proc}{args!r:.80} for {call.proc}{call.args!r:.80}"
                 )
-        if len(txns) > 1 and not proc.dependent:
-            ids = [t.txn_id for t in txns]
-            out.append(
-                f"{call.proc} of client {key[0]!r} req {key[1]} logged {len(txns)} times: {ids}"
-            )
-        if proc.dependent:
-            if len(txns) > limits.dependent_restarts_max + 1:
-                out.append(f"dependent call {key!r} logged {len(txns)} times")
-            for t in txns[:-1]:
-                if t.result[0] != RESTART:
-                    out.append(f"dependent call {key!r} logged again after txn {t.txn_id} ended")
     for call in calls:
-        out.extend(_check_answers(call, by_key.get((call.client_id, call.req_id), []), partitions))
+        txns = by_key.get((call.client_id, call.req_id), [])
+        if call.aliases:  # resent under other ids: one call all the same
+            txns = sorted(
+                (
+                    t
+                    for r in (call.req_id, *call.aliases)
+                    for t in by_key.get((call.client_id, r), [])
+                ),
+                key=lambda t: t.txn_id,
+            )
+        out.extend(_check_once(call, txns))
+        out.extend(_check_answers(call, txns, partitions))
     return out
+
+
+def _check_once(call: CallRecord, txns: list[LoggedTxn]) -> list[str]:
+    out = []
+    key = (call.client_id, call.req_id)
+    if len(txns) > 1 and not lookup(call.proc).dependent:
+        ids = [t.txn_id for t in txns]
+        out.append(f"{call.proc} of client {key[0]!r} req {key[1]} logged {len(txns)} times: {ids}")
+    if lookup(call.proc).dependent:
+        if len(txns) > limits.dependent_restarts_max + 1:
+            out.append(f"dependent call {key!r} logged {len(txns)} times")
+        for t in txns[:-1]:
+            if t.result[0] != RESTART:
+                out.append(f"dependent call {key!r} logged again after txn {t.txn_id} ended")
+    return out
+
+
+def check_deposed_answers(
+    commits: list[tuple[int, int, int, int]],
+    answers: list[tuple[int, int, int, int, str, tuple[int, ...]]],
+) -> list[str]:
+    """No call answered by a leader of term t after a batch of a newer term committed."""
+    first_of_term: dict[int, int] = {}  # term -> order of its first commit
+    for order, _t, _epoch, term in commits:
+        first_of_term.setdefault(term, order)
+    findings = Findings()
+    terms = sorted(first_of_term)
+    for order, when_us, member, term, client, req_ids in answers:
+        newer = [first_of_term[t] for t in terms if t > term]
+        if newer and min(newer) < order:
+            findings.add(
+                "deposed answers",
+                f"seq{member} (term {term}) answered {client} reqs {list(req_ids)[:5]} at "
+                f"{when_us} us, after a newer term committed",
+            )
+    return findings.all()
 
 
 def _check_answers(call: CallRecord, txns: list[LoggedTxn], partitions: int) -> list[str]:
     out = []
     known = [(s, v) for _t, s, v in call.answers if not _unknown(s, v)]
     what = f"{call.proc}{call.args!r:.60} (client {call.client_id!r} req {call.req_id})"
-    if any(a != known[0] for a in known[1:]):
+    unsequenced = _unsequenced(call.proc, call.args, partitions)
+    if not unsequenced and any(a != known[0] for a in known[1:]):
         out.append(f"{what} got different answers: {known!r:.200}")
     if not known:
         return out
@@ -272,7 +326,7 @@ def _check_answers(call: CallRecord, txns: list[LoggedTxn], partitions: int) -> 
     if status == ERROR and isinstance(value, tuple) and value[0] not in EXECUTED_ERRORS:
         out.append(f"{what} was rejected: {value!r:.120}")
         return out
-    if _unsequenced(call.proc, call.args, partitions):
+    if unsequenced:
         if txns:
             out.append(f"{what} is read-only on one partition but was logged")
         return out
@@ -500,6 +554,7 @@ def run_checks(run: RunRecord, workload: Workload) -> list[str]:
     failures += check_replicas(oracle, run.replicas, len(batches))
     failures += check_reported(oracle, run.reported)
     failures += check_exactly_once(oracle, run.calls, run.partitions)
+    failures += check_deposed_answers(run.commits, run.leader_answers)
     failures += check_point_reads(oracle, workload, run.calls, run.logged_at, run.partitions)
     failures += at_epoch.finish(len(batches))
     final = FinalState(

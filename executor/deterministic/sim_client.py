@@ -8,7 +8,9 @@ after ``timeout_us`` (a timeout: the call may or may not have committed).
 The ledger (``records``) keeps every call made and every answer received, in order,
 including second answers to a retried call: the checks compare them with the log and
 the serial oracle. ERR_NOT_LEADER (a deposed leader's answer) is not an answer: the
-call is resent, same ids, to the leader, as ``Client`` does.
+call is resent, same ids, to the leader, as ``Client`` does. The planted bug
+``client-new-ids-on-resend`` resends under a new request id instead; the ledger keeps
+it one call (``CallRecord.aliases``), so the checks see a call logged twice.
 
 With readers (``SimOptions.readers``), a share of the read-only calls a client takes
 from its workload is also sent to a reader as a query (``reader_queries``): a
@@ -54,6 +56,7 @@ class CallRecord:
     answers: list[tuple[int, int, Any]] = field(default_factory=list)  # (time, status, value)
     sends: int = 0
     timed_out: bool = False
+    aliases: list[int] = field(default_factory=list)  # planted: other req ids it was sent as
 
 
 @dataclass
@@ -124,6 +127,10 @@ class SimClient:
         self._reader_polling = False
         self.started = False
         self.retries = 0
+        # Planted ``client-new-ids-on-resend``: req id -> its call (ids no longer index
+        # ``records``)
+        self._new_ids = sim.opts.plant == "client-new-ids-on-resend"
+        self._by_req: dict[int, CallRecord] = {}
         self.on_setup_done: Callable[[], None] | None = None
 
     @property
@@ -186,6 +193,8 @@ class SimClient:
         decoded_args = wire.unpack(wire.pack(args))
         record = CallRecord(self.proto.client_id, req_id, proc, decoded_args, now)
         self.records.append(record)
+        if self._new_ids:
+            self._by_req[req_id] = record
         self._pending[req_id] = _Pending(
             record, encoded, now + self.retry_us, now + self.timeout_us
         )
@@ -349,7 +358,8 @@ class SimClient:
             if req_id is None:
                 self.sim.failure(f"client {self.index}: frame rejected: {value!r}")
                 continue
-            if not 1 <= req_id <= len(self.records):
+            record = self._record_of(req_id)
+            if record is None:
                 self.sim.failure(f"client {self.index}: answer for unknown request {req_id}")
                 continue
             if status == ERROR and isinstance(value, tuple) and value[:1] == (ERR_NOT_LEADER,):
@@ -357,11 +367,30 @@ class SimClient:
                 if p is not None:
                     p.resend_us = now
                 continue
-            self.records[req_id - 1].answers.append((now, status, value))
+            record.answers.append((now, status, value))
             if self._pending.pop(req_id, None) is not None:
                 answered = True
         if answered:
             self._after_answer()
+
+    def _record_of(self, req_id: int) -> CallRecord | None:
+        if self._new_ids:
+            return self._by_req.get(req_id)
+        return self.records[req_id - 1] if 1 <= req_id <= len(self.records) else None
+
+    def _renumber(self, req_id: int, p: _Pending) -> _Pending:
+        """Planted ``client-new-ids-on-resend``: the resend is a new request."""
+        record = p.record
+        new_id = self.proto.next_req_id()
+        encoded = self.proto.encode_call(new_id, record.proc, record.args)
+        del self._pending[req_id]
+        moved = _Pending(record, encoded, p.resend_us, p.deadline_us)
+        self._pending[new_id] = moved
+        self._by_req[new_id] = record
+        record.aliases.append(new_id)
+        if self._setup_req == req_id:
+            self._setup_req = new_id
+        return moved
 
     def _after_answer(self) -> None:
         think = self.sim.rng.randint(0, self.think_max_us) if self.think_max_us else 0
@@ -378,6 +407,8 @@ class SimClient:
                 expired = True
                 self.sim.trace.note(now, f"timeout c{self.index} {req_id} {p.record.proc}")
             elif now >= p.resend_us:
+                if self._new_ids:
+                    p = self._renumber(req_id, p)
                 p.resend_us = now + self.retry_us
                 p.record.sends += 1
                 self.retries += 1

@@ -16,6 +16,13 @@ The network gives ZeroMQ's guarantees and nothing stronger:
   sockets that queue until the peer is back (``park=True``: PUSH without
   ZMQ_IMMEDIATE, DEALER): it waits, and reaches the receiver's next incarnation
   unless its sender dies first.
+- A paused process (``pause``: SIGSTOP, a long GC or VM stall) is alive and silent:
+  what reaches it waits in its socket buffers, and its own timers (``NodeLoop``) do
+  not fire; at ``resume`` both run, in the order they came due, at the resume time.
+- A one-way cut (``cut(src, dst)``: a link that loses packets one way, TCP
+  retransmitting) holds what ``src`` sends ``dst``, in order, until ``heal``; it
+  then arrives, unless either end died meanwhile (the connection died with it).
+  Cuts of the same link nest (each ``cut`` needs its ``heal``).
 Payloads are bytes (or a tuple of byte frames), exactly what goes on the wire.
 
 Observers (``Node.observer``: the readers) watch the cluster without changing its run:
@@ -24,8 +31,9 @@ observers' own generator (``observer_rng``), so adding observers to a seed leave
 draws of the cluster's own messages, and so its history, as they were.
 
 Invariants: time only grows; a node's incarnation only grows; a message is
-delivered at most once, to the incarnation that was up when it was sent; traffic of
-an observer never draws from the cluster's generator.
+delivered at most once, to the incarnation that was up when it was sent, never to a
+paused node and never across a cut link; a node's held inputs keep their order;
+traffic of an observer never draws from the cluster's generator.
 """
 
 from __future__ import annotations
@@ -103,6 +111,7 @@ class Node:
     incarnation: int = 0
     crashed_at_us: int = -1
     observer: bool = False  # its traffic draws from Network.observer_rng
+    paused: bool = False  # alive, silent: inputs and timers wait (Network.pause)
 
 
 @dataclass
@@ -124,6 +133,9 @@ class NetStats:
     dropped_pub: int = 0
     lost_crash: int = 0
     parked: int = 0
+    held_pause: int = 0  # messages that waited for a paused receiver
+    held_cut: int = 0  # messages that waited for a cut link to heal
+    lost_cut: int = 0  # ... and were lost: an end died before the heal
     by_kind: dict[str, int] = field(default_factory=dict)
 
 
@@ -145,6 +157,46 @@ class Network:
         self._last_us: dict[tuple[str, str, str], int] = {}
         self._parked: dict[str, list[tuple[Node, int, str, Payload, Deliver]]] = {}
         self.in_flight = 0
+        # Paused nodes' inputs and timers, in the order they came due (see ``pause``)
+        self._held: dict[str, list[tuple[Callable[..., None], tuple[Any, ...]]]] = {}
+        # One-way cuts: (src name, dst name) -> how many cuts hold the link
+        self._cuts: dict[tuple[str, str], int] = {}
+        self._cut_held: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
+        # Called for every message sent (the simulator's record of who answered what)
+        self.tap: Callable[[Node, Node, str, Payload], None] | None = None
+
+    # Pauses and one-way cuts -----------------------------------------------------------
+    def pause(self, node: Node) -> None:
+        """``node`` stops: what reaches it, and its own timers, wait until ``resume``."""
+        node.paused = True
+
+    def resume(self, node: Node) -> None:
+        """``node`` runs again: everything it missed runs now, in the order it came due."""
+        node.paused = False
+        for fn, args in self._held.pop(node.name, []):
+            self.loop.at(self.loop.now_us, fn, *args)
+
+    def hold(self, node: Node, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+        """An input or a timer of paused ``node``: runs at its resume."""
+        self._held.setdefault(node.name, []).append((fn, args))
+
+    def cut(self, src: Node, dst: Node) -> None:
+        """What ``src`` sends ``dst`` is held from now until ``heal`` (one way)."""
+        key = (src.name, dst.name)
+        self._cuts[key] = self._cuts.get(key, 0) + 1
+
+    def heal(self, src: Node, dst: Node) -> None:
+        """Undo one ``cut``; once none holds the link, what it held goes on, in order."""
+        key = (src.name, dst.name)
+        n = self._cuts.get(key, 0) - 1
+        invariant(n >= 0, f"heal of a link that is not cut: {key}")
+        if n:
+            self._cuts[key] = n
+            return
+        del self._cuts[key]
+        for args in self._cut_held.pop(key, []):
+            self.in_flight += 1
+            self.loop.at(self.loop.now_us, self._arrive, *args)
 
     def _rng(self, src: Node, dst: Node) -> random.Random:
         if src.observer or dst.observer:
@@ -174,6 +226,8 @@ class Network:
         stats = self.stats
         stats.sent += 1
         stats.by_kind[kind] = stats.by_kind.get(kind, 0) + 1
+        if self.tap is not None:
+            self.tap(src, dst, kind, payload)
         drop_pct = self.profile.pub_drop_pct
         if lossy and drop_pct and self._rng(src, dst).random() * 100 < drop_pct:
             stats.dropped_pub += 1
@@ -225,6 +279,24 @@ class Network:
         deliver: Deliver,
     ) -> None:
         self.in_flight -= 1
+        if self._cuts and (src.name, dst.name) in self._cuts:
+            if src.incarnation == src_life and dst.incarnation == dst_life:
+                self.stats.held_cut += 1
+                self._cut_held.setdefault((src.name, dst.name), []).append(
+                    (src, src_life, dst, dst_life, sent_us, kind, payload, deliver)
+                )
+                return
+            self.stats.lost_cut += 1  # the connection died with an end
+            return
+        if dst.paused and dst.up and dst.incarnation == dst_life:
+            self.stats.held_pause += 1
+            self.in_flight += 1  # still on its way: it arrives at the resume
+            self.hold(
+                dst,
+                self._arrive,
+                (src, src_life, dst, dst_life, sent_us, kind, payload, deliver),
+            )
+            return
         lost = not dst.up or dst.incarnation != dst_life
         if (
             not lost
@@ -242,3 +314,33 @@ class Network:
         self.stats.delivered += 1
         self.trace.note(self.loop.now_us, f"recv {kind} {src.name}>{dst.name} {digest}")
         deliver(payload)
+
+
+class NodeLoop:
+    """The event loop as one node sees it: its timers wait while it is paused
+    (``Network.pause``), and its clock may be skewed (``skew_us``: a clock that jumped;
+    it only shifts what ``now_us`` reads, never when events run)."""
+
+    def __init__(self, loop: EventLoop, net: Network) -> None:
+        self._loop = loop
+        self._net = net
+        self.node: Node | None = None  # set once the node exists
+        self.skew_us = 0
+
+    @property
+    def now_us(self) -> int:
+        return self._loop.now_us + self.skew_us
+
+    def at(self, when_us: int, fn: Callable[..., None], *args: Any) -> None:
+        real = max(self._loop.now_us, when_us - self.skew_us)
+        self._loop.at(real, self._fire, fn, args)
+
+    def after(self, delay_us: int, fn: Callable[..., None], *args: Any) -> None:
+        self._loop.at(self._loop.now_us + delay_us, self._fire, fn, args)
+
+    def _fire(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+        node = self.node
+        if node is not None and node.paused:
+            self._net.hold(node, fn, args)
+        else:
+            fn(*args)

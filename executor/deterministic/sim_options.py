@@ -41,6 +41,11 @@ class SimOptions:
     reader_query_share: float = 0.5
     reader_crashes: int | None = None  # kill -9 and restart (empty) of readers
     session_timeout_ms: int = 1_000  # a lost leader's "ZooKeeper session" expires then
+    # With sequencers > 1: also the replicated layer's harder faults, drawn per seed and
+    # overlapping (sim_plan.plan_ha_faults): paused members, one-way cuts, wiped
+    # followers, the store losing a server or slow, clock jumps. Off: the run is what
+    # it was without them.
+    ha_faults: bool = False
     pub_drop_pct: float | None = None
     checkpoint_every_epochs: int | None = None
     checkpoint_keep: int = 3
@@ -109,15 +114,38 @@ class SimResult:
 @dataclass(frozen=True)
 class Fault:
     at_us: int
-    kind: str  # "partition", "sequencer" or "reader"
+    # "partition", "sequencer" or "reader"; with ha_faults also "pause", "oneway",
+    # "wipe", "store" and "clock" (sim_plan.plan_ha_faults)
+    kind: str
     replica: int = 0  # "reader": the reader
     partition: int = 0
     mode: str = "now"  # sequencer: "now", "in_sync", "before_publish", "sync_error";
-    # replicated: "kill" (the leader, kill -9) or "cut" (the leader off the network)
+    # replicated: "kill" (the leader, kill -9) or "cut" (the leader off the store);
+    # oneway: "leader-to-parts", "parts-to-leader", "clients-to-seqs";
+    # store: "lose-server" (unreachable, then slow) or "slow"
     down_us: int = 0
     corrupt_checkpoint: bool = False
+    member: int = -1  # pause, clock, wipe: that member (-1: the leader at the time)
+    delta_us: int = 0  # clock: the jump; store "slow": a commit's latency
+    targets: tuple[int, ...] = ()  # oneway: replicas, or clients
+    timeout_pct: float = 0.0  # store: share of commits that time out (applied)
 
     def describe(self) -> str:
+        at, down = self.at_us // 1000, self.down_us // 1000
+        who = "the leader" if self.member < 0 else f"seq{self.member}"
+        if self.kind == "pause":
+            return f"{at} ms: pause {who} for {down} ms"
+        if self.kind == "clock":
+            return f"{at} ms: {who}'s clock jumps {self.delta_us // 1000:+d} ms"
+        if self.kind == "wipe":
+            return f"{at} ms: crash a follower, wipe its disk, restart after {down} ms"
+        if self.kind == "store":
+            return (
+                f"{at} ms: store {self.mode} for {down} ms "
+                f"(commits take {self.delta_us // 1000} ms, {self.timeout_pct}% time out)"
+            )
+        if self.kind == "oneway":
+            return f"{at} ms: cut {self.mode} {list(self.targets)} for {down} ms"
         if self.kind == "reader":
             return (
                 f"{self.at_us // 1000} ms: crash reader{self.replica} for {self.down_us // 1000} ms"
@@ -129,7 +157,7 @@ class Fault:
                 f"{self.down_us // 1000} ms{extra}"
             )
         if self.mode == "cut":
-            return f"{self.at_us // 1000} ms: cut the leader off for {self.down_us // 1000} ms"
+            return f"{self.at_us // 1000} ms: cut the leader off the store for {down} ms"
         return (
             f"{self.at_us // 1000} ms: crash sequencer ({self.mode}) for {self.down_us // 1000} ms"
         )

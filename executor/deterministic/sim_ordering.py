@@ -15,12 +15,23 @@ the partitions before the store commit. A leader cut off at that moment has publ
 batch that is never committed; the end checks must catch what follows (replicas
 executing a history the committed log does not hold).
 
+``SimStore`` is the store itself with the faults of a ZooKeeper ensemble (with
+``SimOptions.ha_faults``): it records every commit with its term (``on_commit``, the
+history the checks compare answers with), and while it is *slow* (``slow_us`` > 0: it
+lost a server, or its disks are slow) every commit costs the committing member that
+latency (the simulator stalls it: ``on_commit``), and a share of commits
+(``timeout_pct``) time out after they were applied: the leader gets CommitUnknown for
+a batch that *is* committed, never publishes it, and steps down; the next leader
+finds it in the store. Its unreachable windows are every member's view cut.
+
 Invariants: a member's view adds nothing to the store's semantics but reachability;
-the store holds exactly one committed batch per epoch.
+the store holds exactly one committed batch per epoch; a commit that times out was
+applied (the store's semantics hold; only the answer is lost).
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 from sequencer.log import CommandLog
@@ -70,6 +81,26 @@ class MemberStore:
     def trim_through(self, epoch: int) -> int:
         self._check()
         return self.store.trim_through(epoch)
+
+
+class SimStore(MemoryStore):
+    """The simulated ensemble: a MemoryStore that records commits and can be slow
+    (see module docstring)."""
+
+    def __init__(self, rng: random.Random, on_commit: Callable[[int, int], None]) -> None:
+        super().__init__()
+        self.rng = rng
+        self.on_commit = on_commit  # (term, epoch) of every commit, as it lands
+        self.slow_us = 0  # > 0: every commit costs the committer this long
+        self.timeout_pct = 0.0  # while slow: share of commits applied, then timed out
+        self.timeouts = 0
+
+    def commit(self, term: int, epoch: int, data: bytes) -> None:
+        super().commit(term, epoch, data)
+        self.on_commit(term, epoch)
+        if self.slow_us and self.timeout_pct and self.rng.random() * 100 < self.timeout_pct:
+            self.timeouts += 1
+            raise CommitUnknown(f"commit of epoch {epoch} timed out (it was applied)")
 
 
 class PublishFirstLog(ReplicatedLog):

@@ -17,6 +17,12 @@ the partition crashes first (then the file never reaches its name; a torn ``.tmp
 is left behind, as a killed writer leaves it). A boundary reached while a writer runs
 is recorded but not written, as live.
 
+With a replicated ordering layer, the node also checks what the feed believes: the
+leader term it follows never decreases within one incarnation (a deposed leader's
+late batches and heartbeats are ignored). The planted bug
+``partition-accepts-old-term`` makes the feed forget the newest term before every
+publication, so a deposed leader's late batch is taken and its results go back there.
+
 Invariant: everything this node does goes through ``Partition``'s public inputs and
 outputs; the node adds no logic the live process does not have.
 """
@@ -250,6 +256,7 @@ class PartitionNode:
 
     def _reset_glue(self) -> None:
         self.live = False
+        self._term_max = 0  # the newest term this incarnation followed
         self._status_requested = False
         self._next_status = 0
         self._writing: int | None = None  # epoch whose checkpoint writer runs
@@ -329,13 +336,22 @@ class PartitionNode:
         publisher = int(payload[2]) if len(payload) > 2 else None  # replicated: the member
         if self.sim.opts.plant == "results-to-old-leader":
             publisher = None  # planted: a batch does not name its leader, heartbeats only
-        assert self.feed is not None
+        feed = self.feed
+        assert feed is not None
+        if self.sim.opts.plant == "partition-accepts-old-term":
+            feed.term = 0  # planted: forgets the newest term it followed
         if topic == swire.TOPIC_BATCH:
-            self.feed.offer(data, published=True, publisher=publisher)
+            feed.offer(data, published=True, publisher=publisher)
         elif topic == swire.TOPIC_HEARTBEAT:
             hb = swire.heartbeat(swire.unpack(data))
             assert hb is not None, "the simulated sequencer sends well-formed heartbeats"
-            self.feed.heartbeat(hb.last_epoch, hb.term, hb.leader)
+            feed.heartbeat(hb.last_epoch, hb.term, hb.leader)
+        if feed.term < self._term_max:
+            self.sim.failure(
+                f"{self.node.name} follows term {feed.term} (seq{feed.leader}) after term "
+                f"{self._term_max}"
+            )
+        self._term_max = max(self._term_max, feed.term)
         self.turn()
 
     def on_log_reply(self, payload: Payload) -> None:

@@ -10,10 +10,29 @@ here. A SimOptions field that is set replaces its draw.
 Readers' crashes (``plan_reader_faults``) are drawn from the readers' own generator, so
 a run with readers keeps the cluster's draws, and its history, as without them.
 
+With ``SimOptions.ha_faults`` and a replicated ordering layer, ``plan_ha_faults``
+then draws the harder faults, each count from 0, at times drawn independently over
+the same span (so they overlap: a pause during a cut during a slow store):
+- ``pause``: a member (the leader at the time, or a follower) stops, alive and
+  silent, for a quarter to two and a half session timeouts; past one, its session
+  expires and another member is elected; it resumes with its old beliefs;
+- ``oneway``: a link that loses packets one way: the leader's publication to some
+  replicas, those replicas' reports to the leader, or some clients' calls to one
+  sequencer (the leader at the time, or another);
+- ``wipe``: a follower crashes and loses its disk, and restarts empty;
+- ``store``: the ensemble loses a server (unreachable for a while, then slow) or is
+  slow (each commit costs its committer a latency; some time out after they were
+  applied);
+- ``clock``: a member's wall clock jumps back (up to half a second) or forward (up
+  to five seconds).
+They draw after every other fault, so a seed without them keeps its history.
+
 Invariants: the plan is a pure function of the seed and the options; faults fall in
 [FAULT_FIRST_US, horizon], while the clients work; a planted bug gets the faults it
 needs to show (``lose-synced`` and ``no-retry-rebuild``: a sequencer crash, of mode
-"now" for ``lose-synced``; ``publish-before-commit``: two leader faults).
+"now" for ``lose-synced``; ``publish-before-commit``: two leader faults;
+``fenced-leader-serves-reads``: a leader paused past its session;
+``partition-accepts-old-term``: the leader's publication cut from a replica).
 """
 
 from __future__ import annotations
@@ -53,6 +72,24 @@ REPLICA_RESTORE_US = (1_000, 50_000)  # the operator restores a replica after
 CLIENT_START_US = 5_000  # clients start within
 READER_CRASHES_MAX = 3  # drawn from the readers' generator
 READER_DOWN_US = (5_000, 400_000)
+# ha_faults (plan_ha_faults): how many of each at most, and their ranges
+PAUSES_MAX = 2
+PAUSE_SESSIONS = (0.25, 2.5)  # a pause lasts this many session timeouts
+PAUSE_FOLLOWER_SHARE = 0.3
+ONEWAY_MAX = 2
+ONEWAY_MODES = ("leader-to-parts", "parts-to-leader", "clients-to-seqs")
+ONEWAY_US = (20_000, 1_500_000)
+WIPES_MAX = 1
+WIPE_DOWN_US = (5_000, 500_000)
+STORE_FAULTS_MAX = 1
+STORE_MODES = ("lose-server", "slow")
+STORE_DOWN_US = (50_000, 800_000)  # lose-server: unreachable this long (then slow)
+STORE_SLOW_US = (100_000, 2_000_000)  # slow: this long
+STORE_COMMIT_US = (1_000, 40_000)  # a slow store's commit latency
+STORE_TIMEOUT_PCT = (0.0, 5.0, 20.0)  # a slow store's commits that time out (applied)
+CLOCK_JUMPS_MAX = 2
+CLOCK_BACK_US = (10_000, 500_000)
+CLOCK_FORWARD_US = (10_000, 5_000_000)
 
 
 def link_profile(rng: random.Random, opts: SimOptions) -> LinkProfile:
@@ -160,7 +197,7 @@ def plan_faults(
             )
         )
     if replicated:  # leader kills and cut-offs
-        if opts.plant == "publish-before-commit":
+        if opts.plant in ("publish-before-commit", "no-exactly-once-rebuild"):
             n_seq = max(n_seq, 2)
         for _ in range(n_seq):
             faults.append(
@@ -171,6 +208,8 @@ def plan_faults(
                     down_us=rng.randint(*SEQUENCER_DOWN_US),
                 )
             )
+        if opts.ha_faults:
+            faults += plan_ha_faults(rng, opts, horizon_us, replicas, len(clients))
         return sorted(faults, key=lambda f: f.at_us)
     for _ in range(n_seq):
         mode = rng.choice(SEQUENCER_CRASH_MODES)
@@ -185,3 +224,72 @@ def plan_faults(
             )
         )
     return sorted(faults, key=lambda f: f.at_us)
+
+
+def plan_ha_faults(
+    rng: random.Random, opts: SimOptions, horizon_us: int, replicas: int, clients: int
+) -> list[Fault]:
+    """The replicated layer's harder faults (see module docstring), unsorted."""
+    members = opts.sequencers
+    session_us = opts.session_timeout_ms * 1000
+
+    def at() -> int:
+        return rng.randint(FAULT_FIRST_US, horizon_us)
+
+    def some(n: int) -> tuple[int, ...]:
+        return tuple(sorted(rng.sample(range(n), rng.randint(1, n))))
+
+    faults = []
+    n_pause = rng.randint(0, PAUSES_MAX)
+    if opts.plant == "fenced-leader-serves-reads":
+        n_pause = max(n_pause, 2)
+    for i in range(n_pause):
+        follower = rng.random() < PAUSE_FOLLOWER_SHARE
+        lo, hi = PAUSE_SESSIONS
+        pause_us = int(session_us * rng.uniform(lo, hi))
+        if opts.plant == "fenced-leader-serves-reads" and i == 0:
+            follower, pause_us = False, int(session_us * hi)
+        faults.append(
+            Fault(
+                at(), "pause", member=rng.randrange(members) if follower else -1, down_us=pause_us
+            )
+        )
+    n_oneway = rng.randint(0, ONEWAY_MAX)
+    if opts.plant == "partition-accepts-old-term":
+        n_oneway = max(n_oneway, 2)
+    for i in range(n_oneway):
+        mode = rng.choice(ONEWAY_MODES)
+        if opts.plant == "partition-accepts-old-term" and i == 0:
+            mode = "leader-to-parts"
+        down = rng.randint(*ONEWAY_US)
+        if mode == "clients-to-seqs":
+            member = rng.randrange(-1, members)
+            faults.append(
+                Fault(at(), "oneway", mode=mode, down_us=down, member=member, targets=some(clients))
+            )
+        else:
+            faults.append(Fault(at(), "oneway", mode=mode, down_us=down, targets=some(replicas)))
+    for _ in range(rng.randint(0, WIPES_MAX)):
+        faults.append(
+            Fault(at(), "wipe", member=rng.randrange(members), down_us=rng.randint(*WIPE_DOWN_US))
+        )
+    for _ in range(rng.randint(0, STORE_FAULTS_MAX)):
+        mode = rng.choice(STORE_MODES)
+        down = rng.randint(*(STORE_DOWN_US if mode == "lose-server" else STORE_SLOW_US))
+        faults.append(
+            Fault(
+                at(),
+                "store",
+                mode=mode,
+                down_us=down,
+                delta_us=rng.randint(*STORE_COMMIT_US),
+                timeout_pct=rng.choice(STORE_TIMEOUT_PCT),
+            )
+        )
+    for _ in range(rng.randint(0, CLOCK_JUMPS_MAX)):
+        if rng.random() < 0.5:
+            delta = -rng.randint(*CLOCK_BACK_US)
+        else:
+            delta = rng.randint(*CLOCK_FORWARD_US)
+        faults.append(Fault(at(), "clock", member=rng.randrange(-1, members), delta_us=delta))
+    return faults

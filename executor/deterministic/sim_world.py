@@ -10,7 +10,10 @@ simulator through a few callbacks: a failure, a batch logged, results sent, a se
 that crashed, fail-stopped or stepped down, a resend gap no peer can fill, and the
 planted bugs' hooks on its inputs. ``simulator.Simulator`` implements ``World``; the
 nodes import this module and never the simulator (a lint-imports contract in
-pyproject.toml forbids it, type-only imports included).
+pyproject.toml forbids it, type-only imports included). With ``SimOptions.ha_faults``
+each sequencer member is handed a ``World`` whose ``loop`` is its own
+``sim_network.NodeLoop`` (its timers wait while it is paused; its clock may jump) and
+is otherwise the simulator's.
 
 Readers sit above this package (executor/reader/), so the simulator cannot build
 them: it is handed a ``ReaderNodeFactory`` and reaches the nodes it makes through

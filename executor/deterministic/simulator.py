@@ -28,6 +28,14 @@ everything: the cluster's shape, the workload, delays and drops, and the faults:
 - with readers (``readers=N``; the node is handed in, ``reader_node``, since readers
   sit above this package: executor.reader.sim_reader), a reader is killed and
   restarted empty, and catches up from the log service.
+- with a replicated ordering layer (``sequencers`` > 1), the leader is killed or cut
+  off the store; with ``ha_faults`` also (``sim_plan.plan_ha_faults``, overlapping): a
+  member paused (``sim_network.Network.pause``: its inputs and timers wait, its own
+  ``NodeLoop``), past its session or not; one-way cuts (``Network.cut``: leader to
+  replicas, replicas to leader, clients to one sequencer); a follower crashing with
+  a wiped disk; the store losing a server (every member's view cut, then slow) or
+  slow (``sim_ordering.SimStore``: each commit stalls its committer, some time out
+  after they were applied); a member's wall clock jumping (its ``NodeLoop`` skew).
 When peers no longer retain the reads a restarted partition needs (MSG_RESEND_GAP),
 the simulator does what the operator is told to: restore the whole replica from its
 newest common checkpoint (or genesis).
@@ -45,6 +53,15 @@ and every reader's partition hashes at every epoch it applied equal the oracle's
 (summed) and the replicas' boundary hashes. Same seed, same options: the same
 run, event for event; ``trace_digest`` proves it.
 
+The simulator plays ZooKeeper: it elects the lowest-numbered able member once the lost
+leader's session timeout has passed. With ``ha_faults`` the lost leader learns that its
+session ended: at once if it runs (live: ``surely_expired`` or the expiry event), and
+if it is paused, when it resumes, before it handles anything it missed (the live loop
+should do the same: see ``_lose_session``). Each member sees the run through its own
+``MemberWorld`` (its loop; everything else is the simulator's). The store's commits and
+every answer a sequencer sends (``Network.tap``) are recorded in one order, for the
+check that no deposed leader answers after its successor committed.
+
 Planted bugs (``plant=``), injected by the simulator, never in engine code, to show
 that the checks catch them: ``swap`` (two txns of a batch swapped at one partition of
 one replica), ``drop-read`` (one txn's read exchange lost forever in one replica),
@@ -55,7 +72,15 @@ batch to the partitions before the store commits it), ``results-to-old-leader``
 (partitions learn a new leader from its heartbeats only, and a new leader does not
 announce itself: the results of its first batches go to the deposed leader and their
 calls are never answered; the cause of the client hangs that got the client rule of
-54a0fcf reverted, fixed live by 7981127; caught with ``strict_liveness``); with
+54a0fcf reverted, fixed live by 7981127; caught with ``strict_liveness``);
+``no-exactly-once-rebuild`` (every newly elected leader after the first forgets which
+calls the log holds),
+``client-new-ids-on-resend`` (a client resends a call under a new request id); with
+``ha_faults`` (``HA_FAULT_PLANTS``): ``partition-accepts-old-term`` (partitions take a
+deposed leader's late batches and heartbeats, and send it results),
+``fenced-leader-serves-reads`` (a leader learns it was fenced only from a failed
+commit: after its session is lost, with no write to commit, it keeps answering from
+what reaches it, after its successor committed); with
 readers (``READER_PLANTS``): ``reader-ahead`` (reader 0's answers name the epoch after
 the one they read), ``reader-skip`` (reader 0 applies one batch as empty).
 
@@ -73,12 +98,13 @@ import shutil
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from executor.deterministic.checks import RunRecord, run_checks
 from executor.deterministic.partition import Partition
-from executor.deterministic.sim_network import EventLoop, Network, Trace
+from executor.deterministic.sim_network import EventLoop, Network, Node, NodeLoop, Payload, Trace
 from executor.deterministic.sim_options import Fault, SimOptions, SimResult
+from executor.deterministic.sim_ordering import SimStore
 from executor.deterministic.sim_outcome import (
     committed_log,
     final_hashes,
@@ -105,6 +131,7 @@ from executor.deterministic.sim_world import (
     ReaderNodeFactory,
     ReaderPeer,
     SequencerPeer,
+    World,
 )
 from executor.deterministic.workloads import (
     Workload,
@@ -115,7 +142,7 @@ from executor.deterministic.workloads import (
 from sequencer.replication import MemoryStore
 from sequencer.retry_cache import RetryCache
 from sequencer.sequencer import Sequencer
-from txn_library.errors import ERROR
+from txn_library.errors import ERR_NOT_LEADER, ERR_RETRY_EXPIRED, ERR_UNAVAILABLE, ERROR
 from txn_library.procedure import load_modules, lookup
 from txn_library.wire import partition as ewire
 from txn_library.wire import sequencer as wire
@@ -125,11 +152,26 @@ PLANTS = (
     "drop-read",
     "lose-synced",
     "no-retry-rebuild",
+    "client-new-ids-on-resend",
     "publish-before-commit",
     "results-to-old-leader",
+    "no-exactly-once-rebuild",
+    "partition-accepts-old-term",
+    "fenced-leader-serves-reads",
 )
 # need SimOptions.sequencers > 1
-REPLICATED_PLANTS = ("publish-before-commit", "results-to-old-leader")
+REPLICATED_PLANTS = (
+    "client-new-ids-on-resend",
+    "publish-before-commit",
+    "results-to-old-leader",
+    "no-exactly-once-rebuild",
+    "partition-accepts-old-term",
+    "fenced-leader-serves-reads",
+)
+# need SimOptions.ha_faults too (the faults that show them)
+HA_FAULT_PLANTS = ("partition-accepts-old-term", "fenced-leader-serves-reads")
+# An answer that is none: the call may or may not have run, or goes to the leader
+NOT_ANSWERS = frozenset((ERR_NOT_LEADER, ERR_UNAVAILABLE, ERR_RETRY_EXPIRED, "result_unknown"))
 READER_PLANTS = ("reader-ahead", "reader-skip")  # need SimOptions.readers > 0
 
 MONITOR_US = 100_000
@@ -208,9 +250,19 @@ class Simulator:
             raise ValueError("sequencers is at least 1")
         if opts.plant in REPLICATED_PLANTS and opts.sequencers < 2:
             raise ValueError(f"{opts.plant} needs a replicated layer (sequencers >= 2)")
+        if opts.plant in HA_FAULT_PLANTS and not opts.ha_faults:
+            raise ValueError(f"{opts.plant} needs ha_faults")
         # Replicated ordering layer (sim_ordering): N members over one store, a leader.
-        self.store = MemoryStore() if opts.sequencers > 1 else None
-        self.seq_nodes = [SequencerNode(self, m) for m in range(opts.sequencers)]
+        self.ha = opts.ha_faults and opts.sequencers > 1
+        self.store: MemoryStore | None = None
+        if opts.sequencers > 1:
+            self.store = SimStore(rng, self._on_commit) if self.ha else MemoryStore()
+        # ha_faults: each member sees the run through its own loop (pauses, clock jumps)
+        self.member_loops: list[NodeLoop] = []
+        self.member_worlds: list[MemberWorld] = []
+        self.seq_nodes = [SequencerNode(self._member_world(m), m) for m in range(opts.sequencers)]
+        for loop, node in zip(self.member_loops, self.seq_nodes, strict=False):
+            loop.node = node.node
         self.leader = 0
         self._electing = False
         self.parts = [
@@ -249,6 +301,46 @@ class Simulator:
             0,
         )
         self._plant_state: dict[str, Any] = {}
+        # ha_faults: the store's commits and the leaders' answers, in one order (the
+        # check that no deposed leader answers after its successor committed)
+        self._order = 0
+        self.commits: list[tuple[int, int, int, int]] = []  # (order, time, epoch, term)
+        self.leader_answers: list[tuple[int, int, int, int, str, tuple[int, ...]]] = []
+        self._pause_depth = [0] * len(self.seq_nodes)
+        self._paused_since = [-1] * len(self.seq_nodes)
+        self._session_lost: set[int] = set()
+        self._store_cut: set[int] = set()  # members cut off the store ("cut" faults)
+        self._store_down = False
+        self._store_fault = False
+        for world in self.member_worlds:  # built after the members: bound now
+            world.bind(self)
+        if self.ha:
+            self.counters.update(
+                dict.fromkeys(
+                    (
+                        "pauses",
+                        "oneway_cuts",
+                        "wiped_followers",
+                        "store_faults",
+                        "store_timeouts",
+                        "clock_jumps",
+                        "sessions_lost",
+                    ),
+                    0,
+                )
+            )
+            self.net.tap = self._tap
+
+    def _member_world(self, member: int) -> World:
+        """What sequencer ``member`` sees: the simulator, or with ha_faults the simulator
+        with its own loop (its timers wait while it is paused; its clock jumps)."""
+        if not self.ha:
+            return self
+        loop = NodeLoop(self.loop, self.net)
+        self.member_loops.append(loop)
+        world = MemberWorld(self, loop)
+        self.member_worlds.append(world)
+        return cast(World, world)
 
     @property
     def seq_node(self) -> SequencerNode:
@@ -385,6 +477,9 @@ class Simulator:
                 self.counters["faults_skipped"] += 1
             return
         self.trace.note(self.loop.now_us, f"fault {fault.describe()}")
+        if fault.kind in HA_FAULT_KINDS:
+            self._ha_fault(fault)
+            return
         if fault.kind == "partition":
             node = self.parts[fault.replica][fault.partition]
             node.crash()
@@ -423,10 +518,14 @@ class Simulator:
     def _fault_allowed(self, fault: Fault) -> bool:
         """Within what recovery alone handles: one partition of a replica at a time
         (its peers must be live to resend reads), one sequencer crash at a time."""
+        if fault.kind in HA_FAULT_KINDS:
+            return self._ha_fault_allowed(fault)
         if fault.kind == "sequencer" and self.store is not None:
             node = self.seq_node
             assert node.view is not None
-            return node.node.up and node.seq is not None and not node.view.cut
+            return (
+                node.node.up and node.seq is not None and not node.view.cut and not node.node.paused
+            )
         if fault.kind == "sequencer":
             node = self.seq_node
             return (
@@ -458,7 +557,8 @@ class Simulator:
             self.loop.after(fault.down_us, self._restart_member, node)
         else:
             self.counters["leader_cutoffs"] += 1
-            node.view.cut = True
+            self._store_cut.add(node.member)
+            self._set_store_reach()
             self.loop.after(fault.down_us, self._heal, node)
         self._expect_election()
 
@@ -478,10 +578,17 @@ class Simulator:
         member that is up and reachable (other than the lost leader, if there is
         another) claims the next term and leads."""
         old = self.leader
+        lost = self.seq_nodes[old]
+        if self.ha and lost.node.up:
+            self._lose_session(lost)
         able = [
             n
             for n in self.seq_nodes
-            if n.node.up and n.view is not None and not n.view.cut and n.seq is None
+            if n.node.up
+            and n.view is not None
+            and not n.view.cut
+            and n.seq is None
+            and not n.node.paused
         ]
         others = [n for n in able if n.member != old]
         if not able:  # nobody can lead now: ask again shortly
@@ -499,10 +606,200 @@ class Simulator:
 
     def _heal(self, node: SequencerNode) -> None:
         assert node.view is not None
-        node.view.cut = False
+        self._store_cut.discard(node.member)
+        self._set_store_reach()
         self.trace.note(self.loop.now_us, f"heal seq{node.member}")
-        if node.seq is not None and node is not self.seq_node:
+        if node.seq is not None and node is not self.seq_node and not node.node.paused:
             node.follow("healed after a newer leader was elected")
+
+    def _set_store_reach(self) -> None:
+        """Who reaches the store: nobody while it is down, else all but the cut."""
+        for node in self.seq_nodes:
+            assert node.view is not None
+            node.view.cut = self._store_down or node.member in self._store_cut
+
+    def _lose_session(self, node: SequencerNode) -> None:
+        """ZooKeeper ended ``node``'s session (the simulator elects another): a running
+        member learns it at once (live: ``surely_expired``, or the expiry event); a
+        paused one when it resumes, before anything else it does. The planted bug
+        ``fenced-leader-serves-reads`` ignores it: only a failed commit stops it."""
+        if node.seq is None:
+            return
+        if node.node.paused:
+            self._session_lost.add(node.member)
+            return
+        if self.opts.plant == "fenced-leader-serves-reads":
+            self.trace.note(self.loop.now_us, f"PLANT seq{node.member} keeps its lost session")
+            return
+        self.counters["sessions_lost"] += 1
+        node.follow("its ZooKeeper session expired")
+
+    # Replicated layer's harder faults (ha_faults; sim_plan.plan_ha_faults) -----------
+    def _member_of(self, fault: Fault) -> SequencerNode:
+        return self.seq_node if fault.member < 0 else self.seq_nodes[fault.member]
+
+    def _wipe_target(self, fault: Fault) -> SequencerNode:
+        """The fault's member, or the next one if it leads now (a follower is wiped)."""
+        m = fault.member % len(self.seq_nodes)
+        if m == self.leader:
+            m = (m + 1) % len(self.seq_nodes)
+        return self.seq_nodes[m]
+
+    def _ha_fault_allowed(self, fault: Fault) -> bool:
+        if fault.kind in ("pause", "clock"):
+            node = self._member_of(fault)
+            return node.node.up and not node.node.paused
+        if fault.kind == "wipe":
+            node = self._wipe_target(fault)
+            return node.node.up and not node.node.paused and node.seq is None
+        if fault.kind == "store":
+            return not self._store_fault
+        return True
+
+    def _ha_fault(self, fault: Fault) -> None:
+        if fault.kind == "pause":
+            self.counters["pauses"] += 1
+            self._pause(self._member_of(fault), fault.down_us, session=True)
+        elif fault.kind == "oneway":
+            self.counters["oneway_cuts"] += 1
+            links = self._oneway_links(fault)
+            for src, dst in links:
+                self.net.cut(src, dst)
+            self.loop.after(fault.down_us, self._heal_links, links)
+        elif fault.kind == "wipe":
+            self.counters["wiped_followers"] += 1
+            node = self._wipe_target(fault)
+            node.crash()
+            shutil.rmtree(node.log_dir, ignore_errors=True)
+            node.log_dir.mkdir()  # a new, empty disk
+            self.trace.note(self.loop.now_us, f"wiped seq{node.member}'s disk")
+            self.loop.after(fault.down_us, self._restart_member, node)
+        elif fault.kind == "store":
+            self.counters["store_faults"] += 1
+            self._store_fault = True
+            if fault.mode == "lose-server":
+                self._store_down = True
+                self._set_store_reach()
+                self.loop.after(fault.down_us, self._store_back, fault)
+            else:
+                self._store_slow(fault)
+        else:
+            self.counters["clock_jumps"] += 1
+            member = self._member_of(fault).member
+            self.member_loops[member].skew_us += fault.delta_us
+
+    def _oneway_links(self, fault: Fault) -> list[tuple[Node, Node]]:
+        leader = self.seq_node.node
+        if fault.mode == "clients-to-seqs":
+            seq = self._member_of(fault).node
+            return [(self.clients[c].node, seq) for c in fault.targets if c < len(self.clients)]
+        parts = [p.node for r in fault.targets for p in self.parts[r]]
+        if fault.mode == "leader-to-parts":
+            return [(leader, p) for p in parts]
+        return [(p, leader) for p in parts]
+
+    def _heal_links(self, links: list[tuple[Node, Node]]) -> None:
+        self.trace.note(self.loop.now_us, f"heal {len(links)} one-way links")
+        for src, dst in links:
+            self.net.heal(src, dst)
+
+    def _store_back(self, fault: Fault) -> None:
+        """The ensemble has a quorum again, and is slow as long again."""
+        self._store_down = False
+        self._set_store_reach()
+        self.trace.note(self.loop.now_us, "store reachable again")
+        self._store_slow(fault)
+
+    def _store_slow(self, fault: Fault) -> None:
+        store = self.store
+        assert isinstance(store, SimStore)
+        store.slow_us = fault.delta_us
+        store.timeout_pct = fault.timeout_pct
+        self.loop.after(fault.down_us, self._store_fast)
+
+    def _store_fast(self) -> None:
+        store = self.store
+        assert isinstance(store, SimStore)
+        store.slow_us, store.timeout_pct = 0, 0.0
+        self._store_fault = False
+        self.trace.note(self.loop.now_us, "store fast again")
+
+    def _pause(self, node: SequencerNode, pause_us: int, session: bool) -> None:
+        """``node`` stops for ``pause_us`` (pauses nest). A fault's pause (``session``)
+        that outlasts the session timeout loses the leader its session: another member
+        is elected; a store's slow commit stalls its committer well within it."""
+        m = node.member
+        self._pause_depth[m] += 1
+        if self._pause_depth[m] == 1:
+            self.net.pause(node.node)
+            self._paused_since[m] = self.loop.now_us
+            self.trace.note(self.loop.now_us, f"pause seq{m}")
+        if session and node is self.seq_node and node.seq is not None:
+            since = self._paused_since[m]
+            self.loop.after(self.opts.session_timeout_ms * 1000, self._session_check, node, since)
+        self.loop.after(pause_us, self._resume, node)
+
+    def _session_check(self, node: SequencerNode, since: int) -> None:
+        """The session timeout has passed since ``node`` (the leader) was paused: still
+        silent, its session has expired and another member is elected."""
+        if self._paused_since[node.member] == since and node is self.seq_node:
+            self.trace.note(self.loop.now_us, f"seq{node.member}'s session expired (paused)")
+            if not self._electing:
+                self._electing = True
+                self._elect()
+
+    def _resume(self, node: SequencerNode) -> None:
+        m = node.member
+        self._pause_depth[m] -= 1
+        if self._pause_depth[m]:
+            return
+        self._paused_since[m] = -1
+        self.trace.note(self.loop.now_us, f"resume seq{m}")
+        self.net.resume(node.node)  # what it missed runs next, in order
+        if m in self._session_lost:
+            self._session_lost.discard(m)
+            self._lose_session(node)
+
+    def _on_commit(self, term: int, epoch: int) -> None:
+        """The store committed ``epoch`` under ``term`` (ha_faults): recorded (as logged
+        too: a commit that times out is logged though its leader never says so), and a
+        slow store stalls the committer for the commit's latency."""
+        self._order += 1
+        self.commits.append((self._order, self.loop.now_us, epoch, term))
+        store = self.store
+        assert isinstance(store, SimStore)
+        last_txn = wire.decode_batch(store.batches[epoch]).next_txn_id - 1
+        self.logged_at.append((self.loop.now_us, last_txn))
+        if store.slow_us:
+            for node in self.seq_nodes:
+                if node.term == term and node.seq is not None:
+                    self._pause(node, store.slow_us, session=False)
+
+    def _tap(self, src: Node, dst: Node, kind: str, payload: Payload) -> None:
+        """Every reply a sequencer sends a client (ha_faults): which calls it answered,
+        with the answering member's term, in order with the store's commits."""
+        if kind != "reply" or not src.name.startswith("seq"):
+            return
+        assert isinstance(payload, bytes)
+        msg = wire.unpack(payload)
+        answered = tuple(
+            req_id
+            for req_id, status, value in msg[1]
+            if req_id is not None
+            and not (
+                status == ERROR
+                and isinstance(value, tuple)
+                and value[:1]
+                and value[0] in NOT_ANSWERS
+            )
+        )
+        if answered:
+            member = int(src.name[3:])
+            self._order += 1
+            term = self.seq_nodes[member].term
+            self.leader_answers.append(
+                (self._order, self.loop.now_us, member, term, dst.name, answered)
+            )
 
     def sequencer_crashed(self, when: str) -> None:
         self.counters["sequencer_crashes"] += 1
@@ -604,8 +901,14 @@ class Simulator:
         return [e for e in entries if doomed is None or e[0] not in doomed]
 
     def planted_sequencer(self, seq: Sequencer) -> None:
-        """``no-retry-rebuild``: a restarted sequencer forgets which calls its log holds."""
-        if self.opts.plant == "no-retry-rebuild" and self.counters["sequencer_crashes"]:
+        """``no-retry-rebuild``: a restarted sequencer forgets which calls its log holds;
+        ``no-exactly-once-rebuild``: so does every newly elected leader after the first."""
+        plant = self.opts.plant
+        if (plant == "no-retry-rebuild" and self.counters["sequencer_crashes"]) or (
+            plant == "no-exactly-once-rebuild" and seq.term > 1
+        ):
+            if plant == "no-exactly-once-rebuild":
+                self.trace.note(self.loop.now_us, f"PLANT term {seq.term} forgets the log's calls")
             seq.retries = RetryCache()
             seq._logged_txns.clear()
 
@@ -655,12 +958,16 @@ class Simulator:
             [(r.index, e, h) for r in self.readers for e, h in r.applied_hashes()],
             [r.applied_epoch() for r in self.readers],
             self.boundaries,
+            self.commits,
+            self.leader_answers,
         )
 
     def _result(
         self, record: RunRecord, failures: list[str], stalls: list[str], log_lines: list[str]
     ) -> SimResult:
         records = [r for c in self.clients for r in c.records]
+        if isinstance(self.store, SimStore):
+            self.counters["store_timeouts"] = self.store.timeouts
         counters = run_counters(
             self.counters,
             record,
@@ -692,6 +999,39 @@ class Simulator:
 
 def _at(fault: Fault) -> int:
     return fault.at_us
+
+
+HA_FAULT_KINDS = frozenset(("pause", "oneway", "wipe", "store", "clock"))
+
+
+class MemberWorld:
+    """The run as one sequencer member sees it with ha_faults: the simulator, except
+    the event loop, which is the member's own ``NodeLoop`` (its timers wait while it is
+    paused; its clock may jump). Everything else is the simulator's, looked up when
+    used (the partitions and clients are built after the members)."""
+
+    def __init__(self, sim: Simulator, loop: NodeLoop) -> None:
+        self._sim = sim
+        self.loop = loop
+        # read on every message: bound once, not looked up
+        self.net = sim.net
+        self.rng = sim.rng
+        self.trace = sim.trace
+        self.opts = sim.opts
+        self.store = sim.store
+
+    def bind(self, sim: Simulator) -> None:
+        """The run's peers and shape, once the simulator has built them."""
+        self.parts = sim.parts
+        self.readers = sim.readers
+        self.client_by_identity = sim.client_by_identity
+        self.replicas = sim.replicas
+        self.partitions = sim.partitions
+        self.mono_s = sim.mono_s
+        self.note_batch = sim.note_batch
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sim, name)
 
 
 def options_for(workload: str, **options: Any) -> SimOptions:
