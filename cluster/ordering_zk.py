@@ -8,7 +8,10 @@ digest ACL when the cluster has a ZooKeeper secret (``keys/zookeeper.secret``):
   first           the oldest epoch the tail still holds (decimal)
   log/<epoch:013> one committed batch's bytes
   election/m-NNN  ephemeral sequential, one per live sequencer; data: its member id.
-                  The lowest sequence number leads.
+                  The lowest sequence number leads. A follower that saw the leader's
+                  process die (its connections closed, its address refusing new
+                  ones: sequencer.member) deletes the leader's node rather than wait
+                  for its session to expire (``remove_dead_leader``).
   progress/<id>   the member's last local epoch (trimming waits for it)
 
 Invariants (what makes the store an ``OrderingStore``):
@@ -25,6 +28,10 @@ Invariants (what makes the store an ``OrderingStore``):
   happened; the caller never publishes it and steps down.
 - Leadership needs a live session: on SUSPENDED or LOST the process stops cutting
   batches; after LOST it rejoins the election as a new candidate.
+- Only the lowest election node, and only if it names the member said to be dead, is
+  ever deleted by another member. A member whose node was deleted while it lives
+  (``take_removed``) stops leading and joins again; its term is fenced by the next
+  claim anyway.
 """
 
 from __future__ import annotations
@@ -137,6 +144,7 @@ class ZooKeeperStore:
         # looks at the election then, not on every check (sequencer_election_check_s).
         self.election_changed = threading.Event()
         self.election_changed.set()
+        self._maybe_removed = threading.Event()  # our node missed from a children list
 
     # Connection ---------------------------------------------------------------------
     def start(self, timeout_s: float) -> None:
@@ -147,7 +155,10 @@ class ZooKeeperStore:
             self._ensure(f"{self.root}/{name}", b"")
         self.zk.ChildrenWatch(f"{self.root}/election", self._on_election)
 
-    def _on_election(self, _children: list[str]) -> bool:
+    def _on_election(self, children: list[str]) -> bool:
+        node = self._election_node
+        if node is not None and node.rsplit("/", 1)[-1] not in children:
+            self._maybe_removed.set()  # or a stale list: take_removed looks again
         self.election_changed.set()
         return True  # keep watching
 
@@ -197,6 +208,41 @@ class ZooKeeperStore:
             except NoNodeError:
                 pass
         self.join_election()
+
+    def take_removed(self) -> bool:
+        """Whether another member deleted this member's election node while its
+        session lives (it was believed dead): then it must stop leading and join
+        again. Looks at ZooKeeper only after the election's watch missed the node."""
+        if not self._maybe_removed.is_set():
+            return False
+        self._maybe_removed.clear()
+        node = self._election_node
+        if node is None or self.session_lost:
+            return False
+        if self.zk.exists(node) is not None:
+            return False
+        log.warning("sequencer %d: our election node %s was removed", self.member, node)
+        self._election_node = None
+        return True
+
+    def remove_dead_leader(self, member: int) -> bool:
+        """Delete the lowest election node if it is ``member``'s (a leader whose process
+        is gone, sequencer.member): the next member is named at once. False if the
+        lowest node is another member's (or ours), or there is none."""
+        election = f"{self.root}/election"
+        children = sorted(self.zk.get_children(election), key=lambda c: c[-10:])
+        if not children:
+            return False
+        path = f"{election}/{children[0]}"
+        try:
+            data, _stat = self.zk.get(path)
+            if _int(data) != member or path == self._election_node:
+                return False
+            self.zk.delete(path)
+        except NoNodeError:
+            return False  # its session ended meanwhile, or another member deleted it
+        log.info("deleted election node %s of member %d, whose process is gone", path, member)
+        return True
 
     def take_election_change(self) -> bool:
         """Whether the election's members changed since the last call; cleared before

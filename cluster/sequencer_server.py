@@ -9,7 +9,9 @@ Sockets (bound at this sequencer's host address, ports from cluster.config):
   PUSH   one per partition of every replica: read-only queries and recon reads
   DEALER every other sequencer's log service (replicated only): batches the
          ZooKeeper tail no longer holds
-  SUB    one per other sequencer's PUB (replicated only): a follower's feed of batches
+  SUB    one per other sequencer's PUB (replicated only): a follower's feed of batches;
+         each with a monitor (PAIR, inproc), whose events tell the member when the
+         connection closed, when a reconnect was refused, when it is up again
 
 The ordering member's state machine (follow, copy committed batches, get elected,
 claim a term, lead, step down, resign) is ``OrderingMember``, the class the simulator's
@@ -34,7 +36,13 @@ this loop as a *follower* until ZooKeeper's election names it:
   down: its unanswered calls get ERR_NOT_LEADER and their clients resend them, same
   ids, to the next leader. A lost session is this module's to see (kazoo's state
   events, ``ZooKeeperStore.surely_expired``): it steps the member down and rejoins
-  the election.
+  the election; so does a member whose election node another removed
+  (``ZooKeeperStore.take_removed``).
+- a dead leader is seen by its connections: each feed's monitor reports
+  EVENT_DISCONNECTED (the peer's kernel closed the connection), EVENT_CLOSED after it
+  (a reconnect, retried every ``limits.sequencer_feed_reconnect_ms``, refused: nobody
+  listens there) and EVENT_CONNECTED to the member, which removes a leader gone that
+  way from the election (sequencer.member) instead of waiting out its session.
 
 A client's mistake never kills this process: every frame is decoded inside a guard
 and answered with an error.
@@ -50,6 +58,7 @@ import time
 from typing import Any
 
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from cluster.cluster_info import cluster_info
 from cluster.config import ClusterConfig
@@ -72,6 +81,10 @@ from txn_library.wire import sequencer as wire
 log = logging.getLogger("ordo.sequencer")
 
 LEADER, FOLLOWER, CANDIDATE = "leader", "follower", "candidate"
+
+# What a feed's monitor reports: the connection closed, a (re)connect attempt failed
+# (EVENT_CLOSED of a connecter: refused or unreachable), a connection is up.
+FEED_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED | zmq.EVENT_CONNECTED
 
 
 class SequencerServer:
@@ -188,6 +201,7 @@ class SequencerServer:
                 s.connect(config.log_service_addr_of(i))
                 self.peers.append(s)
         self.feeds: list[zmq.Socket] = []  # other sequencers' publications (one key each)
+        self.feed_monitors: dict[zmq.Socket, int] = {}  # monitor -> the feed's member
         for i in range(config.sequencers if config.replicated else 0):
             if i != m:
                 s = c.socket(zmq.SUB)
@@ -195,7 +209,12 @@ class SequencerServer:
                 s.setsockopt(zmq.RCVHWM, 0)
                 s.setsockopt(zmq.MAXMSGSIZE, limits.frame_bytes_hard_max * 8)
                 s.setsockopt(zmq.SUBSCRIBE, wire.TOPIC_BATCH)
+                s.setsockopt(zmq.RECONNECT_IVL, limits.sequencer_feed_reconnect_ms)
+                s.setsockopt(zmq.RECONNECT_IVL_MAX, limits.sequencer_feed_reconnect_max_ms)
                 sec.client(s, sequencer_role(i))
+                addr = f"inproc://ordo-feed-{id(self):x}-{i}"  # unique per server in a process
+                mon = s.get_monitor_socket(FEED_EVENTS, addr=addr)
+                self.feed_monitors[mon] = i
                 s.connect(config.publish_addr_of(i))
                 self.feeds.append(s)
         self._peer_rr = 0
@@ -244,6 +263,9 @@ class SequencerServer:
                 self.ordering.step_down("ZooKeeper session lost")
                 if store.session_lost and store.connected:
                     store.join_election()
+            elif store.take_removed():  # believed dead by a peer: its term gets fenced
+                self.ordering.step_down("removed from the election by a peer")
+                store.join_election()
             self.ordering.turn(now)
         except Exception as e:  # ZooKeeper unreachable or slow: try again next turn
             if not _is_zookeeper_error(e):
@@ -267,6 +289,19 @@ class SequencerServer:
                 self.ordering.on_published(frames[1])
             except (ValueError, TypeError, LogCorruption) as e:
                 self._junk.note(f"bad published batch from a sequencer: {type(e).__name__}")
+
+    def _on_feed_events(self, mon: zmq.Socket, now: float) -> None:
+        """A feed's connection events, for the member (which judges whether the peer's
+        process is gone)."""
+        peer = self.feed_monitors[mon]
+        while mon.poll(0):
+            event = parse_monitor_message(mon.recv_multipart())["event"]
+            if event == zmq.EVENT_DISCONNECTED:
+                self.ordering.on_peer_connection_lost(peer, now)
+            elif event == zmq.EVENT_CLOSED:
+                self.ordering.on_peer_connection_refused(peer)
+            elif event == zmq.EVENT_CONNECTED:
+                self.ordering.on_peer_connection_up(peer)
 
     def _on_peer_batches(self, sock: zmq.Socket) -> None:
         data = sock.recv()
@@ -392,7 +427,7 @@ class SequencerServer:
         poller = zmq.Poller()
         for s in (self.client, self.results, self.logsvc, *self.peers):
             poller.register(s, zmq.POLLIN)
-        for s in self.feeds:
+        for s in [*self.feeds, *self.feed_monitors]:
             poller.register(s, zmq.POLLIN)
         epoch_s = self.config.epoch_duration_ms / 1000.0
         next_tick = time.monotonic() + epoch_s
@@ -424,6 +459,9 @@ class SequencerServer:
                 if events.get(feed):
                     self._on_feed(feed)
             now = time.monotonic()
+            for mon in self.feed_monitors:
+                if events.get(mon):
+                    self._on_feed_events(mon, now)
             if self.store is not None:
                 self._replication_turn(now)
                 seq = self.seq
@@ -448,7 +486,13 @@ class SequencerServer:
         self.close()
 
     def close(self) -> None:
+        for feed in self.feeds:  # a monitor stops before its reading end closes
+            try:
+                feed.disable_monitor()
+            except zmq.ZMQError:
+                pass
         socks = [self.client, self.pub, self.logsvc, self.results, *self.peers, *self.feeds]
+        socks += list(self.feed_monitors)
         try:
             self.local.sync()
         except (OSError, RuntimeError, ValueError) as e:  # failed or closed: start-up says so

@@ -15,10 +15,21 @@ failover   ``ordo up --ha``'s layout (cluster.cli.ha_layout: 3 ZooKeeper servers
                            timestamp_ms (the batch is cut at that instant and published
                            only after ZooKeeper's quorum write, a few ms later);
              seen          the first poll in which the new leader's epoch reached it;
+             by connection whether a survivor removed the dead leader from the election
+                           (its connections closed: sequencer.member) or its
+                           ZooKeeper session expired first;
            and on the client side: the longest gap between consecutive answers (all
            clients together, and the worst single client), the latency of the calls
            that were in flight at the kill (max), and errors. The killed sequencer is
            restarted and waited for (caught up as a follower) before the next run.
+
+soak       ``ordo up --ha``'s layout as for failover, no fault: a saturating closed loop
+           of transfers (--soak-clients x --soak-in-flight) for --soak-s seconds, every
+           sequencer's status polled every --soak-poll-s. Counted: elections during the
+           run (the leader's term at the end minus at the start: every election claims
+           a term, so a busy leader deposed shows here; 0 expected), the leaders seen,
+           dead leaders removed by the connection path (none: nobody dies), answers/s,
+           the longest gap between answers, errors. Then the replicas settle.
 
 overhead   Throughput and p50/p99 latency of bank transfers (cluster.bank_load, closed
            loop) and of TPC-C New Order (tpcc.driver's load loop, 100% New Order), on
@@ -38,6 +49,7 @@ or with ``--publish`` to results/ha/ (``--out`` names the JSON), and prints a ta
 machine is shared: numbers move with its load (load averages are recorded).
 
     .venv/bin/python scripts/bench_ha.py --runs 5 --pairs 3
+    .venv/bin/python scripts/bench_ha.py --parts soak --soak-s 600
     .venv/bin/python scripts/bench_ha.py --parts failover --publish \
         --out results/ha/bench_ha_failover.json
 
@@ -372,8 +384,9 @@ def one_failover(
     pollers = {m: cluster_client(cfg, cfg.client_addr_of(m), timeout_s=5.0) for m in survivors}
     load = ClosedLoopClients(cfg, transfers, a.clients, a.in_flight)
     try:
+        removed_before = 0
         for m in survivors:  # connected (and CURVE handshake done) before the kill
-            pollers[m].status(timeout_s=5.0)
+            removed_before += int(pollers[m].status(timeout_s=5.0).get("dead_leaders_removed", 0))
         load.start()
         time.sleep(a.warmup)
         killed_wall = time.time()
@@ -382,6 +395,9 @@ def one_failover(
         polls = poll_takeover(cfg, survivors, pollers, killed_at, old_term, a.poll_ms / 1000.0)
         time.sleep(a.after)  # clients back at full speed on the new leader
         watched_until = time.perf_counter()
+        removed_after = sum(
+            int(pollers[m].status(timeout_s=5.0).get("dead_leaders_removed", 0)) for m in survivors
+        )
     finally:
         for p in pollers.values():
             p.close()
@@ -389,6 +405,9 @@ def one_failover(
     out: dict[str, Any] = {
         "old_leader": old_member,
         "old_term": old_term,
+        # how the dead leader left the election: a survivor saw its connections close
+        # (sequencer.member), or its ZooKeeper session expired
+        "by_connection": removed_after > removed_before,
         "killed_at": time.strftime("%H:%M:%S", time.localtime(killed_wall))
         + f".{int(killed_wall * 1000) % 1000:03d}",
     }
@@ -471,6 +490,100 @@ def failover_part(a: argparse.Namespace, log: Callable[[str], None]) -> dict[str
     return {"runs": runs, "money_conserved": total == ACCOUNTS * START_BALANCE}
 
 
+# --- Soak -------------------------------------------------------------------------------
+
+
+class CountingClients(ClosedLoopClients):
+    """ClosedLoopClients that keep counts and the longest gap between answers instead of
+    every answer (a long saturating run answers millions of calls)."""
+
+    def start(self) -> None:
+        self.ok = self.errors = 0
+        self.error_kinds: dict[str, int] = {}
+        self.last_answer = time.perf_counter()
+        self.longest_gap_s = 0.0
+        super().start()
+
+    def _answered(
+        self, client: int, _call: Any, status: int, value: Any, submitted: float, answered: float
+    ) -> None:
+        outcome = outcome_of(status, value)
+        if outcome in ("ok", "aborted"):
+            self.ok += 1
+            self.longest_gap_s = max(self.longest_gap_s, answered - self.last_answer)
+            self.last_answer = max(self.last_answer, answered)
+        else:
+            self.errors += 1
+            self.error_kinds[outcome] = self.error_kinds.get(outcome, 0) + 1
+
+
+def soak_part(a: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
+    with data_dir("soak-", a.keep_data) as tmp:
+        cfg = ha_config(
+            ClusterConfig(
+                replicas=REPLICAS,
+                partitions=PARTITIONS,
+                base_port=free_base_port(),
+                data_dir=str(Path(tmp) / "data"),
+                fsync=True,
+            ),
+            curve=True,
+        )
+        with running(cfg):
+            with cluster_client(cfg, timeout_s=60) as c:
+                open_accounts(c, ACCOUNTS, START_BALANCE)
+            transfers = make_transfers(20_000, ACCOUNTS, PARTITIONS, a.multi, seed=13)
+            start = wait_all_following(cfg)
+            load = CountingClients(cfg, transfers, a.soak_clients, a.soak_in_flight)
+            leaders: dict[int, int] = {int(start["term"]): int(start["member"])}
+            removed = unanswered_polls = polls = 0
+            load.start()
+            t0 = next_log = time.perf_counter()
+            try:
+                while time.perf_counter() - t0 < a.soak_s:
+                    time.sleep(a.soak_poll_s)
+                    statuses = sequencer_statuses(cfg, timeout_s=2.0)
+                    polls += 1
+                    unanswered_polls += sum(1 for st in statuses if st is None)
+                    for st in statuses:
+                        if st is None:
+                            continue
+                        removed = max(removed, int(st.get("dead_leaders_removed", 0)))
+                        if st.get("role") == "leader":
+                            leaders.setdefault(int(st["term"]), int(st["member"]))
+                    if time.perf_counter() >= next_log:
+                        next_log += 60.0
+                        log(
+                            f"soak {time.perf_counter() - t0:.0f}s: {load.ok} answered, "
+                            f"terms seen {sorted(leaders)}, longest gap "
+                            f"{load.longest_gap_s:.3f}s, errors {load.errors}"
+                        )
+            finally:
+                wall = time.perf_counter() - t0
+                load.stop()
+            end = wait_all_following(cfg)
+            settle(cfg, cfg.client_addr_of(int(end["member"])))
+            total = _bank_total(cfg)
+    return {
+        "soak_s": round(wall, 1),
+        "clients": a.soak_clients,
+        "in_flight_per_client": a.soak_in_flight,
+        "term_start": int(start["term"]),
+        "term_end": int(end["term"]),
+        "elections": int(end["term"]) - int(start["term"]),
+        "leaders_by_term": {str(t): m for t, m in sorted(leaders.items())},
+        "dead_leaders_removed": removed,
+        "answered": load.ok,
+        "answers_per_s": round(load.ok / wall, 1),
+        "longest_answer_gap_s": round(load.longest_gap_s, 4),
+        "errors": load.errors,
+        "error_kinds": load.error_kinds,
+        "status_polls": polls,
+        "unanswered_status_polls": unanswered_polls,
+        "money_conserved": total == ACCOUNTS * START_BALANCE,
+    }
+
+
 def _bank_total(cfg: ClusterConfig) -> int | None:
     try:
         with cluster_client(cfg, timeout_s=30) as c:
@@ -485,7 +598,8 @@ def _failover_line(r: dict[str, Any]) -> str:
         return f"FAILED {r.get('error')}"
     c = r["client"]
     return (
-        f"leader {r['old_leader']}->{r['new_leader']} (term {r['old_term']}->{r['new_term']}): "
+        f"leader {r['old_leader']}->{r['new_leader']} (term {r['old_term']}->{r['new_term']}"
+        f"{', by connection' if r.get('by_connection') else ', by session'}): "
         f"elected {r['elected_s']:.3f}s, first commit {r.get('first_commit_s')}s "
         f"(seen {r.get('first_commit_seen_s')}s); clients: longest gap "
         f"{c['longest_answer_gap_s']:.3f}s, max latency in flight at kill "
@@ -933,6 +1047,10 @@ def parser() -> BenchParser:
     ap.add_argument("--warmup", type=float, default=3.0, help="failover: load before the kill")
     ap.add_argument("--after", type=float, default=2.0, help="failover: load after takeover")
     ap.add_argument("--poll-ms", type=float, default=10.0, help="failover: status poll period")
+    ap.add_argument("--soak-s", type=float, default=600.0, help="soak: seconds of load")
+    ap.add_argument("--soak-clients", type=int, default=4, help="soak: client threads")
+    ap.add_argument("--soak-in-flight", type=int, default=250, help="soak: per client")
+    ap.add_argument("--soak-poll-s", type=float, default=1.0, help="soak: status poll period")
     ap.add_argument("--pairs", type=int, default=3, help="overhead: (single, ha) pairs")
     ap.add_argument("--transfers", type=int, default=30_000, help="overhead: per arm")
     ap.add_argument("--clients-overhead", type=int, default=4)
@@ -952,8 +1070,8 @@ def parser() -> BenchParser:
 def main() -> None:
     a = parser().parse()
     parts = {p.strip() for p in a.parts.split(",") if p.strip()}
-    if not parts <= {"failover", "overhead"}:
-        raise SystemExit("--parts takes failover and/or overhead")
+    if not parts <= {"failover", "soak", "overhead"}:
+        raise SystemExit("--parts takes failover, soak and/or overhead")
     signal.signal(signal.SIGTERM, _raise_interrupted)
     signal.signal(signal.SIGINT, _raise_interrupted)
 
@@ -969,12 +1087,16 @@ def main() -> None:
             "zk_session_timeout_s": limits.zk_session_timeout_s,
             "client_failover_silence_s": limits.client_failover_silence_s,
             "sequencer_election_check_s": limits.sequencer_election_check_s,
+            "sequencer_feed_reconnect_ms": limits.sequencer_feed_reconnect_ms,
         },
         "machine": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()},
     }
     if "failover" in parts:
         result["failover"] = failover_part(a, log)
         result["failover_summary"] = summarize_failover(result["failover"])
+    if "soak" in parts:
+        result["soak"] = soak_part(a, log)
+        log(f"soak: {json.dumps(result['soak'])}")
     if "overhead" in parts:
         result["overhead"] = overhead_part(a, log)
         result["overhead_summary"] = summarize_overhead(result["overhead"])

@@ -17,7 +17,7 @@ The states (``role``):
   log service (``peer_fetches``, then ``on_peer_reply``). It reports its synced last
   epoch as progress, watches the election (when the owner gave one), and answers calls
   with ERR_NOT_LEADER naming the leader it knows and the term it believes current
-  (``follower_reply``).
+  (``follower_reply``). It hastens a dead leader's replacement (below).
 - CANDIDATE: named by the election (``elected``): it has claimed a new term and
   copies until it holds every committed batch, then leads; one that cannot catch up
   within ``candidate_catch_up_s_max`` resigns, so the next member leads.
@@ -29,6 +29,19 @@ The states (``role``):
   ``Sequencer.step_down`` answers every unanswered call ERR_NOT_LEADER (clients resend,
   same ids, to the next leader) and the member follows.
 
+A dead leader, told by its connections: the owner reports what happens to its
+connection to each peer's publication (``on_peer_connection_lost``, ``_refused``,
+``_up``). A connection the peer's kernel closed, followed by a reconnect to the peer's
+address that is refused (nobody listens there), means the peer's process is gone: a
+kill -9 or a crash, not a busy or slow leader, whose kernel keeps its connections and
+accepts new ones. A follower that learns so of the leader the election names removes
+that leader's standing from the election (``Election.remove_dead_leader``) instead of
+waiting for its session to expire, and looks at the election at once; the next member
+is elected and claims a term as always. Silence is never the signal: a leader that is
+paused or cut off keeps its connections (or their closing is never seen), and its
+session's expiry stays the backstop. Fencing is unchanged: even if the removed leader
+lived, the new term's claim makes every commit of its term fail.
+
 Embedded (no store): the member leads at once under term 0 over its plain command log
 (``lead_alone``), as in Calvin without replication.
 
@@ -39,6 +52,8 @@ Invariants:
 - The local log only grows by committed batches, in epoch order (the next epoch from
   the feed, copies from the store or a peer; a leader's appends follow their commit).
 - Progress written to the store is an epoch the local log has synced.
+- Only a follower removes a leader from the election, and only one whose connection
+  closed and whose address then refused a connection, with no connection up since.
 - Nothing here reads a clock, opens a socket or starts a thread.
 """
 
@@ -95,6 +110,13 @@ class Election(Protocol):
 
     def resign(self) -> None:
         """Leave the election and stand again at the back."""
+        ...
+
+    def remove_dead_leader(self, member: int) -> bool:
+        """Remove ``member``'s standing if the election names it (its process is gone:
+        its connections closed and its address refuses new ones), so the next member
+        is named now rather than when its session expires. False if the election names
+        another member or nobody (e.g. its session already ended)."""
         ...
 
 
@@ -171,6 +193,11 @@ class OrderingMember:
         self._peer_fetch_at = 0.0
         self._next_sync = self._next_progress = self._next_trim = 0.0
         self._next_copy = self._next_election = self._election_backstop = 0.0
+        # Peers whose publication connection closed (not up since), and of those, the
+        # ones whose address then refused a connection: their process is gone.
+        self._peer_closed: dict[int, float] = {}  # peer -> when its connection closed
+        self._peer_gone: set[int] = set()
+        self.dead_leaders_removed = 0  # leaders this member removed from the election
 
     # State ---------------------------------------------------------------------------
     @property
@@ -186,6 +213,7 @@ class OrderingMember:
             leader=self.leader,
             local_last_epoch=self.local.last_epoch,
             replicated=self.store is not None,
+            dead_leaders_removed=self.dead_leaders_removed,
         )
 
     def heartbeat(self) -> bytes:
@@ -310,8 +338,31 @@ class OrderingMember:
             self._next_copy = now_s + config.copy_backstop_s
             self._copy_committed(now_s)
         self._report_progress_if_due(now_s)
+        self._remove_dead_leader(now_s)
         self._watch_election(now_s)
         self._lead_if_caught_up(now_s)
+
+    def _remove_dead_leader(self, now_s: float) -> None:
+        """A follower whose leader's process is gone (see the module docstring) removes
+        it from the election and looks at the election at once; it tries again after
+        each further refused reconnect while it still believes that member leads. A
+        store error propagates (the owner's next turn tries again)."""
+        election, leader = self.election, self.leader
+        if election is None or self.role != FOLLOWER or leader not in self._peer_gone:
+            return
+        assert leader is not None  # in _peer_gone
+        if election.remove_dead_leader(leader):
+            self.dead_leaders_removed += 1
+            log.warning(
+                "sequencer %d: leader %d's connection closed %.0f ms ago and its address "
+                "refuses connections: removed it from the election (term %d)",
+                self.member,
+                leader,
+                1000.0 * (now_s - self._peer_closed.get(leader, now_s)),
+                self.term,
+            )
+        self._peer_gone.discard(leader)
+        self._next_election = self._election_backstop = now_s
 
     def _watch_election(self, now_s: float) -> None:
         election = self.election
@@ -357,6 +408,23 @@ class OrderingMember:
             self.peer_fetches.append(gap)
 
     # Inputs --------------------------------------------------------------------------
+    def on_peer_connection_lost(self, peer: int, now_s: float) -> None:
+        """The connection to ``peer``'s publication closed (its kernel, or the network,
+        ended it). Nothing follows from this alone: a reconnect decides."""
+        self._peer_closed.setdefault(peer, now_s)
+
+    def on_peer_connection_refused(self, peer: int) -> None:
+        """A reconnect to ``peer``'s publication failed (refused: nobody listens at its
+        address). After a lost connection this says the peer's process is gone; a
+        follower whose leader it is removes it from the election on its next turn."""
+        if peer in self._peer_closed:
+            self._peer_gone.add(peer)
+
+    def on_peer_connection_up(self, peer: int) -> None:
+        """A connection to ``peer``'s publication is up: something listens there."""
+        self._peer_closed.pop(peer, None)
+        self._peer_gone.discard(peer)
+
     def on_published(self, data: bytes) -> bool:
         """A batch another sequencer published (a committed one): a follower appends
         the next epoch; anything else it ignores (a gap is copied from the store).

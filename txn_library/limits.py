@@ -486,6 +486,12 @@ sequencer_election_check_s = 0.05
 sequencer_candidate_catch_up_s_max = 10.0
 """An elected sequencer that cannot copy every committed batch by then resigns, and the
 next one leads."""
+sequencer_feed_reconnect_ms = 20
+"""A sequencer reconnects to a peer's publication this long after the connection
+closed. A refused reconnect to the leader's says its process is gone: a follower then
+removes it from the election instead of waiting out its ZooKeeper session."""
+sequencer_feed_reconnect_max_ms = 500
+"""Reconnects to a peer's publication that keep failing back off up to this interval."""
 
 # Client failover (txn_library/client/failover.py)
 
@@ -521,6 +527,14 @@ _check(
     "a batch, with the commit's other operations, fits in one ZooKeeper request",
 )
 _check(zk_commit_timeout_s < zk_session_timeout_s, "a commit gives up before its session ends")
+_check(
+    sequencer_feed_reconnect_ms < 1000 * zk_session_timeout_s,
+    "a dead leader's refused reconnect comes before its session expires",
+)
+_check(
+    sequencer_feed_reconnect_ms <= sequencer_feed_reconnect_max_ms,
+    "reconnects back off from the first interval",
+)
 _check(
     lifeline_stop_grace_s < owner_wait_s,
     "a claimant outwaits the roles of a launcher that died",

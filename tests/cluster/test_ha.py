@@ -22,7 +22,13 @@ import pytest
 
 from cluster.commands.run import ha_layout
 from cluster.config import ClusterConfig
-from cluster.launcher import LocalCluster, cluster_client, free_base_port, leader_status
+from cluster.launcher import (
+    LocalCluster,
+    cluster_client,
+    free_base_port,
+    leader_status,
+    sequencer_statuses,
+)
 from cluster.ledger import Ledger, drive_transfers
 from sequencer.log import iter_frames
 from tests.ha_checks import check_outcome
@@ -129,6 +135,71 @@ def test_leader_kill9_fails_over_without_loss(ha_cluster: LocalCluster) -> None:
 
     _ledger, info = run_with_fault(ha_cluster, kill_leader)
     assert info["failover_s"] < 30
+
+
+def test_a_killed_leader_is_replaced_by_its_closed_connections_not_its_session(
+    ha_cluster: LocalCluster,
+) -> None:
+    """kill -9 closes the leader's connections: a follower sees its publication's
+    connection close and its address refuse a reconnect, removes it from the election,
+    and the next member leads without waiting for the dead leader's ZooKeeper session
+    to expire (the removal is what the survivors' status counts; the session path
+    counts none)."""
+
+    def kill_leader(lc: LocalCluster) -> dict:
+        name, st = leader_name(lc)
+        lc.kill(name)
+        new = wait_for_leader(lc, not_member=st["member"])
+        assert new["term"] > st["term"]
+        survivors = [s for s in sequencer_statuses(lc.config) if s is not None]
+        removed = sum(s.get("dead_leaders_removed", 0) for s in survivors)
+        lc.start_sequencer(st["member"])
+        return {"removed": removed}
+
+    _ledger, info = run_with_fault(ha_cluster, kill_leader, n=3_000)
+    assert info["removed"] == 1
+
+
+def test_a_live_leader_removed_from_the_election_is_fenced_and_stands_again(
+    ha_cluster: LocalCluster,
+) -> None:
+    """What a wrong removal would do (a leader believed dead that lives): its election
+    node deleted under load, the next member claims a term, the old leader's next
+    commit is refused, it follows and joins the election again; nothing acknowledged
+    is lost or run twice."""
+    from kazoo.client import KazooClient
+
+    from cluster.ordering_zk import ZK_USER, secret_path
+
+    cfg = ha_cluster.config
+
+    def remove_leader(lc: LocalCluster) -> dict:
+        name, st = leader_name(lc)
+        zk = KazooClient(
+            hosts=cfg.zookeeper_connect,
+            timeout=5,
+            auth_data=[("digest", f"{ZK_USER}:{secret_path(cfg).read_text().strip()}")],
+        )
+        zk.start(timeout=15)
+        try:
+            election = f"{cfg.zookeeper_root}/election"
+            first = sorted(zk.get_children(election), key=lambda c: c[-10:])[0]
+            assert int(zk.get(f"{election}/{first}")[0]) == st["member"]
+            zk.delete(f"{election}/{first}")
+            new = wait_for_leader(lc, not_member=st["member"])
+            assert new["term"] > st["term"]
+            deadline = time.monotonic() + 30
+            while len(zk.get_children(election)) < cfg.sequencers:  # it stands again
+                assert time.monotonic() < deadline, zk.get_children(election)
+                time.sleep(0.05)
+        finally:
+            zk.stop()
+            zk.close()
+        return {"old": st["member"]}
+
+    _ledger, info = run_with_fault(ha_cluster, remove_leader, n=3_000)
+    old = sequencer_statuses(cfg)[info["old"]]
+    assert old is not None and old["role"] == "follower"
 
 
 def test_paused_leader_is_fenced_and_rejoins_as_follower(ha_cluster: LocalCluster) -> None:

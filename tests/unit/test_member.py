@@ -1,8 +1,10 @@
 """The ordering member's state machine (sequencer.member.OrderingMember) over the
 in-memory store: followers copy, an elected member claims a term, catches up and
 leads, a deposed leader steps down answering its calls not_leader, a follower names
-the leader and the term, terms never decrease; and both drivers (the live process and
-the simulator's node) run this one class."""
+the leader and the term, terms never decrease, a follower removes a leader whose
+connection closed and whose address refuses connections from the election (and never
+a leader that is merely silent, or reconnected); and both drivers (the live process
+and the simulator's node) run this one class."""
 
 from __future__ import annotations
 
@@ -34,6 +36,9 @@ class FakeElection:
         self.changed = True
         self.resigned = 0
         self.me = -1
+        self.standing = [0, 1, 2]  # members in election order after the leader
+        self.removals: list[int] = []  # remove_dead_leader calls
+        self.remove_fails = 0  # that many removals raise first (the store unreachable)
 
     def take_election_change(self) -> bool:
         changed, self.changed = self.changed, False
@@ -50,6 +55,18 @@ class FakeElection:
 
     def resign(self) -> None:
         self.resigned += 1
+
+    def remove_dead_leader(self, member: int) -> bool:
+        self.removals.append(member)
+        if self.remove_fails:
+            self.remove_fails -= 1
+            raise ConnectionError("ZooKeeper unreachable")  # as kazoo's errors, not NotLeader
+        if self.named != member:
+            return False
+        self.standing.remove(member)
+        self.named = self.standing[0] if self.standing else None
+        self.changed = True
+        return True
 
 
 class Member(OrderingMember):
@@ -291,6 +308,83 @@ def test_a_claim_that_fails_leaves_a_follower(tmp_path: Path) -> None:
     assert (m.role, m.term, m.seq, m.retired) == (FOLLOWER, 0, None, [])
     with pytest.raises(CommitUnknown):
         store.claim_term()
+
+
+def test_a_follower_removes_a_leader_whose_connection_closed_and_is_refused(
+    tmp_path: Path,
+) -> None:
+    """kill -9 of the leader: its kernel closes the connection and nobody listens at
+    its address any more. The next member is elected without waiting for the dead
+    leader's session, and claims a term (fencing it should it live after all)."""
+    store = MemoryStore()
+    leader_with_batches(tmp_path, store, 3)  # member 0 leads term 1
+    election = FakeElection(store, leader=0)
+    m = Member(tmp_path, 1, store, election)
+    m.turn(0.0)
+    assert (m.role, m.leader, m.term) == (FOLLOWER, 0, 1)
+    m.on_peer_connection_lost(0, 1.0)
+    m.turn(1.001)  # closed, not yet refused: nothing (a reconnect decides)
+    assert election.removals == [] and m.role == FOLLOWER
+    m.on_peer_connection_refused(0)
+    m.turn(1.02)  # gone: removed, and the election (naming member 1) looked at at once
+    assert election.removals == [0] and m.dead_leaders_removed == 1
+    assert (m.role, m.term, store.term) == (LEADER, 2, 2)
+    assert m.role_report()["dead_leaders_removed"] == 1
+
+
+def test_a_busy_or_silent_leader_is_never_removed(tmp_path: Path) -> None:
+    """Silence is not the signal; nor is a closed connection that comes back, nor a
+    refused connection that no closed one preceded (a peer not yet started)."""
+    store = MemoryStore()
+    leader_with_batches(tmp_path, store, 1)
+    election = FakeElection(store, leader=0)
+    m = Member(tmp_path, 1, store, election)
+    for t in range(100):  # no word from the leader for 100 s
+        m.turn(float(t))
+    m.on_peer_connection_refused(0)  # no connection had closed
+    m.turn(101.0)
+    m.on_peer_connection_lost(0, 102.0)
+    m.on_peer_connection_up(0)  # reconnected: it listens, so it lives
+    m.on_peer_connection_refused(0)
+    m.turn(103.0)
+    assert election.removals == [] and (m.role, m.leader) == (FOLLOWER, 0)
+
+
+def test_only_a_follower_removes_and_only_the_leader(tmp_path: Path) -> None:
+    store = MemoryStore()
+    leader_with_batches(tmp_path, store, 1)
+    election = FakeElection(store, leader=0)
+    m = Member(tmp_path, 1, store, election)
+    m.turn(0.0)
+    m.on_peer_connection_lost(2, 1.0)  # another follower died: not this member's concern
+    m.on_peer_connection_refused(2)
+    m.turn(1.1)
+    assert election.removals == []
+    election.named, election.changed = 2, True  # ... until the election names it
+    m.turn(1.2)  # learns that 2 leads
+    m.turn(1.3)  # and that 2 is gone
+    assert election.removals == [2] and m.leader == 0  # the election names 0 again
+    lead = leader_with_batches(tmp_path / "l", MemoryStore(), 1)
+    lead.on_peer_connection_lost(1, 2.0)
+    lead.on_peer_connection_refused(1)
+    lead.turn(2.1)
+    assert lead.role == LEADER and lead.dead_leaders_removed == 0
+
+
+def test_a_removal_the_store_did_not_answer_is_tried_again(tmp_path: Path) -> None:
+    store = MemoryStore()
+    leader_with_batches(tmp_path, store, 1)
+    election = FakeElection(store, leader=0)
+    m = Member(tmp_path, 2, store, election)
+    m.turn(0.0)
+    m.on_peer_connection_lost(0, 1.0)
+    m.on_peer_connection_refused(0)
+    election.remove_fails = 1
+    with pytest.raises(ConnectionError):  # the owner's guard takes store errors
+        m.turn(1.1)
+    m.turn(1.2)
+    assert election.removals == [0, 0] and m.dead_leaders_removed == 1
+    assert (m.role, m.leader) == (FOLLOWER, 1)  # member 1 is next: this one follows
 
 
 def _imported_names(path: Path) -> set[str]:
