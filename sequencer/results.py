@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+
+import msgpack
 
 from sequencer.calls import InFlight, PendingCall, results_problem, shown_value
 from sequencer.intake import Intake
@@ -58,7 +60,7 @@ from txn_library.procedure import lookup, lookup_at
 from txn_library.streams import DERIVED_CLIENT
 from txn_library.wire.partition import PartitionStatus
 from txn_library.wire.partition import Results as ResultsMessage
-from txn_library.wire.sequencer import Packed, decode_batch, unpack
+from txn_library.wire.sequencer import Packed, unpack
 
 log = logging.getLogger("ordo.sequencer")
 
@@ -106,22 +108,10 @@ class Results:
         if not last:
             return
         first = max(command_log.first_epoch, last - limits.retry_rebuild_epochs_max)
-        for _epoch, data in command_log.read_range(first, last):
-            batch = decode_batch(data)
-            txn_id = batch.first_txn_id
-            for txn in batch.txns:
-                if txn.client_id and txn.client_id != DERIVED_CLIENT:
-                    key = (txn.client_id, txn.req_id)
-                    args = txn.args
-                    try:
-                        if lookup_at(txn.proc, _epoch).dependent:
-                            args = args[:-1]  # the prediction is not part of the call
-                    except BadRequest:
-                        pass  # a procedure no longer registered: its digest is as logged
-                    digest = call_digest(call_body(txn.proc, args))
-                    self.retries.log(key, Logged(txn_id, digest, _epoch))
-                    self.logged_txns[txn_id] = key
-                txn_id += 1
+        for epoch, data in command_log.read_range(first, last):
+            for txn_id, key, digest in logged_calls(epoch, data):
+                self.retries.log(key, Logged(txn_id, digest, epoch))
+                self.logged_txns[txn_id] = key
         while len(self.logged_txns) > limits.pending_calls_max:
             self.logged_txns.pop(next(iter(self.logged_txns)))
 
@@ -278,3 +268,41 @@ class Results:
             self._enqueue(call)
         except BadRequest as e:
             self._deliver(call, ERROR, (e.code, e.message))
+
+
+def logged_calls(epoch: int, data: bytes) -> Iterator[tuple[int, tuple[bytes, Any], int]]:
+    """(txn id, (client id, request id), call digest) of each client call a logged batch
+    holds, read from its bytes: a call's digest is that of its (procedure, arguments),
+    which are the very bytes after the txn's array header (``Intake.enqueue``), so they
+    are hashed where they lie instead of decoded and packed again (a new leader reads
+    ``retry_rebuild_epochs_max`` epochs before it serves). A dependent call's logged
+    arguments end with its prediction, which is not part of the call: those are decoded.
+    Trusted bytes (this sequencer's own log)."""
+    u = msgpack.Unpacker(use_list=False)
+    u.feed(data)
+    u.read_array_header()
+    u.skip()  # epoch
+    u.skip()  # prev_epoch
+    txn_id = u.unpack()
+    u.skip()  # timestamp
+    u.skip()  # seed
+    for _ in range(u.read_array_header()):
+        u.read_array_header()
+        start = u.tell()
+        name = u.unpack()
+        args_at = u.tell()
+        u.skip()
+        end = u.tell()
+        u.skip()  # participants
+        client_id = u.unpack()
+        req_id = u.unpack()
+        if client_id and client_id != DERIVED_CLIENT:
+            body = data[start:end]
+            try:
+                if lookup_at(name, epoch).dependent:
+                    args = msgpack.unpackb(data[args_at:end], use_list=False)
+                    body = call_body(name, args[:-1])  # the prediction is not part of it
+            except BadRequest:
+                pass  # a procedure no longer registered: its digest is as logged
+            yield txn_id, (client_id, req_id), call_digest(body)
+        txn_id += 1

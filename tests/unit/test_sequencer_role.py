@@ -245,3 +245,40 @@ def test_results_reply_with_packed_values_is_the_generic_encoding() -> None:
     assert wire.encode_results_reply(replies) == generic
     packed = [(r, st, wire.Packed(wire.pack(v))) for r, st, v in replies]
     assert wire.encode_results_reply(packed) == generic
+
+
+def test_the_exactly_once_rebuild_reads_calls_where_they_lie_as_decoding_them_would(
+    tmp_path: Path,
+) -> None:
+    """sequencer.results.logged_calls hashes a call's (procedure, arguments) bytes in
+    the log instead of decoding and packing them again; it must give what decoding
+    gives: every client call's ids and digest (a dependent call's without its
+    prediction), txn ids in order, no dataflow step."""
+    from sequencer.results import logged_calls
+    from sequencer.retry_cache import call_body, call_digest
+    from txn_library.procedure import lookup
+
+    s = _seq(tmp_path)
+    rng = random.Random(5)
+    for i in range(40):
+        calls = [(i * 10 + j, "kv.put", (f"k{rng.randrange(9)}", rng.random())) for j in range(3)]
+        calls.append((i * 10 + 3, "kv.add", (f"k{i}", rng.randrange(-(2**40), 2**40))))
+        calls.append((i * 10 + 4, "kv.put", (f"k{i}", [b"\x00" * rng.randrange(40), {"a": i}])))
+        _submit(s, *calls)
+        s.tick(i)
+    _submit(s, (999, "bench.tag_update", (3, 1)))  # dependent: logged with its prediction
+    ((_r, p), (query,)) = s.take_query_out().popitem()
+    s.on_results(0, p, (), ((query[0], 0, OK, 7),), STATUS)
+    s.tick(100)
+    s.log.close()
+    seen = 0
+    for epoch, payload in iter_frames(tmp_path):
+        batch = wire.decode_batch(payload)
+        want = []
+        for k, txn in enumerate(batch.txns):
+            args = txn.args[:-1] if lookup(txn.proc).dependent else txn.args
+            digest = call_digest(call_body(txn.proc, args))
+            want.append((batch.first_txn_id + k, (txn.client_id, txn.req_id), digest))
+        assert list(logged_calls(epoch, payload)) == want
+        seen += len(want)
+    assert seen == 40 * 5 + 1
