@@ -131,6 +131,12 @@ class LoadSockets:
         if self.failover:
             self.failover[slot].heard(now)
 
+    def leader_term(self, slot: int, term: int) -> None:
+        """The sequencer answering ``slot`` leads ``term`` (a results reply's trailer):
+        hints of older terms are not followed from now on (client.failover)."""
+        if self.failover and term:
+            self.failover[slot].leader_term(term)
+
     def not_leader(self, slot: int, entries: Iterable[Any], now: float) -> Iterable[Any]:
         """``entries`` less the ERR_NOT_LEADER ones (their calls stay outstanding, to be
         resent where the hint leads); with failover only."""

@@ -429,11 +429,11 @@ class LoadGenerator:
             except zmq.Again:
                 return
             self.socks.heard(slot, now)
-            reply = ClientProtocol.parse_reply(frame)
-            if reply is None:
+            msg = ClientProtocol.read_reply(frame)
+            if msg is None:
                 self.malformed_replies += 1
                 continue
-            kind, body = reply
+            kind, body = msg[0], msg[1]
             if kind in (wire.REP_STATUS, wire.REP_OK, wire.REP_ERROR):
                 if self._control and slot == 0:
                     self._control.popleft()(body if kind == wire.REP_STATUS else None)
@@ -441,6 +441,7 @@ class LoadGenerator:
             if kind != wire.REP_RESULTS or not isinstance(body, tuple):
                 self.malformed_replies += 1
                 continue
+            self.socks.leader_term(slot, wire.results_term(msg))  # as Client does
             self._answer(self.socks.not_leader(slot, body, now), now, issuing)
 
     def _receive_queries(
