@@ -44,6 +44,11 @@ this loop as a *follower* until ZooKeeper's election names it:
   listens there) and EVENT_CONNECTED to the member, which removes a leader gone that
   way from the election (sequencer.member) instead of waiting out its session.
 
+- a leader whose loop stalled for half a session or more (SIGSTOP, a starved host)
+  asks ZooKeeper whether the term is still its own before it answers anything
+  (``_still_leading``): kazoo may not yet have said that the session ended, and a
+  successor may have committed meanwhile.
+
 A client's mistake never kills this process: every frame is decoded inside a guard
 and answered with an error.
 """
@@ -277,6 +282,25 @@ class SequencerServer:
             self._peer_rr = (self._peer_rr + 1) % len(self.peers)
             self.peers[self._peer_rr].send(wire.encode(wire.LogFetch(*gap)))
 
+    def _still_leading(self, stalled_s: float) -> Sequencer | None:
+        """After a stall of the loop (a SIGSTOP, a starved host) long enough that the
+        session may have ended meanwhile, ask ZooKeeper whether the term is still ours
+        before anything is answered: a leader that resumes after its successor committed
+        must answer nothing (kazoo may not have told us of the lost session yet)."""
+        store = self.store
+        if store is None:
+            return self.seq
+        try:
+            deposed = store.session_lost or store.current_term() != self.term
+            why = "the term moved on" if deposed else ""
+        except Exception as e:
+            if not _is_zookeeper_error(e):
+                raise
+            deposed, why = True, f"ZooKeeper unreachable ({type(e).__name__})"
+        if deposed:
+            self.ordering.step_down(f"after a {stalled_s:.1f} s stall of the loop: {why}")
+        return self.seq
+
     def _on_feed(self, feed: zmq.Socket) -> None:
         """Batches another sequencer published: the member takes the next epoch."""
         for _ in range(limits.sequencer_copy_batches_per_turn):
@@ -432,12 +456,17 @@ class SequencerServer:
         epoch_s = self.config.epoch_duration_ms / 1000.0
         next_tick = time.monotonic() + epoch_s
         next_heartbeat = time.monotonic()
+        turned_at = time.monotonic()
         while not self._stop:
             seq = self.seq
             timeout_ms = max(0.0, (next_tick - time.monotonic()) * 1000.0)
             if seq is not None and seq.has_intake():
                 timeout_ms = 0.0  # calls still wait for validation: no sleeping
             events = dict(poller.poll(math.ceil(timeout_ms)))
+            stalled = time.monotonic() - turned_at
+            turned_at = time.monotonic()
+            if seq is not None and stalled > limits.zk_session_timeout_s / 2:
+                seq = self._still_leading(stalled)
             if events.get(self.client):
                 self._receive_clients(turn_deadline(limits.receive_turn_s_max, next_tick))
             if seq is not None:
