@@ -459,19 +459,24 @@ def one_failover(
     return out
 
 
+def _failover_config(tmp: str) -> ClusterConfig:
+    """ha_layout's cluster with CURVE and fsync in ``tmp``: what failover and soak run."""
+    return ha_config(
+        ClusterConfig(
+            replicas=REPLICAS,
+            partitions=PARTITIONS,
+            base_port=free_base_port(),
+            data_dir=str(Path(tmp) / "data"),
+            fsync=True,
+        ),
+        curve=True,
+    )
+
+
 def failover_part(a: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     with data_dir("failover-", a.keep_data) as tmp:
-        cfg = ha_config(
-            ClusterConfig(
-                replicas=REPLICAS,
-                partitions=PARTITIONS,
-                base_port=free_base_port(),
-                data_dir=str(Path(tmp) / "data"),
-                fsync=True,
-            ),
-            curve=True,
-        )
+        cfg = _failover_config(tmp)
         with running(cfg) as lc:
             with cluster_client(cfg, timeout_s=60) as c:
                 open_accounts(c, ACCOUNTS, START_BALANCE)
@@ -519,16 +524,7 @@ class CountingClients(ClosedLoopClients):
 
 def soak_part(a: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
     with data_dir("soak-", a.keep_data) as tmp:
-        cfg = ha_config(
-            ClusterConfig(
-                replicas=REPLICAS,
-                partitions=PARTITIONS,
-                base_port=free_base_port(),
-                data_dir=str(Path(tmp) / "data"),
-                fsync=True,
-            ),
-            curve=True,
-        )
+        cfg = _failover_config(tmp)
         with running(cfg):
             with cluster_client(cfg, timeout_s=60) as c:
                 open_accounts(c, ACCOUNTS, START_BALANCE)
