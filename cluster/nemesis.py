@@ -71,7 +71,7 @@ from pathlib import Path
 from subprocess import SubprocessError
 from typing import Any
 
-from cluster.config import ClusterConfig
+from cluster.history_checks import check_history, record
 from cluster.ledger import Ledger
 from cluster.netns import Hosts, NetnsError
 from cluster.netns_cluster import (
@@ -84,9 +84,7 @@ from cluster.netns_cluster import (
     sequencer_host,
 )
 from executor.deterministic.oracle import SerialExecutor
-from sequencer.log import iter_frames
 from txn_library.errors import OK, invariant
-from txn_library.wire import sequencer as wire
 
 ACCOUNTS, START_BALANCE = 400, 10_000
 CHUNK_TRANSFERS = 1_500  # transfers of one cluster.ledger process
@@ -493,101 +491,12 @@ class LoadRun:
 # --- the checks ---------------------------------------------------------------------
 
 
-def _check(checks: dict[str, dict[str, Any]], name: str, ok: bool, detail: str) -> None:
-    checks[name] = {"ok": bool(ok), "detail": detail}
-
-
-def read_logs(cfg: ClusterConfig, st: dict, wait_s: float = 30.0) -> list[list[bytes]]:
-    """Every sequencer's local log (a member wiped and restarted may have none yet),
-    once the leader's holds the epoch its status reported (local logs are fdatasynced
-    every sequencer_local_sync_s)."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        logs = [
-            [data for _e, data in iter_frames(d)] if d.is_dir() else []
-            for d in (Path(cfg.sequencer_log_dir(m)) for m in range(cfg.sequencers))
-        ]
-        if len(logs[st["member"]]) >= st["epoch"] - st["log_first_epoch"] + 1:
-            return logs
-        if time.monotonic() > deadline:
-            return logs
-        time.sleep(0.1)
-
-
 def check_run(hc: HostCluster, ledger: Ledger, st: dict) -> dict[str, dict[str, Any]]:
     """The ledger, the logs and the replicas against each other, and the money (each
     check a name with ok and a detail)."""
     checks, serial = check_history(hc.cfg, ledger, st)
     _check_money(checks, hc, serial, ledger)
     return checks
-
-
-def check_history(
-    cfg: ClusterConfig, ledger: Ledger, st: dict
-) -> tuple[dict[str, dict[str, Any]], SerialExecutor]:
-    """Every sequencer's log against the leader's, the client ledger against the log
-    (each acknowledged call there exactly once, answered as the serial replay answers
-    it), terms, the replicas' hashes against each other and the serial replay (each
-    check a name with ok and a detail; tests/ha_checks.py asserts them all too), and the
-    serial replay it ran."""
-    checks: dict[str, dict[str, Any]] = {}
-    logs = read_logs(cfg, st)
-    leader_log = logs[st["member"]]
-    want = st["epoch"] - st["log_first_epoch"] + 1
-    _check(checks, "leader_log_complete", len(leader_log) >= want, f"{len(leader_log)}/{want}")
-    differ = [
-        m for m, other in enumerate(logs) if other[: len(leader_log)] != leader_log[: len(other)]
-    ]
-    _check(checks, "sequencer_logs_agree", not differ, f"differ from the leader's: {differ}")
-    seen: Counter[tuple[bytes, int]] = Counter()
-    txn_of: dict[tuple[bytes, int], int] = {}
-    terms = []
-    serial = SerialExecutor()
-    for data in leader_log:
-        batch = wire.decode_batch(data)
-        terms.append(batch.term)
-        for i, txn in enumerate(batch.txns):
-            if txn.client_id:
-                key = (txn.client_id, txn.req_id)
-                seen[key] += 1
-                txn_of[key] = batch.first_txn_id + i
-        serial.apply(batch)
-    _check(checks, "terms_never_decrease", terms == sorted(terms), f"last term {terms[-1:]}")
-    twice = [k for k, n in seen.items() if n > 1]
-    _check(checks, "no_call_sequenced_twice", not twice, f"{len(twice)} twice")
-    lost = [k for k in ledger.acked if k not in seen]
-    _check(
-        checks,
-        "every_acked_call_in_log",
-        not lost,
-        f"{len(ledger.acked)} acked, {len(lost)} missing from the log",
-    )
-    wrong = [
-        k
-        for k, (_t, status) in ledger.acked.items()
-        if k in txn_of and serial.results[txn_of[k]][0] != status
-    ]
-    _check(checks, "answers_equal_serial_replay", not wrong, f"{len(wrong)} differ")
-    by_part: dict[int, set[str]] = {}
-    for p in st["partitions"]:
-        by_part.setdefault(p["partition"], set()).add(p["state_hash"])
-    equal = all(len(h) == 1 for h in by_part.values())
-    shown = {p: sorted(h) for p, h in sorted(by_part.items())}
-    _check(checks, "replica_hashes_equal", equal, json.dumps(shown))
-    live = sum(int(next(iter(h)), 16) for h in by_part.values()) % (1 << 64)
-    _check(
-        checks,
-        "serial_replay_equals_replicas",
-        equal and serial.state_hash == live,
-        f"replay {serial.state_hash:016x}, replicas {live:016x}",
-    )
-    _check(
-        checks,
-        "no_determinism_violation",
-        st["determinism_violations"] == 0,
-        f"{st['determinism_violations']} seen",
-    )
-    return checks, serial
 
 
 def _check_money(
@@ -604,7 +513,7 @@ def _check_money(
     rows = [serial.storage.get("account", (a,)) for a in range(ACCOUNTS)]
     balances = [None if row is None else int(row[0]) for row in rows]
     replayed = sum(b for b in balances if b is not None)
-    _check(checks, "money_conserved", live == want == replayed, f"live {live}, replay {replayed}")
+    record(checks, "money_conserved", live == want == replayed, f"live {live}, replay {replayed}")
     unknown: set[int] = set()
     for text in ledger.failed:  # "(src, dst, amount): Error: ..."
         src, dst, _amount = (int(x) for x in text[1 : text.index(")")].split(","))
@@ -615,7 +524,7 @@ def _check_money(
             expect[src] -= amount
             expect[dst] += amount
     off = [a for a in range(ACCOUNTS) if a not in unknown and balances[a] != expect[a]]
-    _check(
+    record(
         checks,
         "balances_equal_ledger",
         not off,
@@ -722,14 +631,14 @@ def settle_and_check(
         "chunks": len(load.ledgers),
     }
     checks: dict[str, dict[str, Any]] = {}
-    _check(checks, "load_chunks_completed", not load.errors, "; ".join(load.errors[:5]))
-    _check(
+    record(checks, "load_chunks_completed", not load.errors, "; ".join(load.errors[:5]))
+    record(
         checks,
         "replicas_live_before_faults",
         not nemesis.gate_timeouts,
         json.dumps(nemesis.gate_timeouts[:5]),
     )
-    _check(
+    record(
         checks,
         "no_role_exited_unasked",
         not nemesis.unasked_exits,
@@ -739,11 +648,11 @@ def settle_and_check(
     try:
         st = hc.settled(timeout_s=max(SETTLE_S_MIN, duration_s / 3))
     except (TimeoutError, ClusterCommandError) as e:
-        _check(checks, "settled", False, str(e)[:2000])
+        record(checks, "settled", False, str(e)[:2000])
         out["checks"] = checks
         out["ok"] = False
         return out
-    _check(checks, "settled", True, f"in {time.monotonic() - t:.1f}s at epoch {st['epoch']}")
+    record(checks, "settled", True, f"in {time.monotonic() - t:.1f}s at epoch {st['epoch']}")
     out["final_status"] = {k: st.get(k) for k in ("member", "term", "epoch", "txns_sequenced")}
     log(f"settled at epoch {st['epoch']} (term {st['term']}); checking")
     checks.update(check_run(hc, ledger, st))

@@ -5,14 +5,14 @@ exactly once, no (client, request) is in the log twice, terms never decrease alo
 log, every sequencer's local log agrees with the leader's, replicas' hashes agree per
 partition and equal a serial replay of the log, every answer the ledger holds is the
 serial replay's, and no determinism violation was seen: the nemesis's checks
-(cluster.nemesis.check_history), each asserted.
+(cluster.history_checks), each asserted.
 """
 
 from __future__ import annotations
 
 from cluster.config import ClusterConfig
+from cluster.history_checks import check_history
 from cluster.ledger import Ledger
-from cluster.nemesis import check_history
 
 
 def check_outcome(cfg: ClusterConfig, ledger: Ledger, st: dict, transfers: int) -> None:
